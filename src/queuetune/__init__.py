@@ -1,2 +1,7 @@
 """queuetune: measure, estimate and right-size the batch queues of input pipelines."""
 __version__ = "0.1.0"
+
+from .probe import Probe, probe_of, report, watch
+from .trace import Trace
+
+__all__ = ["Probe", "Trace", "probe_of", "report", "watch", "__version__"]

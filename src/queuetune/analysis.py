@@ -1,0 +1,334 @@
+"""Pure functions from a Trace to a Report: read-ahead, in flight, waits, memory, coverage."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict, deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .trace import Consumed, Trace
+
+MODERATE, HIGH = 0.05, 0.20
+SERIES_POINTS = 500
+
+
+@dataclass
+class Timing:
+    """Median, 95th percentile and mean of a set of durations, in seconds."""
+
+    n: int = 0
+    median: float | None = None
+    p95: float | None = None
+    mean: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Timing:
+        if not values:
+            return cls()
+        arr = np.asarray(values, dtype=float)
+        return cls(len(arr), float(np.median(arr)), float(np.percentile(arr, 95)), float(arr.mean()))
+
+
+@dataclass
+class Coverage:
+    """Which items one epoch consumed more than once or never."""
+
+    run: int
+    epoch: int
+    unit: str
+    consumed: int
+    total: int | None
+    duplicates: list[int] = field(default_factory=list)
+    never_count: int | None = None
+    never: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """What a traced run did, in the words of design.md (all bytes in bytes, times in s).
+
+    >>> from queuetune.trace import Trace, Produced, Consumed, Mark
+    >>> t = Trace(produced=[Produced(0.0, 1.0, 10)], consumed=[Consumed(0.0, 1.0)],
+    ...           marks=[Mark(0.0, "run_begin", 0), Mark(2.0, "run_end", 0)])
+    >>> r = analyze(t)
+    >>> r.produced_batches, r.consumed_batches, r.input_bound_fraction
+    (1, 1, 0.5)
+    """
+
+    meta: dict[str, Any]
+    produced_batches: int
+    consumed_batches: int | None
+    read_ahead_batches: int | None
+    read_ahead_bytes: int | None
+    peak_in_flight_batches: int
+    peak_in_flight_bytes: int
+    mean_in_flight_batches: float
+    peak_building_batches: int
+    producer_time: Timing
+    consumer_step: Timing
+    input_wait_seconds: float | None
+    wall_seconds: float | None
+    input_bound_fraction: float | None
+    verdict: str
+    batch_bytes: Timing
+    peak_rss_bytes: int | None
+    peak_children_bytes: int | None
+    peak_total_bytes: int | None
+    coverage: list[Coverage]
+    errors: list[str]
+    series: dict[str, list[float]]
+    notes: list[str]
+
+    def to_dict(self, series: bool = True) -> dict[str, Any]:
+        """Plain data for JSON; ``series=False`` leaves out the time series."""
+        data = asdict(self)
+        if not series:
+            data.pop("series")
+        return data
+
+    def to_json(self, indent: int | None = 2, series: bool = True) -> str:
+        from .render.json import dumps
+
+        return dumps(self.to_dict(series=series), indent=indent)
+
+    def print(self, console: Any = None) -> None:
+        """Print the report as tables on the terminal."""
+        from .render.console import print_report
+
+        print_report(self, console)
+
+
+def verdict(fraction: float | None) -> str:
+    """The TensorFlow Profiler's words for an input-wait fraction.
+
+    >>> verdict(0.01), verdict(0.05), verdict(0.2)
+    ('not input-bound', 'moderately input-bound', 'highly input-bound')
+    """
+    if fraction is None:
+        return "unknown"
+    if fraction >= HIGH:
+        return "highly input-bound"
+    if fraction >= MODERATE:
+        return "moderately input-bound"
+    return "not input-bound"
+
+
+def analyze(trace: Trace) -> Report:
+    """Turn a :class:`Trace` into a :class:`Report` (pure; no clock, no I/O)."""
+    produced, consumed = trace.produced, trace.consumed
+    runs = _runs(trace)
+    releases = _releases(consumed, runs, trace.end)
+    matches = match(trace, runs)
+    notes: list[str] = []
+    has_consumer = bool(consumed) or any(m.kind == "run_begin" for m in trace.marks)
+    if not has_consumer:
+        notes.append(
+            "no consumption recorded: iterate the watched loader, or pass the probe's "
+            "keras_callback() to fit/predict/evaluate"
+        )
+
+    consumed_bytes = [
+        produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)
+    ]
+    times, batches, held = _in_flight(trace, releases, consumed_bytes)
+    peak_batches = int(max(batches, default=0))
+    peak_bytes = int(max(held, default=0))
+    mean_batches = _time_mean(times, batches, trace.start, trace.end)
+
+    waits = [c.consumed - c.requested for c in consumed]
+    wall = sum(end - begin for begin, end in runs.values()) if runs else None
+    wait_total = float(sum(waits)) if has_consumer else None
+    fraction = (wait_total / wall) if (wall and wait_total is not None) else None
+    if fraction is not None:
+        fraction = min(max(fraction, 0.0), 1.0)
+
+    matched = {j for j in matches if j is not None}
+    unmatched = [p for i, p in enumerate(produced) if i not in matched]
+    errors = [str(m.value) for m in trace.marks if m.kind == "error"]
+    peak_rss = max((m.rss for m in trace.memory), default=None)
+    peak_children = max((m.children for m in trace.memory), default=None)
+    peak_total = max((m.rss + m.children for m in trace.memory), default=None)
+    return Report(
+        meta=dict(trace.meta),
+        produced_batches=len(produced),
+        consumed_batches=len(consumed) if has_consumer else None,
+        read_ahead_batches=len(produced) - len(consumed) if has_consumer else None,
+        read_ahead_bytes=sum(p.nbytes for p in unmatched) if has_consumer else None,
+        peak_in_flight_batches=peak_batches,
+        peak_in_flight_bytes=peak_bytes,
+        mean_in_flight_batches=mean_batches,
+        peak_building_batches=_peak_overlap([(p.start, p.end) for p in produced]),
+        producer_time=Timing.of([p.end - p.start for p in produced]),
+        consumer_step=Timing.of(
+            [r - c.consumed for c, r in zip(consumed, releases) if r is not None]
+        ),
+        input_wait_seconds=wait_total,
+        wall_seconds=wall,
+        input_bound_fraction=fraction,
+        verdict=verdict(fraction),
+        batch_bytes=Timing.of([float(p.nbytes) for p in produced]),
+        peak_rss_bytes=peak_rss,
+        peak_children_bytes=peak_children,
+        peak_total_bytes=peak_total,
+        coverage=coverage(trace, matches),
+        errors=errors,
+        series=_downsample(times, batches, held),
+        notes=notes,
+    )
+
+
+def _runs(trace: Trace) -> dict[int, tuple[float, float]]:
+    """Begin and end of each consuming run; an unfinished run ends at its last event."""
+    begins: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for m in trace.marks:
+        if m.kind == "run_begin":
+            begins[m.value] = m.t
+        elif m.kind == "run_end":
+            ends[m.value] = m.t
+    for c in trace.consumed:
+        begins.setdefault(c.run, c.requested)
+        ends[c.run] = max(ends.get(c.run, c.consumed), c.consumed)
+    return {r: (b, ends.get(r, b)) for r, b in begins.items()}
+
+
+def _releases(
+    consumed: list[Consumed], runs: dict[int, tuple[float, float]], end: float
+) -> list[float | None]:
+    """When the consumer let go of each batch: when it asked for the next one in
+    the same run, else at the end of the run."""
+    releases: list[float | None] = []
+    for i, c in enumerate(consumed):
+        nxt = consumed[i + 1] if i + 1 < len(consumed) else None
+        if nxt is not None and nxt.run == c.run:
+            releases.append(nxt.requested)
+        else:
+            run_end = runs.get(c.run, (c.consumed, end))[1]
+            releases.append(max(run_end, c.consumed))
+    return releases
+
+
+def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> list[int | None]:
+    """For each consumed batch, the position of the produced batch it was.
+
+    A consumed batch with a key takes the earliest unmatched produced batch of
+    that key. Without a key, batches are taken first in, first out by the time
+    their building started; when ``meta["match_scope"] == "run"`` (a loader whose
+    workers restart with every run, as Keras's enqueuer does), only batches
+    whose building started after the run began are candidates.
+    """
+    if runs is None:
+        runs = _runs(trace)
+    by_key: dict[Any, deque[int]] = defaultdict(deque)
+    for i, p in enumerate(trace.produced):
+        if p.key is not None:
+            by_key[p.key].append(i)
+    fifo = deque(range(len(trace.produced)))
+    taken: set[int] = set()
+    scoped = trace.meta.get("match_scope") == "run"
+    result: list[int | None] = []
+    for c in trace.consumed:
+        found = None
+        if c.key is not None:
+            queue = by_key.get(c.key, deque())
+            while queue and queue[0] in taken:
+                queue.popleft()
+            found = queue.popleft() if queue else None
+        else:
+            floor = runs[c.run][0] if scoped and c.run in runs else None
+            while fifo:
+                i = fifo.popleft()
+                if i in taken or (floor is not None and trace.produced[i].start < floor):
+                    continue
+                found = i
+                break
+        if found is not None:
+            taken.add(found)
+        result.append(found)
+    return result
+
+
+def _in_flight(
+    trace: Trace, releases: list[float | None], consumed_bytes: list[int]
+) -> tuple[list[float], list[int], list[int]]:
+    """Step functions of batches and bytes built and not yet released by the consumer."""
+    events: list[tuple[float, int, int, int]] = []
+    for p in trace.produced:
+        events.append((p.end, 1, 1, p.nbytes))
+    for r, size in zip(releases, consumed_bytes):
+        if r is not None:
+            events.append((r, 0, -1, -size))
+    events.sort()
+    times, batches, held = [], [], []
+    count = total = 0
+    for t, _, dc, db in events:
+        count += dc
+        total += db
+        times.append(t)
+        batches.append(count)
+        held.append(total)
+    return times, batches, held
+
+
+def _time_mean(times: list[float], values: list[int], start: float, end: float) -> float:
+    if not times or end <= start:
+        return 0.0
+    area = 0.0
+    for i, t in enumerate(times):
+        nxt = times[i + 1] if i + 1 < len(times) else end
+        area += values[i] * max(0.0, min(nxt, end) - max(t, start))
+    return area / (end - start)
+
+
+def _peak_overlap(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    peak = count = 0
+    for _, d in events:
+        count += d
+        peak = max(peak, count)
+    return peak
+
+
+def _downsample(times: list[float], batches: list[int], held: list[int]) -> dict[str, list[float]]:
+    if not times:
+        return {"t": [], "batches": [], "bytes": []}
+    t0 = times[0]
+    step = max(1, len(times) // SERIES_POINTS)
+    keep = sorted(set(range(0, len(times), step)) | {int(np.argmax(batches)), int(np.argmax(held)), len(times) - 1})
+    return {
+        "t": [round(times[i] - t0, 6) for i in keep],
+        "batches": [batches[i] for i in keep],
+        "bytes": [held[i] for i in keep],
+    }
+
+
+def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
+    """Per run and epoch: items consumed more than once, and never (when the total is known).
+
+    Items are batch indices for indexable loaders (Keras PyDataset) and sample
+    indices for torch map-style datasets.
+    """
+    by_epoch: dict[tuple[int, int], list[int]] = defaultdict(list)
+    unit = None
+    for c, j in zip(trace.consumed, matches):
+        if c.samples is not None:
+            unit = "sample"
+            by_epoch[(c.run, c.epoch)].extend(c.samples)
+        elif j is not None and trace.produced[j].index is not None:
+            unit = unit or "batch"
+            by_epoch[(c.run, c.epoch)].append(trace.produced[j].index)
+    if unit is None:
+        return []
+    total = trace.meta.get("num_samples" if unit == "sample" else "num_batches")
+    result = []
+    for (run, epoch), items in sorted(by_epoch.items()):
+        counts = Counter(items)
+        cov = Coverage(run, epoch, unit, len(items), total)
+        cov.duplicates = sorted(i for i, n in counts.items() if n > 1)
+        if isinstance(total, int):
+            never = [i for i in range(total) if i not in counts]
+            cov.never_count = len(never)
+            cov.never = never[:20]
+        result.append(cov)
+    return result

@@ -1,0 +1,188 @@
+"""Keras 3: a watched PyDataset (counts where batches are built, in worker threads
+or processes) and a callback that counts where batches reach the model."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import require
+
+keras = require("keras", "keras")
+
+from ..nbytes import nbytes  # noqa: E402
+from ..recorder import Channel, Recorder, clock, key_of  # noqa: E402
+
+
+class WatchedPyDataset(keras.utils.PyDataset):
+    """A PyDataset that records each batch where it is built, then returns it unchanged."""
+
+    def __init__(self, inner: Any, channel: Channel) -> None:
+        super().__init__(
+            workers=inner.workers,
+            use_multiprocessing=inner.use_multiprocessing,
+            max_queue_size=inner.max_queue_size,
+        )
+        self._inner = inner
+        self._channel = channel
+
+    def __getitem__(self, index: int) -> Any:
+        start = clock()
+        batch = self._inner[index]
+        end = clock()
+        self._channel.emit(
+            (start, end, nbytes(batch), index, key_of(index), os.getpid(), _thread_id())
+        )
+        return batch
+
+    @property
+    def num_batches(self) -> int | None:
+        return self._inner.num_batches
+
+    def __len__(self) -> int:
+        count = self._inner.num_batches
+        if count is None:
+            raise TypeError("this PyDataset is infinite (num_batches is None)")
+        return count
+
+    def on_epoch_begin(self) -> None:
+        self._inner.on_epoch_begin()
+
+    def on_epoch_end(self) -> None:
+        self._inner.on_epoch_end()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def _thread_id() -> int:
+    import threading
+
+    return threading.get_native_id()
+
+
+def settings(dataset: Any) -> dict[str, Any]:
+    """The knobs that bound a PyDataset's queue, as Keras reads them."""
+    return {
+        "workers": dataset.workers,
+        "use_multiprocessing": dataset.use_multiprocessing,
+        "max_queue_size": dataset.max_queue_size,
+    }
+
+
+def depth(workers: int, use_multiprocessing: bool, max_queue_size: int) -> int:
+    """Batches Keras can have started or finished and not consumed."""
+    if workers > 1 or (workers > 0 and use_multiprocessing):
+        return max_queue_size + 1
+    return 1
+
+
+def watch_pydataset(
+    dataset: Any, meta: dict[str, Any], sample_memory: bool
+) -> tuple[WatchedPyDataset, Recorder]:
+    knobs = settings(dataset)
+    try:
+        count = dataset.num_batches
+    except NotImplementedError:
+        count = None
+    meta.update(
+        loader="pydataset",
+        framework="keras",
+        type=type(dataset).__qualname__,
+        settings=knobs,
+        depth=depth(**knobs),
+        num_batches=count,
+        match_scope="run",
+        versions={"keras": keras.__version__, "backend": keras.backend.backend()},
+    )
+    processes = bool(knobs["use_multiprocessing"]) and knobs["workers"] > 0
+    recorder = Recorder(meta, processes=processes, sample_memory=sample_memory)
+    recorder.consumer = "callback"
+    return WatchedPyDataset(dataset, recorder.channel), recorder
+
+
+class ProbeCallback(keras.callbacks.Callback):
+    """Records when each batch reaches the model (``on_*_batch_begin``) and when the
+    model is done with it (``on_*_batch_end``). Only the phase that opened the run
+    counts: validation batches inside ``fit`` are a pause of the training consumer."""
+
+    def __init__(self, probe: Any, print_report: bool = True) -> None:
+        super().__init__()
+        self._probe = probe
+        self._recorder: Recorder = probe.recorder
+        self._recorder.consumer = "callback"
+        self._print = print_report
+        self._phase: str | None = None
+        self._asked = 0.0
+
+    def _begin(self, phase: str) -> None:
+        if self._phase is None:
+            self._phase = phase
+            self._recorder.run_begin()
+            self._asked = clock()
+        elif phase != self._phase:
+            self._recorder.mark("pause_begin", phase)
+
+    def _end(self, phase: str) -> None:
+        if phase == self._phase:
+            self._recorder.run_end()
+            self._phase = None
+            if self._print:
+                self._probe.report().print()
+        elif self._phase is not None:
+            self._recorder.mark("pause_end", phase)
+            self._asked = clock()
+
+    def _batch_begin(self, phase: str) -> None:
+        if phase == self._phase:
+            self._recorder.consumed(self._asked, clock())
+
+    def _batch_end(self, phase: str) -> None:
+        if phase == self._phase:
+            self._asked = clock()
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._begin("train")
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._end("train")
+
+    def on_test_begin(self, logs: Any = None) -> None:
+        self._begin("test")
+
+    def on_test_end(self, logs: Any = None) -> None:
+        self._end("test")
+
+    def on_predict_begin(self, logs: Any = None) -> None:
+        self._begin("predict")
+
+    def on_predict_end(self, logs: Any = None) -> None:
+        self._end("predict")
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        if self._phase == "train":
+            self._recorder.epoch_begin()
+            self._asked = clock()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self._phase == "train":
+            self._recorder.epoch_end()
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._batch_begin("train")
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._batch_end("train")
+
+    def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._batch_begin("test")
+
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._batch_end("test")
+
+    def on_predict_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._batch_begin("predict")
+
+    def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._batch_end("predict")

@@ -1,0 +1,348 @@
+"""Recording: the events a probe collects, from worker threads, worker processes
+and the consumer, turned into a :class:`~queuetune.trace.Trace` on demand."""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+import weakref
+from typing import Any, Callable
+
+import psutil
+
+from .trace import Consumed, Mark, MemorySample, Produced, Trace
+
+clock = time.monotonic
+
+# start, end, nbytes, index, key, pid, native thread id, flags (1: index set, 2: key set)
+_RECORD = struct.Struct("<ddqqqqqq")
+_HAS_INDEX, _HAS_KEY = 1, 2
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class Channel:
+    """Carries produced-batch records from wherever batches are built to the recorder.
+
+    In the process that created it, a record is appended directly. In a worker
+    process (forked, or spawned: the pipe's write end follows the pickled
+    dataset), each record is one fixed-size ``os.write`` to a pipe, which the
+    kernel keeps whole (it is smaller than PIPE_BUF), so workers need no lock
+    and a worker that dies cannot block the others. A reader thread in the
+    creating process drains the pipe.
+    """
+
+    def __init__(self, sink: Callable[[tuple], None], processes: bool) -> None:
+        self._pid = os.getpid()
+        self._sink: Callable[[tuple], None] | None = sink
+        self._r: int | None = None
+        self._w: int | None = None
+        self._reader: threading.Thread | None = None
+        if processes:
+            self._r, self._w = os.pipe()
+            self._reader = threading.Thread(
+                target=self._read, args=(self._r, sink), name="queuetune-channel", daemon=True
+            )
+            self._reader.start()
+
+    def emit(self, record: tuple) -> None:
+        if os.getpid() == self._pid:
+            if self._sink is not None:
+                self._sink(record)
+        elif self._w is not None:
+            os.write(self._w, _pack(record))
+
+    @staticmethod
+    def _read(fd: int, sink: Callable[[tuple], None]) -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(fd, _RECORD.size * 1024)
+            except OSError:
+                return
+            if not chunk:
+                return
+            pending += chunk
+            whole = len(pending) - len(pending) % _RECORD.size
+            for fields in _RECORD.iter_unpack(pending[:whole]):
+                if fields[5] == 0:
+                    return
+                sink(_unpack(fields))
+            pending = pending[whole:]
+
+    def flush(self, timeout: float = 0.5) -> None:
+        """Wait until the pipe has been read (records already written arrive)."""
+        if self._reader is None or self._w is None:
+            return
+        deadline = clock() + timeout
+        while clock() < deadline and _pipe_pending(self._r):
+            time.sleep(0.002)
+
+    def close(self) -> None:
+        """Stop the reader thread and close the pipe (idempotent)."""
+        if os.getpid() != self._pid:
+            return
+        if self._w is not None:
+            try:
+                os.write(self._w, _RECORD.pack(0.0, 0.0, 0, 0, 0, 0, 0, 0))
+            except OSError:
+                pass
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+            self._reader = None
+        for fd in (self._r, self._w):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._r = self._w = None
+
+    def __reduce__(self) -> tuple:
+        from multiprocessing import context
+
+        popen = context.get_spawning_popen()
+        if popen is None or self._w is None:
+            return (_detached_channel, (self._pid,))
+        return (_child_channel, (self._pid, popen.duplicate_for_child(self._w)))
+
+
+def _detached_channel(pid: int) -> Channel:
+    channel = Channel.__new__(Channel)
+    channel._pid, channel._sink, channel._r, channel._w, channel._reader = pid, None, None, None, None
+    return channel
+
+
+def _child_channel(pid: int, fd: int) -> Channel:
+    channel = _detached_channel(pid)
+    channel._w = fd
+    return channel
+
+
+def _pipe_pending(fd: int | None) -> bool:
+    import fcntl
+    import termios
+
+    if fd is None:
+        return False
+    buf = bytearray(4)
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buf)
+    except OSError:
+        return False
+    return int.from_bytes(buf, "little") > 0
+
+
+def _pack(record: tuple) -> bytes:
+    start, end, nbytes, index, key, pid, tid = record
+    flags = 0
+    if index is not None:
+        flags |= _HAS_INDEX
+    if key is not None:
+        flags |= _HAS_KEY
+    return _RECORD.pack(start, end, nbytes, index or 0, key or 0, pid, tid, flags)
+
+
+def _unpack(fields: tuple) -> tuple:
+    start, end, nbytes, index, key, pid, tid, flags = fields
+    return (
+        start,
+        end,
+        nbytes,
+        index if flags & _HAS_INDEX else None,
+        key if flags & _HAS_KEY else None,
+        pid,
+        tid,
+    )
+
+
+def _int64(value: int) -> int:
+    return (value - _INT64[0]) % 2**64 + _INT64[0]
+
+
+def key_of(value: Any) -> Any:
+    """The matching key that survives the trip through a worker's pipe."""
+    return None if value is None else _int64(hash(value))
+
+
+class MemorySampler:
+    """Samples resident memory of this process and unique memory of its children."""
+
+    def __init__(self, sink: Callable[[MemorySample], None], interval: float = 0.05) -> None:
+        self._sink = sink
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._process = psutil.Process()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="queuetune-memory", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join(timeout=5)
+            self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.sample()
+
+    def sample(self) -> None:
+        try:
+            rss = self._process.memory_info().rss
+            children = self._process.children(recursive=True)
+        except psutil.Error:
+            return
+        unique = 0
+        for child in children:
+            try:
+                unique += child.memory_full_info().uss
+            except psutil.Error:
+                continue
+        self._sink(MemorySample(clock(), rss, unique, len(children)))
+
+
+class Recorder:
+    """Collects produced and consumed events and consumer marks for one loader.
+
+    >>> rec = Recorder({"loader": "demo"}, sample_memory=False)
+    >>> rec.run_begin(); t = clock(); rec.produced(t, t, 8, index=0)
+    >>> rec.consumed(t, t, nbytes=8); rec.run_end()
+    >>> len(rec.trace().produced), len(rec.trace().consumed)
+    (1, 1)
+    >>> rec.close()
+    """
+
+    def __init__(
+        self,
+        meta: dict[str, Any],
+        *,
+        processes: bool = False,
+        sample_memory: bool = True,
+        memory_interval: float = 0.05,
+    ) -> None:
+        self.meta = dict(meta)
+        self.start = clock()
+        self._produced: list[tuple] = []
+        self._consumed: list[Consumed] = []
+        self._marks: list[Mark] = []
+        self._memory: list[MemorySample] = []
+        self.channel = Channel(self._produced.append, processes)
+        self._sampler = MemorySampler(self._memory.append, memory_interval) if sample_memory else None
+        self.run = -1
+        self.epoch = -1
+        self._active = 0
+        self._epoch_open = False
+        self.consumer = "iterator"
+        self._finalizer = weakref.finalize(self, _shutdown, self.channel, self._sampler)
+
+    def produced(
+        self, start: float, end: float, nbytes: int, index: int | None = None, key: Any = None
+    ) -> None:
+        """Record a batch built between ``start`` and ``end`` (call it where it was built)."""
+        self.channel.emit(
+            (start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id())
+        )
+
+    def consumed(
+        self,
+        requested: float,
+        consumed: float,
+        *,
+        nbytes: int | None = None,
+        key: Any = None,
+        samples: list[int] | None = None,
+    ) -> None:
+        """Record a batch handed to the consumer, asked for at ``requested``."""
+        if self.run < 0:
+            self.run_begin(requested)
+        if not self._epoch_open:
+            self.epoch_begin(requested)
+        self._consumed.append(
+            Consumed(requested, consumed, self.run, self.epoch, nbytes, key_of(key), samples)
+        )
+
+    def mark(self, kind: str, value: Any = None, t: float | None = None) -> None:
+        self._marks.append(Mark(clock() if t is None else t, kind, value))
+
+    def run_begin(self, t: float | None = None) -> None:
+        """A consuming loop starts (a ``fit``/``predict`` call, a ``for`` loop)."""
+        self.run += 1
+        self._active += 1
+        self.mark("run_begin", self.run, t)
+        if self._sampler is not None:
+            self._sampler.start()
+
+    def run_end(self, t: float | None = None) -> None:
+        if self._active == 0:
+            return
+        if self._epoch_open:
+            self.epoch_end(t)
+        self._active -= 1
+        self.mark("run_end", self.run, t)
+        if self._active == 0 and self._sampler is not None:
+            self._sampler.stop()
+
+    def epoch_begin(self, t: float | None = None) -> None:
+        if self._epoch_open:
+            self.epoch_end(t)
+        self.epoch += 1
+        self._epoch_open = True
+        self.mark("epoch_begin", self.epoch, t)
+
+    def epoch_end(self, t: float | None = None) -> None:
+        if self._epoch_open:
+            self._epoch_open = False
+            self.mark("epoch_end", self.epoch, t)
+
+    def produced_count(self) -> int:
+        """Batches recorded as built so far (records still in the pipe included)."""
+        self.channel.flush()
+        return len(self._produced)
+
+    @property
+    def active(self) -> bool:
+        return self._active > 0
+
+    def trace(self) -> Trace:
+        """A snapshot of everything recorded so far, as plain data."""
+        self.channel.flush()
+        parent = os.getpid()
+        produced = [
+            Produced(s, e, n, i, k, str(pid) if pid != parent else f"thread-{tid}")
+            for s, e, n, i, k, pid, tid in list(self._produced)
+        ]
+        produced.sort(key=lambda p: p.start)
+        consumed = list(self._consumed)
+        marks = sorted(self._marks, key=lambda m: m.t)
+        memory = list(self._memory)
+        times = [self.start] + [p.end for p in produced] + [c.consumed for c in consumed]
+        times += [m.t for m in marks]
+        return Trace(
+            meta=dict(self.meta),
+            start=self.start,
+            end=max(times),
+            produced=produced,
+            consumed=consumed,
+            marks=marks,
+            memory=memory,
+        )
+
+    def close(self) -> None:
+        """End any open run and stop the helper threads (idempotent)."""
+        while self._active:
+            self.run_end()
+        self._finalizer()
+
+
+def _shutdown(channel: Channel, sampler: MemorySampler | None) -> None:
+    if sampler is not None:
+        sampler.stop()
+    channel.close()

@@ -1,0 +1,104 @@
+"""Console rendering of a probe's report."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..units import format_bytes
+
+if TYPE_CHECKING:
+    from ..analysis import Coverage, Report, Timing
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    """Print ``report`` as one table with a title naming the loader."""
+    console = console or Console()
+    console.print(report_table(report))
+
+
+def report_table(report: Report) -> Table:
+    """The report as a rich Table: one row per measure."""
+    table = Table(title=_title(report.meta), show_header=False, title_justify="left")
+    table.add_column("measure", style="bold")
+    table.add_column("value")
+    for label, value in report_rows(report):
+        table.add_row(label, value)
+    return table
+
+
+def report_rows(report: Report) -> list[tuple[str, str]]:
+    """(label, value) rows, in reading order."""
+    rows = [("produced (built)", f"{report.produced_batches} batches")]
+    if report.consumed_batches is not None:
+        rows.append(("consumed (reached the model)", f"{report.consumed_batches} batches"))
+        rows.append(
+            (
+                "read-ahead at the end (never used)",
+                f"{report.read_ahead_batches} batches, {format_bytes(report.read_ahead_bytes or 0)}",
+            )
+        )
+    rows.append(
+        (
+            "peak in flight (built, not released)",
+            f"{report.peak_in_flight_batches} batches, {format_bytes(report.peak_in_flight_bytes)}",
+        )
+    )
+    rows.append(("mean in flight", f"{report.mean_in_flight_batches:.1f} batches"))
+    rows.append(("peak being built at once", f"{report.peak_building_batches} batches"))
+    if report.batch_bytes.median is not None:
+        rows.append(("batch size (median)", format_bytes(int(report.batch_bytes.median))))
+    rows.append(("producer time per batch", _timing(report.producer_time)))
+    rows.append(("consumer time per step", _timing(report.consumer_step)))
+    if report.input_bound_fraction is not None:
+        rows.append(
+            (
+                "input wait",
+                f"{report.input_wait_seconds:.3f} s of {report.wall_seconds:.3f} s "
+                f"({report.input_bound_fraction:.1%}): {report.verdict}",
+            )
+        )
+    if report.peak_rss_bytes is not None:
+        rows.append(("peak RSS (process)", format_bytes(report.peak_rss_bytes)))
+        rows.append(("peak unique memory of workers", format_bytes(report.peak_children_bytes or 0)))
+    for cov in report.coverage:
+        rows.append((f"coverage run {cov.run} epoch {cov.epoch}", _coverage(cov)))
+    for error in report.errors:
+        rows.append(("error", error))
+    for note in report.notes:
+        rows.append(("note", note))
+    return rows
+
+
+def _title(meta: dict[str, Any]) -> str:
+    settings = meta.get("settings") or {}
+    described = ", ".join(f"{k}={v}" for k, v in settings.items())
+    name = meta.get("name") or meta.get("type") or meta.get("loader", "loader")
+    return f"queuetune: {name} ({meta.get('framework', '?')}{', ' + described if described else ''})"
+
+
+def _timing(t: Timing) -> str:
+    if not t.n:
+        return "-"
+    return f"median {_ms(t.median)}, p95 {_ms(t.p95)} (n={t.n})"
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} µs"
+
+
+def _coverage(cov: Coverage) -> str:
+    total = f" of {cov.total}" if cov.total is not None else ""
+    text = f"{cov.consumed}{total} {cov.unit}es consumed" if cov.unit == "batch" else f"{cov.consumed}{total} samples consumed"
+    text += f"; more than once: {_listing(cov.duplicates)}"
+    if cov.never_count is not None:
+        more = "…" if cov.never_count > len(cov.never) else ""
+        text += f"; never: {cov.never_count}" + (f" ({_listing(cov.never)}{more})" if cov.never else "")
+    return text
+
+
+def _listing(items: list[int]) -> str:
+    return ", ".join(map(str, items[:10])) + (" …" if len(items) > 10 else "") if items else "none"
