@@ -59,6 +59,7 @@ class Report:
     meta: dict[str, Any]
     produced_batches: int
     consumed_batches: int | None
+    consumed_outside_steps: int
     read_ahead_batches: int | None
     read_ahead_bytes: int | None
     peak_in_flight_batches: int
@@ -119,7 +120,8 @@ def analyze(trace: Trace) -> Report:
     produced, consumed = trace.produced, trace.consumed
     runs = _runs(trace)
     releases = _releases(consumed, runs, trace.end)
-    matches = match(trace, runs)
+    matching = match(trace, runs)
+    matches = matching.consumed
     notes: list[str] = []
     has_consumer = bool(consumed) or any(m.kind == "run_begin" for m in trace.marks)
     if not has_consumer:
@@ -131,7 +133,8 @@ def analyze(trace: Trace) -> Report:
     consumed_bytes = [
         produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)
     ]
-    times, batches, held = _in_flight(trace, releases, consumed_bytes)
+    hidden_releases = [(runs[r][0], produced[i].nbytes) for r, i in matching.hidden]
+    times, batches, held = _in_flight(trace, releases, consumed_bytes, hidden_releases)
     peak_batches = int(max(batches, default=0))
     peak_bytes = int(max(held, default=0))
     mean_batches = _time_mean(times, batches, trace.start, trace.end)
@@ -143,7 +146,7 @@ def analyze(trace: Trace) -> Report:
     if fraction is not None:
         fraction = min(max(fraction, 0.0), 1.0)
 
-    matched = {j for j in matches if j is not None}
+    matched = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
     unmatched = [p for i, p in enumerate(produced) if i not in matched]
     errors = [str(m.value) for m in trace.marks if m.kind == "error"]
     peak_rss = max((m.rss for m in trace.memory), default=None)
@@ -153,7 +156,8 @@ def analyze(trace: Trace) -> Report:
         meta=dict(trace.meta),
         produced_batches=len(produced),
         consumed_batches=len(consumed) if has_consumer else None,
-        read_ahead_batches=len(produced) - len(consumed) if has_consumer else None,
+        consumed_outside_steps=len(matching.hidden),
+        read_ahead_batches=len(produced) - len(consumed) - len(matching.hidden) if has_consumer else None,
         read_ahead_bytes=sum(p.nbytes for p in unmatched) if has_consumer else None,
         peak_in_flight_batches=peak_batches,
         peak_in_flight_bytes=peak_bytes,
@@ -209,14 +213,26 @@ def _releases(
     return releases
 
 
-def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> list[int | None]:
+@dataclass
+class Matching:
+    """Which produced batch each consumed batch was, and the batches the framework
+    took outside the training steps (``hidden``: (run, produced position))."""
+
+    consumed: list[int | None]
+    hidden: list[tuple[int, int]]
+
+
+def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> Matching:
     """For each consumed batch, the position of the produced batch it was.
 
     A consumed batch with a key takes the earliest unmatched produced batch of
     that key. Without a key, batches are taken first in, first out by the time
-    their building started; when ``meta["match_scope"] == "run"`` (a loader whose
-    workers restart with every run, as Keras's enqueuer does), only batches
-    whose building started after the run began are candidates.
+    their building started (the order Keras's enqueuer submits and serves them).
+    When ``meta["match_scope"] == "run"`` (a loader whose workers are replaced by
+    every ``fit``/``predict`` call), batches started before the previous run ended
+    are never candidates; and ``meta["pre_run_consumes"] = k`` says the framework
+    itself takes the first ``k`` batches built before a run begins (Keras builds
+    the model with one).
     """
     if runs is None:
         runs = _runs(trace)
@@ -227,8 +243,22 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> l
     fifo = deque(range(len(trace.produced)))
     taken: set[int] = set()
     scoped = trace.meta.get("match_scope") == "run"
+    floors = _run_floors(runs) if scoped else {}
+    pre_run = int(trace.meta.get("pre_run_consumes") or 0)
+    hidden: list[tuple[int, int]] = []
     result: list[int | None] = []
+    current_run = None
     for c in trace.consumed:
+        floor = floors.get(c.run, float("-inf"))
+        if scoped and c.run != current_run:
+            current_run = c.run
+            begin = runs[c.run][0] if c.run in runs else float("-inf")
+            early = [
+                i for i in fifo if i not in taken and floor <= trace.produced[i].start < begin
+            ]
+            for i in early[:pre_run]:
+                taken.add(i)
+                hidden.append((c.run, i))
         found = None
         if c.key is not None:
             queue = by_key.get(c.key, deque())
@@ -236,27 +266,39 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> l
                 queue.popleft()
             found = queue.popleft() if queue else None
         else:
-            floor = runs[c.run][0] if scoped and c.run in runs else None
             while fifo:
                 i = fifo.popleft()
-                if i in taken or (floor is not None and trace.produced[i].start < floor):
+                if i in taken or trace.produced[i].start < floor:
                     continue
                 found = i
                 break
         if found is not None:
             taken.add(found)
         result.append(found)
-    return result
+    return Matching(result, hidden)
+
+
+def _run_floors(runs: dict[int, tuple[float, float]]) -> dict[int, float]:
+    """For each run, the end of the run before it."""
+    floors: dict[int, float] = {}
+    previous_end = float("-inf")
+    for run in sorted(runs):
+        floors[run] = previous_end
+        previous_end = runs[run][1]
+    return floors
 
 
 def _in_flight(
-    trace: Trace, releases: list[float | None], consumed_bytes: list[int]
+    trace: Trace,
+    releases: list[float | None],
+    consumed_bytes: list[int],
+    other_releases: list[tuple[float, int]],
 ) -> tuple[list[float], list[int], list[int]]:
     """Step functions of batches and bytes built and not yet released by the consumer."""
     events: list[tuple[float, int, int, int]] = []
     for p in trace.produced:
         events.append((p.end, 1, 1, p.nbytes))
-    for r, size in zip(releases, consumed_bytes):
+    for r, size in [*zip(releases, consumed_bytes), *other_releases]:
         if r is not None:
             events.append((r, 0, -1, -size))
     events.sort()

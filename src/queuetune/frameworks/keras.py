@@ -94,6 +94,7 @@ def watch_pydataset(
         depth=depth(**knobs),
         num_batches=count,
         match_scope="run",
+        pre_run_consumes=1,
         versions={"keras": keras.__version__, "backend": keras.backend.backend()},
     )
     processes = bool(knobs["use_multiprocessing"]) and knobs["workers"] > 0
