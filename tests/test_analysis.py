@@ -1,0 +1,133 @@
+"""Pure analysis of synthetic traces: in flight, waits, matching, coverage, verdicts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from queuetune.analysis import analyze, match, verdict
+from queuetune.trace import Consumed, Mark, MemorySample, Produced, Trace
+
+
+def run_marks(begin, end, run=0):
+    return [Mark(begin, "run_begin", run), Mark(end, "run_end", run)]
+
+
+def test_queue_that_fills_ahead_of_a_slow_consumer():
+    # 4 batches built at t=0..0.3 (10 bytes each), consumed one per second from t=0.5
+    produced = [Produced(i * 0.1, i * 0.1 + 0.05, 10, index=i) for i in range(4)]
+    consumed = [Consumed(0.5 + i if i else 0.0, 0.5 + i) for i in range(4)]
+    trace = Trace(produced=produced, consumed=consumed, marks=run_marks(0.0, 4.5), end=4.5)
+    r = analyze(trace)
+    assert (r.produced_batches, r.consumed_batches, r.read_ahead_batches) == (4, 4, 0)
+    assert r.peak_in_flight_batches == 4 and r.peak_in_flight_bytes == 40
+    assert r.peak_building_batches == 1
+    assert r.input_wait_seconds == pytest.approx(0.5)
+    assert r.wall_seconds == pytest.approx(4.5)
+    assert r.input_bound_fraction == pytest.approx(0.5 / 4.5)
+    assert r.verdict == "moderately input-bound"
+    assert r.consumer_step.median == pytest.approx(1.0)
+    assert r.producer_time.median == pytest.approx(0.05)
+
+
+def test_read_ahead_at_the_end_is_what_was_never_used():
+    produced = [Produced(i, i + 0.5, 100 + i, index=i) for i in range(5)]
+    consumed = [Consumed(i + 0.5, i + 0.6) for i in range(2)]
+    trace = Trace(produced=produced, consumed=consumed, marks=run_marks(0.0, 6.0), end=6.0)
+    r = analyze(trace)
+    assert r.read_ahead_batches == 3
+    assert r.read_ahead_bytes == 102 + 103 + 104
+    assert r.series["batches"][-1] == 3 and r.series["bytes"][-1] == 102 + 103 + 104
+
+
+def test_keyed_matching_takes_the_earliest_batch_of_the_same_key():
+    produced = [Produced(0, 1, 1, key=7), Produced(0, 1, 2, key=8), Produced(2, 3, 4, key=7)]
+    consumed = [Consumed(1, 1, key=8), Consumed(1, 1, key=7), Consumed(3, 3, key=7)]
+    assert match(Trace(produced=produced, consumed=consumed)).consumed == [1, 0, 2]
+
+
+def test_fifo_matching_follows_build_start_order():
+    produced = [Produced(0.2, 0.3, 1), Produced(0.1, 0.9, 2)]
+    trace = Trace(produced=sorted(produced, key=lambda p: p.start), consumed=[Consumed(1, 1), Consumed(1, 1)])
+    assert match(trace).consumed == [0, 1]
+
+
+def test_run_scope_ignores_batches_of_earlier_runs_and_takes_the_build_batch():
+    meta = {"match_scope": "run", "pre_run_consumes": 1}
+    produced = [
+        Produced(0.1, 0.2, 1, index=0),  # run 0
+        Produced(0.3, 0.4, 1, index=1),  # run 0, never used
+        Produced(2.0, 2.1, 1, index=0),  # built before run 1 began: Keras builds the model with it
+        Produced(2.1, 2.2, 1, index=1),  # also before run 1: served first in run 1
+        Produced(3.1, 3.2, 1, index=2),
+    ]
+    consumed = [Consumed(0.5, 0.5, run=0), Consumed(3.5, 3.5, run=1), Consumed(3.6, 3.6, run=1)]
+    marks = run_marks(0.0, 1.0, 0) + run_marks(3.0, 4.0, 1)
+    trace = Trace(meta=meta, produced=produced, consumed=consumed, marks=marks, end=4.0)
+    m = match(trace)
+    assert m.consumed == [0, 3, 4]
+    assert m.hidden == [(1, 2)]
+    r = analyze(trace)
+    assert r.consumed_outside_steps == 1
+    assert r.read_ahead_batches == 1
+
+
+def test_coverage_reports_duplicates_and_never_per_epoch():
+    meta = {"num_batches": 4}
+    produced = [Produced(i, i, 1, index=ix) for i, ix in enumerate([0, 1, 1, 3, 0, 1, 2, 3])]
+    consumed = [Consumed(i, i, epoch=i // 4) for i in range(8)]
+    r = analyze(Trace(meta=meta, produced=produced, consumed=consumed, end=8))
+    rows = [(c.epoch, c.unit, c.consumed, c.total, c.duplicates, c.never_count, c.never) for c in r.coverage]
+    assert rows == [(0, "batch", 4, 4, [1], 1, [2]), (1, "batch", 4, 4, [], 0, [])]
+
+
+def test_sample_coverage_uses_the_consumed_samples():
+    meta = {"num_samples": 6}
+    consumed = [Consumed(0, 0, samples=[0, 1, 2]), Consumed(1, 1, samples=[2, 3, 4])]
+    r = analyze(Trace(meta=meta, consumed=consumed, end=2))
+    (cov,) = r.coverage
+    assert (cov.unit, cov.consumed, cov.duplicates, cov.never) == ("sample", 6, [2], [5])
+
+
+def test_no_consumer_recorded_gives_unknowns_and_a_note():
+    r = analyze(Trace(produced=[Produced(0, 1, 5)], end=1))
+    assert r.consumed_batches is None and r.input_bound_fraction is None
+    assert r.verdict == "unknown"
+    assert r.notes
+
+
+def test_memory_peaks_and_errors():
+    memory = [MemorySample(0, 100, 10, 1), MemorySample(1, 150, 0, 0), MemorySample(2, 90, 70, 2)]
+    trace = Trace(memory=memory, marks=[Mark(1, "error", "KeyError: 3")], end=2)
+    r = analyze(trace)
+    assert (r.peak_rss_bytes, r.peak_children_bytes, r.peak_total_bytes) == (150, 70, 160)
+    assert r.errors == ["KeyError: 3"]
+
+
+@pytest.mark.parametrize(
+    "fraction,words",
+    [(0.0, "not input-bound"), (0.0499, "not input-bound"), (0.05, "moderately input-bound"),
+     (0.1999, "moderately input-bound"), (0.2, "highly input-bound"), (1.0, "highly input-bound")],
+)
+def test_verdict_thresholds(fraction, words):
+    assert verdict(fraction) == words
+
+
+REPORT_KEYS = {
+    "meta", "produced_batches", "consumed_batches", "consumed_outside_steps", "read_ahead_batches",
+    "read_ahead_bytes", "peak_in_flight_batches", "peak_in_flight_bytes", "mean_in_flight_batches",
+    "peak_building_batches", "producer_time", "consumer_step", "input_wait_seconds", "wall_seconds",
+    "input_bound_fraction", "verdict", "batch_bytes", "peak_rss_bytes", "peak_children_bytes",
+    "peak_total_bytes", "coverage", "errors", "series", "notes",
+}
+
+
+def test_report_json_schema():
+    produced = [Produced(0, 1, 5, index=0)]
+    trace = Trace(meta={"num_batches": 1}, produced=produced, consumed=[Consumed(0, 1)], end=1)
+    data = json.loads(analyze(trace).to_json())
+    assert set(data) == REPORT_KEYS
+    assert set(data["producer_time"]) == {"n", "median", "p95", "mean"}
+    assert set(data["series"]) == {"t", "batches", "bytes"}
+    assert set(data["coverage"][0]) == {"run", "epoch", "unit", "consumed", "total", "duplicates", "never_count", "never"}
+    assert "series" not in analyze(trace).to_dict(series=False)
