@@ -1,0 +1,1 @@
+"""Presentation: console tables and plots of the package's plain-data results."""
