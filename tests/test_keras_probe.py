@@ -1,6 +1,8 @@
 """The probe on Keras 3 PyDatasets and generators, with the callback (torch backend)."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -38,9 +40,18 @@ def model():
     return m
 
 
-def predict(model, ds, steps):
+class SlowStep(keras.callbacks.Callback):
+    """Makes the model the slow side, so the loader's queue fills up."""
+
+    def on_predict_batch_end(self, batch, logs=None):
+        time.sleep(0.02)
+
+
+def predict(model, ds, steps, slow=False):
     probe = queuetune.probe_of(ds)
-    out = model.predict(ds, steps=steps, verbose=0, callbacks=[probe.keras_callback(print_report=False)])
+    # the probe's callback goes last: time in the callbacks before it is the model's
+    callbacks = ([SlowStep()] if slow else []) + [probe.keras_callback(print_report=False)]
+    out = model.predict(ds, steps=steps, verbose=0, callbacks=callbacks)
     probe.settle()
     return out, probe
 
@@ -49,7 +60,7 @@ def predict(model, ds, steps):
 @pytest.mark.parametrize("queue_size,expected", [(10, 21), (2, 13)])
 def test_pydataset_with_workers_builds_queue_plus_one_ahead(model, queue_size, expected):
     ds = queuetune.watch(Batches(workers=4, max_queue_size=queue_size))
-    out, probe = predict(model, ds, steps=10)
+    out, probe = predict(model, ds, steps=10, slow=True)
     report = probe.report()
     assert out.shape == (10 * BATCH, CLASSES)
     assert report.consumed_batches == 10

@@ -69,6 +69,10 @@ class Probe:
         """A ``keras.callbacks.Callback`` that records consumption by ``fit``/``predict``/
         ``evaluate`` and prints the report when the call ends.
 
+        Put it last in ``callbacks``: the time from its ``on_*_batch_end`` to the
+        next ``on_*_batch_begin`` counts as waiting for input, so callbacks after
+        it would count as input wait.
+
         >>> # model.fit(ds, callbacks=[queuetune.probe_of(ds).keras_callback()])
         """
         from .frameworks.keras import ProbeCallback

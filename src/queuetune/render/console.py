@@ -1,6 +1,8 @@
 """Console rendering of a probe's report."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -102,3 +104,56 @@ def _coverage(cov: Coverage) -> str:
 
 def _listing(items: list[int]) -> str:
     return ", ".join(map(str, items[:10])) + (" …" if len(items) > 10 else "") if items else "none"
+
+
+def print_demo(result: dict[str, Any], console: Console | None = None) -> None:
+    """Print the article's experiment as the article did: what reached the model
+    against what the loader built, then the footprint and one sentence of advice."""
+    from .tables import print_renderable
+
+    out = console.file if console is not None else None
+    batch = result["batch_size"]
+    print_renderable(
+        f"queuetune demo: Keras {result['keras']} ({result['backend']} backend), "
+        f"{result['model']}, batch {batch}, predict(steps={result['steps']}); "
+        f"one batch = {format_bytes(result['batch_bytes'])}",
+        out,
+    )
+    table = Table()
+    table.add_column("loader")
+    for column in ("reached the model", "built by the loader", "never used", "peak in flight",
+                   "estimated", "input wait"):
+        table.add_column(column, justify="right")
+    for run in result["runs"]:
+        fraction = run["input_bound_fraction"]
+        table.add_row(
+            run["label"],
+            f"{run['consumed_samples']} ({run['consumed_batches']})",
+            f"{run['produced_samples']} ({run['produced_batches']})",
+            f"{run['read_ahead_batches']}",
+            f"{run['peak_in_flight_batches']} ({format_bytes(run['peak_in_flight_bytes'])})",
+            f"{run['estimated_batches']} ({format_bytes(run['estimated_footprint_bytes'])})",
+            "-" if fraction is None else f"{fraction:.0%}",
+        )
+    print_renderable(table, out)
+    article = result["article"]
+    built = ", ".join(f"{v} at {k}" for k, v in article["built_samples"].items())
+    print_renderable(
+        "samples (batches); peak in flight = built and not yet released by the model, "
+        "estimated = queuetune estimate for those settings",
+        out,
+    )
+    print_renderable(
+        f"The article ({article['source']}): {article['reached_model_samples']} samples reached "
+        f"the model; the generator built {built}.",
+        out,
+    )
+    print_renderable(f"Advice: {result['advice']}", out)
+
+
+@contextmanager
+def demo_status() -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr naming the configuration being measured."""
+    console = Console(stderr=True)
+    with console.status("starting Keras") as status:
+        yield lambda label: status.update(f"measuring {label}")

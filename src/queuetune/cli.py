@@ -1,0 +1,299 @@
+"""The ``queuetune`` command line: parses arguments and wires them to the library."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from queuetune import __version__
+from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
+from queuetune.render.json import dumps
+from queuetune.units import nonnegative_int, positive_int, unit_factor
+
+__all__ = ["Command", "COMMANDS", "build_parser", "main"]
+
+PROG = "queuetune"
+USAGE_ERROR = 2
+IO_ERROR = 1
+
+
+class UsageError(ValueError):
+    """A command line argparse rejected."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Abbreviations would change meaning as subcommands gain options.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: ``configure`` adds its arguments, ``run`` does the work and returns the exit code."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# Argument types: argparse turns ArgumentTypeError into "argument --x: <message>".
+
+def _arg(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except (ValueError, TypeError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = convert.__name__
+    return parse
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def _positive(what: str) -> Callable[[str], int]:
+    return _arg(lambda text: positive_int(_int(text), what))
+
+
+def _nonnegative(what: str) -> Callable[[str], int]:
+    return _arg(lambda text: nonnegative_int(_int(text), what))
+
+
+def _int_list(what: str) -> Callable[[str], list[int]]:
+    def parse(text: str) -> list[int]:
+        parts = text.split(",")
+        return [positive_int(_int(part), what) for part in parts]
+
+    return _arg(parse)
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+def _labels(text: str) -> int | str:
+    if text.strip() == "int":
+        return "int"
+    try:
+        classes = int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f"expected a number of classes or 'int', got {text!r}") from None
+    return positive_int(classes, "number of classes")
+
+
+def _unit(text: str) -> str:
+    return unit_factor(text)[0]
+
+
+# table
+
+def _configure_table(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dtype", default="float32", help="element dtype (default: float32)")
+    parser.add_argument("--channels", type=_positive("channels"), default=3, help="channels (default: 3)")
+    parser.add_argument(
+        "--batches", type=_int_list("batch size"), default=list(ARTICLE_BATCHES),
+        help="comma-separated batch sizes (default: 32,64,...,65536)",
+    )
+    parser.add_argument(
+        "--sizes", type=_int_list("image size"), default=list(ARTICLE_SIZES),
+        help="comma-separated square image sizes (default: 32,64,...,1024)",
+    )
+    parser.add_argument("--unit", type=_arg(_unit), default="GiB", help="B, KiB, MiB, GiB, GB, ... (default: GiB)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw the table as a heatmap into FILE.png")
+
+
+def _run_table(args: argparse.Namespace) -> int:
+    from queuetune.render.tables import print_renderable, seed_table_view
+
+    table = seed_table(args.batches, args.sizes, args.channels, args.dtype, args.unit)
+    if args.plot:
+        from queuetune.render.plot import plot_table
+
+        plot_table(table, args.plot)
+    if args.json:
+        print(json.dumps(table))
+    else:
+        print_renderable(seed_table_view(table))
+        if args.plot:
+            print(f"plot written to {args.plot!r}")
+    return 0
+
+
+# estimate
+
+_FRAMEWORK_OPTIONS = (
+    ("--workers", "workers", _nonnegative("workers"), "keras: PyDataset workers (default 1)"),
+    ("--max-queue-size", "max_queue_size", _positive("max_queue_size"), "keras: max_queue_size (default 10)"),
+    ("--num-workers", "num_workers", _nonnegative("num_workers"), "torch: DataLoader num_workers (default 0)"),
+    ("--prefetch-factor", "prefetch_factor", _positive("prefetch_factor"), "torch: prefetch_factor (default 2)"),
+    ("--buffer", "buffer", _nonnegative("buffer"), "tfdata/generator: prefetch buffer in batches (default 1)"),
+    ("--backend", "backend", str, "generator: Keras backend, tensorflow, torch or jax (default tensorflow)"),
+)
+_FRAMEWORK_FLAGS = (
+    ("--use-multiprocessing", "use_multiprocessing", "keras: use_multiprocessing=True"),
+    ("--pin-memory", "pin_memory", "torch: pin_memory=True"),
+)
+
+
+def _configure_estimate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", required=True, help="per-sample shape, e.g. 256x256x3")
+    parser.add_argument("--batch", type=_positive("batch size"), required=True, help="batch size")
+    parser.add_argument("--dtype", default="float32", help="input dtype (default: float32)")
+    parser.add_argument("--labels", type=_arg(_labels), help="one-hot over N classes, or 'int' for integer labels")
+    parser.add_argument("--label-dtype", help="label dtype (default: float32 one-hot, int64 integer)")
+    parser.add_argument("--framework", choices=list(FRAMEWORKS), help="loader whose read-ahead to count")
+    loader = parser.add_argument_group("loader settings (defaults are the framework's own)")
+    for flag, dest, kind, text in _FRAMEWORK_OPTIONS:
+        loader.add_argument(flag, dest=dest, type=kind, help=text)
+    for flag, dest, text in _FRAMEWORK_FLAGS:
+        loader.add_argument(flag, dest=dest, action="store_true", default=None, help=text)
+    parser.add_argument(
+        "--transient-factor", type=_arg(_float), default=None,
+        help="multiply the consumed batch for transient copies (the article suggests 2)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _run_estimate(args: argparse.Namespace) -> int:
+    from queuetune.render.tables import batch_table, footprint_table, print_renderable
+
+    spec = BatchSpec.single(args.shape, args.batch, args.dtype, labels=args.labels, label_dtype=args.label_dtype)
+    names = [dest for _, dest, *_ in (*_FRAMEWORK_OPTIONS, *_FRAMEWORK_FLAGS)]
+    settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if settings and args.framework is None:
+        flags = ", ".join("--" + name.replace("_", "-") for name in settings)
+        raise UsageError(f"{flags} need(s) --framework")
+    fp = None
+    if args.framework is not None or args.transient_factor is not None:
+        factor = 1.0 if args.transient_factor is None else args.transient_factor
+        fp = footprint(spec, args.framework or "none", transient_factor=factor, **settings)
+    if args.json:
+        print(json.dumps({"batch": spec.to_dict(), "footprint": None if fp is None else fp.to_dict()}))
+        return 0
+    print_renderable(batch_table(spec))
+    if fp is not None:
+        print_renderable(footprint_table(fp))
+    return 0
+
+
+# demo
+
+def _configure_demo(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=_positive("steps"), default=10, help="predict(steps=...) (default 10)")
+    parser.add_argument("--batch-size", type=_positive("batch size"), default=128, help="samples per batch (default 128)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from queuetune.demo import run_demo
+    from queuetune.render.console import demo_status, print_demo
+
+    with demo_status() as progress:
+        result = run_demo(steps=args.steps, batch_size=args.batch_size, progress=progress)
+    if args.json:
+        print(dumps(result))
+    else:
+        print_demo(result)
+    return 0
+
+
+# report
+
+def _configure_report(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", help="a trace saved with Trace.save() (JSON)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw batches and bytes in flight over time")
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from queuetune.analysis import analyze
+    from queuetune.trace import Trace
+
+    report = analyze(Trace.load(args.trace))
+    if args.plot:
+        from queuetune.render.plot import plot_in_flight
+
+        plot_in_flight(report, args.plot)
+    if args.json:
+        print(report.to_json())
+    else:
+        report.print()
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+COMMANDS: list[Command] = [
+    Command("table", "print the article's table of input batch sizes", _configure_table, _run_table),
+    Command(
+        "estimate", "estimate the bytes of a batch and of a loader's read-ahead", _configure_estimate, _run_estimate
+    ),
+    Command("demo", "reproduce the article's experiment on the installed Keras 3", _configure_demo, _run_demo),
+    Command("report", "analyse a saved trace", _configure_report, _run_report),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one subparser per entry of :data:`COMMANDS`.
+
+    >>> build_parser().parse_args(["table", "--json"]).json
+    True
+    """
+    parser = _Parser(prog=PROG, description="Estimate and right-size the batch queues of input pipelines.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+        command.configure(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def _one_line(message: str) -> str:
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in message)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (0 ok, 2 bad input, 1 I/O error).
+
+    Errors are reported as one line, ``queuetune: error: <message>``, on stderr.
+
+    >>> main(["--version"])
+    queuetune 0.1.0
+    0
+    """
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
+    except (ValueError, TypeError, ImportError) as exc:
+        return _fail(str(exc) or type(exc).__name__, USAGE_ERROR)
+    except OSError as exc:
+        return _fail(str(exc) or type(exc).__name__, IO_ERROR)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Plots drawn with matplotlib (an optional dependency): the seed table as a
+heatmap, and a report's batches and bytes in flight over time."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from queuetune.units import format_number
+
+__all__ = ["plot_in_flight", "plot_table"]
+
+
+def plot_table(table: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Draw ``table`` (from :func:`queuetune.memory.seed_table`) as a heatmap into ``path``.
+
+    The colour scale is logarithmic because the values span several orders of
+    magnitude. The format follows the file name's extension (PNG for ``.png``).
+    Needs matplotlib: ``pip install 'queuetune[plot]'``.
+
+    >>> import tempfile, pathlib
+    >>> from queuetune.memory import seed_table
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "table.png"
+    >>> plot_table(seed_table(), out)
+    >>> out.read_bytes()[:4]
+    b'\\x89PNG'
+    """
+    Figure = _figure_class()
+    from matplotlib.colors import LogNorm
+
+    values = table["values"]
+    sizes, batches = table["sizes"], table["batches"]
+    figure = Figure(figsize=(1.4 * len(sizes) + 2.5, 0.45 * len(batches) + 2))
+    axes = figure.add_subplot()
+    image = axes.imshow(values, cmap="viridis", norm=LogNorm(), aspect="auto")
+    axes.set_xticks(range(len(sizes)), [f"{size}x{size}" for size in sizes])
+    axes.set_yticks(range(len(batches)), [str(batch) for batch in batches])
+    axes.set_xlabel("image size")
+    axes.set_ylabel("batch size")
+    axes.set_title(f"{table['dtype']} input batch, {table['channels']} channel(s), {table['unit']}")
+    low, high = image.norm.vmin, image.norm.vmax
+    middle = (low * high) ** 0.5
+    for row, row_values in enumerate(values):
+        for column, value in enumerate(row_values):
+            colour = "black" if value > middle else "white"
+            axes.text(column, row, format_number(value), ha="center", va="center", fontsize=7, color=colour)
+    figure.colorbar(image, ax=axes, label=table["unit"])
+    figure.tight_layout()
+    figure.savefig(os.fspath(path))
+
+
+def plot_in_flight(report: Any, path: str | os.PathLike[str]) -> None:
+    """Draw a report's batches (left axis) and MiB (right axis) in flight over time.
+
+    >>> import tempfile, pathlib
+    >>> from queuetune.analysis import analyze
+    >>> from queuetune.trace import Trace, Produced, Consumed
+    >>> r = analyze(Trace(produced=[Produced(0, 1, 2**20)], consumed=[Consumed(0, 1)], end=2))
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "flight.png"
+    >>> plot_in_flight(r, out)
+    >>> out.read_bytes()[:4]
+    b'\\x89PNG'
+    """
+    Figure = _figure_class()
+    series = report.series
+    figure = Figure(figsize=(8, 4))
+    axes = figure.add_subplot()
+    axes.step(series["t"], series["batches"], where="post", color="tab:blue")
+    axes.set_xlabel("seconds since the first batch was built")
+    axes.set_ylabel("batches in flight", color="tab:blue")
+    other = axes.twinx()
+    other.step(series["t"], [b / 2**20 for b in series["bytes"]], where="post", color="tab:orange", alpha=0.7)
+    other.set_ylabel("MiB in flight", color="tab:orange")
+    name = report.meta.get("name") or report.meta.get("type") or report.meta.get("loader", "loader")
+    axes.set_title(f"{name}: peak {report.peak_in_flight_batches} batches in flight")
+    figure.tight_layout()
+    figure.savefig(os.fspath(path))
+
+
+def _figure_class() -> Any:
+    """matplotlib's Figure on an Agg canvas: no pyplot, so the caller's backend is left alone."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError(f"plotting needs matplotlib: pip install 'queuetune[plot]' ({exc})") from None
+
+    class AggFigure(Figure):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            FigureCanvasAgg(self)
+
+    return AggFigure

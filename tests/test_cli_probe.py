@@ -1,0 +1,89 @@
+"""The CLI's demo and report commands: JSON schemas, exit codes, one-line errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import queuetune
+from queuetune.cli import main
+
+RUN_KEYS = {
+    "loader", "workers", "max_queue_size", "batch_size", "consumed_batches", "produced_batches",
+    "peak_in_flight_batches", "peak_in_flight_bytes", "input_bound_fraction",
+}
+
+
+@pytest.mark.keras
+@pytest.mark.timeout(180)
+def test_demo_json_reproduces_the_article_experiment():
+    pytest.importorskip("keras")
+    out = subprocess.run(
+        [sys.executable, "-m", "queuetune.cli", "demo", "--json"],
+        capture_output=True, text=True, timeout=170,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["backend"] == "torch" and data["keras"].startswith("3.")
+    assert [(r["loader"], r["workers"], r["max_queue_size"]) for r in data["runs"]] == [
+        ("pydataset", 4, 10), ("pydataset", 4, 2), ("generator", 0, None),
+    ]
+    for run in data["runs"]:
+        assert RUN_KEYS <= set(run)
+        assert run["batch_size"] == 128
+        assert run["consumed_batches"] == 10 and run["predicted_samples"] == 1280
+        assert 0.0 <= run["input_bound_fraction"] <= 1.0
+        assert run["peak_in_flight_bytes"] == run["peak_in_flight_batches"] * data["batch_bytes"]
+    q10, q2, gen = data["runs"]
+    # Keras starts up to max_queue_size + 1 batches the model never sees
+    assert 10 < q10["produced_batches"] <= 21
+    assert 10 < q2["produced_batches"] <= 13
+    assert q2["produced_batches"] < q10["produced_batches"]
+    assert gen["produced_batches"] == 10
+    assert data["batch_bytes"] == 128 * 60 * 4 + 128 * 10 * 4
+    assert data["advice"]
+
+
+@pytest.mark.timeout(30)
+def test_report_command_renders_a_saved_trace(tmp_path, capsys):
+    watched = queuetune.watch([np.zeros(10, "float32")] * 3)
+    for _ in watched:
+        pass
+    probe = queuetune.probe_of(watched)
+    path = tmp_path / "trace.json"
+    probe.trace().save(path)
+    probe.close()
+
+    assert main(["report", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["produced_batches"] == 3 and data["consumed_batches"] == 3
+    assert data["peak_in_flight_bytes"] == 40
+
+    png = tmp_path / "flight.png"
+    assert main(["report", str(path), "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "produced (built)" in text and "plot written to" in text
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [(None, "cannot read trace"), ("{", "not valid JSON"), ('{"format": "queuetune-trace", "version": 0}', "version 0")],
+)
+def test_report_command_bad_trace_is_one_line_and_exit_2(tmp_path, capsys, content, message):
+    path = tmp_path / "t.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["demo", "--steps", "0"], ["demo", "--batch-size", "-3"], ["demo", "--steps", "x"]])
+def test_demo_bad_arguments_exit_2(capsys, args):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("queuetune: error:") and err.count("\n") == 1
