@@ -131,3 +131,18 @@ def test_report_json_schema():
     assert set(data["series"]) == {"t", "batches", "bytes"}
     assert set(data["coverage"][0]) == {"run", "epoch", "unit", "consumed", "total", "duplicates", "never_count", "never"}
     assert "series" not in analyze(trace).to_dict(series=False)
+
+
+def test_batches_a_pass_never_handed_over_leave_with_it():
+    meta = {"match_scope": "run"}
+    produced = [Produced(0.1, 0.2, 1, key=1), Produced(0.1, 0.3, 1, key=2), Produced(0.95, 1.1, 1, key=3)]
+    produced += [Produced(2.1, 2.2, 1, key=1)]
+    consumed = [Consumed(0.0, 0.2, run=0, key=1), Consumed(2.0, 2.2, run=1, key=1)]
+    marks = run_marks(0.0, 1.0, 0) + run_marks(2.0, 3.0, 1)
+    r = analyze(Trace(meta=meta, produced=produced, consumed=consumed, marks=marks, end=3.0))
+    assert r.read_ahead_batches == 2
+    # key 2 is let go when run 0 ends, key 3 (finished after it ended) at once; run 1 holds one
+    t0 = 0.2  # the series starts at the first change
+    series = {round(t + t0, 6): b for t, b in zip(r.series["t"], r.series["batches"])}
+    assert series == {0.2: 1, 0.3: 2, 1.0: 0, 1.1: 0, 2.2: 1, 3.0: 0}
+    assert r.peak_in_flight_batches == 2

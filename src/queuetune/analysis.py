@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .trace import Consumed, Trace
+from .trace import Consumed, Produced, Trace
 
 MODERATE, HIGH = 0.05, 0.20
 SERIES_POINTS = 500
@@ -133,8 +133,13 @@ def analyze(trace: Trace) -> Report:
     consumed_bytes = [
         produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)
     ]
-    hidden_releases = [(runs[r][0], produced[i].nbytes) for r, i in matching.hidden]
-    times, batches, held = _in_flight(trace, releases, consumed_bytes, hidden_releases)
+    other_releases = [(runs[r][0], produced[i].nbytes) for r, i in matching.hidden]
+    matched = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
+    unmatched = [p for i, p in enumerate(produced) if i not in matched]
+    if trace.meta.get("match_scope") == "run":
+        floors = _run_floors(runs, bool(trace.meta.get("pre_run_consumes")))
+        other_releases += _dropped_with_run(unmatched, runs, floors)
+    times, batches, held = _in_flight(trace, releases, consumed_bytes, other_releases)
     peak_batches = int(max(batches, default=0))
     peak_bytes = int(max(held, default=0))
     mean_batches = _time_mean(times, batches, trace.start, trace.end)
@@ -146,8 +151,6 @@ def analyze(trace: Trace) -> Report:
     if fraction is not None:
         fraction = min(max(fraction, 0.0), 1.0)
 
-    matched = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
-    unmatched = [p for i, p in enumerate(produced) if i not in matched]
     errors = [str(m.value) for m in trace.marks if m.kind == "error"]
     peak_rss = max((m.rss for m in trace.memory), default=None)
     peak_children = max((m.children for m in trace.memory), default=None)
@@ -228,11 +231,12 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> M
     A consumed batch with a key takes the earliest unmatched produced batch of
     that key. Without a key, batches are taken first in, first out by the time
     their building started (the order Keras's enqueuer submits and serves them).
-    When ``meta["match_scope"] == "run"`` (a loader whose workers are replaced by
-    every ``fit``/``predict`` call), batches started before the previous run ended
-    are never candidates; and ``meta["pre_run_consumes"] = k`` says the framework
-    itself takes the first ``k`` batches built before a run begins (Keras builds
-    the model with one).
+    When ``meta["match_scope"] == "run"`` (a loader whose workers are replaced
+    with every pass, or every ``fit``/``predict`` call), batches started before
+    the run began are never candidates. ``meta["pre_run_consumes"] = k`` says
+    batches built between the previous run's end and this run's begin belong to
+    this run, and the framework itself takes the first ``k`` of them (Keras
+    builds the model with one).
     """
     if runs is None:
         runs = _runs(trace)
@@ -243,8 +247,8 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> M
     fifo = deque(range(len(trace.produced)))
     taken: set[int] = set()
     scoped = trace.meta.get("match_scope") == "run"
-    floors = _run_floors(runs) if scoped else {}
     pre_run = int(trace.meta.get("pre_run_consumes") or 0)
+    floors = _run_floors(runs, pre_run > 0) if scoped else {}
     hidden: list[tuple[int, int]] = []
     result: list[int | None] = []
     current_run = None
@@ -262,7 +266,7 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> M
         found = None
         if c.key is not None:
             queue = by_key.get(c.key, deque())
-            while queue and queue[0] in taken:
+            while queue and (queue[0] in taken or trace.produced[queue[0]].start < floor):
                 queue.popleft()
             found = queue.popleft() if queue else None
         else:
@@ -278,12 +282,31 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> M
     return Matching(result, hidden)
 
 
-def _run_floors(runs: dict[int, tuple[float, float]]) -> dict[int, float]:
-    """For each run, the end of the run before it."""
+def _dropped_with_run(
+    unmatched: list[Produced], runs: dict[int, tuple[float, float]], floors: dict[int, float]
+) -> list[tuple[float, int]]:
+    """Batches a run never handed over are let go when that run ends (its workers
+    are replaced), or when they are finished if that is later. A batch belongs to
+    the last run whose floor is at or before its start."""
+    order = sorted(runs, key=lambda r: floors[r])
+    released = []
+    for p in unmatched:
+        owner = order[0] if order else None
+        for run in order:
+            if floors[run] <= p.start:
+                owner = run
+        if owner is not None:
+            released.append((max(p.end, runs[owner][1]), p.nbytes))
+    return released
+
+
+def _run_floors(runs: dict[int, tuple[float, float]], before_begin: bool) -> dict[int, float]:
+    """For each run, the earliest start of a batch it can be handed: its own
+    begin, or with ``before_begin`` the end of the run before it."""
     floors: dict[int, float] = {}
     previous_end = float("-inf")
     for run in sorted(runs):
-        floors[run] = previous_end
+        floors[run] = previous_end if before_begin else runs[run][0]
         previous_end = runs[run][1]
     return floors
 
@@ -294,19 +317,21 @@ def _in_flight(
     consumed_bytes: list[int],
     other_releases: list[tuple[float, int]],
 ) -> tuple[list[float], list[int], list[int]]:
-    """Step functions of batches and bytes built and not yet released by the consumer."""
-    events: list[tuple[float, int, int, int]] = []
+    """Step functions of batches and bytes built and not yet released by the consumer.
+    Changes at the same instant are applied together."""
+    deltas: dict[float, list[int]] = defaultdict(lambda: [0, 0])
     for p in trace.produced:
-        events.append((p.end, 1, 1, p.nbytes))
+        deltas[p.end][0] += 1
+        deltas[p.end][1] += p.nbytes
     for r, size in [*zip(releases, consumed_bytes), *other_releases]:
         if r is not None:
-            events.append((r, 0, -1, -size))
-    events.sort()
+            deltas[r][0] -= 1
+            deltas[r][1] -= size
     times, batches, held = [], [], []
     count = total = 0
-    for t, _, dc, db in events:
-        count += dc
-        total += db
+    for t in sorted(deltas):
+        count += deltas[t][0]
+        total += deltas[t][1]
         times.append(t)
         batches.append(count)
         held.append(total)

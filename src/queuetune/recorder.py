@@ -18,6 +18,8 @@ clock = time.monotonic
 # start, end, nbytes, index, key, pid, native thread id, flags (1: index set, 2: key set)
 _RECORD = struct.Struct("<ddqqqqqq")
 _HAS_INDEX, _HAS_KEY = 1, 2
+# pids of control records: a real record always carries a worker's pid (> 0)
+_STOP, _FLUSH = 0, -1
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -38,6 +40,8 @@ class Channel:
         self._r: int | None = None
         self._w: int | None = None
         self._reader: threading.Thread | None = None
+        self._flushed = threading.Condition()
+        self._flush_seq = self._flushed_seq = 0
         if processes:
             self._r, self._w = os.pipe()
             self._reader = threading.Thread(
@@ -52,8 +56,7 @@ class Channel:
         elif self._w is not None:
             os.write(self._w, _pack(record))
 
-    @staticmethod
-    def _read(fd: int, sink: Callable[[tuple], None]) -> None:
+    def _read(self, fd: int, sink: Callable[[tuple], None]) -> None:
         pending = b""
         while True:
             try:
@@ -65,18 +68,33 @@ class Channel:
             pending += chunk
             whole = len(pending) - len(pending) % _RECORD.size
             for fields in _RECORD.iter_unpack(pending[:whole]):
-                if fields[5] == 0:
+                if fields[5] == _STOP:
                     return
+                if fields[5] == _FLUSH:
+                    with self._flushed:
+                        self._flushed_seq = fields[3]
+                        self._flushed.notify_all()
+                    continue
                 sink(_unpack(fields))
             pending = pending[whole:]
 
-    def flush(self, timeout: float = 0.5) -> None:
-        """Wait until the pipe has been read (records already written arrive)."""
-        if self._reader is None or self._w is None:
+    def flush(self, timeout: float = 2.0) -> None:
+        """Return once every record written to the pipe before this call is stored.
+
+        A marker goes down the pipe behind them; the reader stores records in
+        pipe order, so when it reaches the marker the earlier records are in.
+        """
+        if self._reader is None or self._w is None or os.getpid() != self._pid:
             return
-        deadline = clock() + timeout
-        while clock() < deadline and _pipe_pending(self._r):
-            time.sleep(0.002)
+        with self._flushed:
+            self._flush_seq += 1
+            seq = self._flush_seq
+        try:
+            os.write(self._w, _RECORD.pack(0.0, 0.0, 0, seq, 0, _FLUSH, 0, 0))
+        except OSError:
+            return
+        with self._flushed:
+            self._flushed.wait_for(lambda: self._flushed_seq >= seq, timeout=timeout)
 
     def close(self) -> None:
         """Stop the reader thread and close the pipe (idempotent)."""
@@ -84,7 +102,7 @@ class Channel:
             return
         if self._w is not None:
             try:
-                os.write(self._w, _RECORD.pack(0.0, 0.0, 0, 0, 0, 0, 0, 0))
+                os.write(self._w, _RECORD.pack(0.0, 0.0, 0, 0, 0, _STOP, 0, 0))
             except OSError:
                 pass
         if self._reader is not None:
@@ -117,20 +135,6 @@ def _child_channel(pid: int, fd: int) -> Channel:
     channel = _detached_channel(pid)
     channel._w = fd
     return channel
-
-
-def _pipe_pending(fd: int | None) -> bool:
-    import fcntl
-    import termios
-
-    if fd is None:
-        return False
-    buf = bytearray(4)
-    try:
-        fcntl.ioctl(fd, termios.FIONREAD, buf)
-    except OSError:
-        return False
-    return int.from_bytes(buf, "little") > 0
 
 
 def _pack(record: tuple) -> bytes:

@@ -1,0 +1,468 @@
+"""PyTorch: a watched ``DataLoader`` that records each batch where it is built (in
+the main process or in a worker process) and where the training loop receives it.
+
+Produced batches are recorded right after ``collate_fn`` returns, in whichever
+process built them; the record travels to the recorder through its
+:class:`~queuetune.recorder.Channel`. Consumed batches are recorded by the
+iterator the watched loader's ``__iter__`` returns. Both sides carry the same
+key (the batch's sample indices), so the analysis matches each consumed batch
+to the batch that was built for it, and the consumed side's indices give the
+epoch's coverage.
+"""
+from __future__ import annotations
+
+import operator
+import os
+import threading
+import uuid
+import weakref
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import require
+
+torch = require("torch", "torch")
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
+
+from ..nbytes import nbytes  # noqa: E402
+from ..recorder import Channel, Recorder, clock, key_of  # noqa: E402
+
+# Per thread (a worker process's fetch loop, or the main thread with
+# num_workers=0): the batch whose items were fetched and not yet collated, by
+# loader token. The fetcher always calls the dataset and then collate_fn in the
+# same thread, so the collate wrapper finds what the dataset wrapper noted.
+_LOCAL = threading.local()
+
+
+def _pending() -> dict[str, tuple[float, Any, bool]]:
+    try:
+        return _LOCAL.pending
+    except AttributeError:
+        _LOCAL.pending = {}
+        return _LOCAL.pending
+
+
+def batch_key(indices: Any, batched: bool = True) -> tuple[Any, list[int] | None]:
+    """The matching key and the sample indices of one batch.
+
+    ``indices`` is the list a batch sampler yields (``batched=True``) or the
+    single index of an unbatched loader. Integer indices give a tuple key and
+    the list of samples; other indices (a dict dataset's string keys) give a key
+    that is the same in every process and no samples.
+
+    >>> batch_key([3, 1, 2])
+    ((3, 1, 2), [3, 1, 2])
+    >>> batch_key(7, batched=False)
+    (7, [7])
+    """
+    try:
+        if batched:
+            samples = [operator.index(i) for i in indices]
+            return tuple(samples), samples
+        index = operator.index(indices)
+        return index, [index]
+    except TypeError:
+        return zlib.crc32(repr(indices).encode()), None
+
+
+class _Watched:
+    """Forwards attribute reads and writes to the wrapped dataset, so that user
+    code (``worker_init_fn`` setting ``get_worker_info().dataset.start``, say)
+    still reaches it."""
+
+    _OWN = frozenset({"_inner", "_channel", "_token"})
+
+    def __init__(self, inner: Any, channel: Channel, token: str) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_channel", channel)
+        object.__setattr__(self, "_token", token)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _Watched._OWN:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _Watched._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._inner, name, value)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inner!r})"
+
+
+class WatchedMapDataset(_Watched, Dataset):
+    """A map-style dataset that notes when the loader starts fetching a batch and
+    which indices it holds; :class:`WatchedCollate` records the batch."""
+
+    def __getitem__(self, index: Any) -> Any:
+        start = clock()
+        item = self._inner[index]
+        _pending()[self._token] = (start, index, False)
+        return item
+
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        start = clock()
+        getitems = getattr(self._inner, "__getitems__", None)
+        items = getitems(indices) if getitems else [self._inner[i] for i in indices]
+        _pending()[self._token] = (start, indices, True)
+        return items
+
+
+class WatchedIterableDataset(_Watched, IterableDataset):
+    """An iterable-style dataset that notes when the loader starts fetching each
+    batch (its first item); :class:`WatchedCollate` records the batch."""
+
+    def __iter__(self) -> Iterator[Any]:
+        token = self._token
+        _pending().pop(token, None)
+        source = iter(self._inner)
+        while True:
+            start = clock()
+            try:
+                item = next(source)
+            except StopIteration:
+                return
+            _pending().setdefault(token, (start, None, False))
+            yield item
+
+
+class _Sized:
+    def __len__(self) -> int:
+        return len(self._inner)  # type: ignore[attr-defined]
+
+
+class WatchedSizedMapDataset(_Sized, WatchedMapDataset):
+    """A :class:`WatchedMapDataset` whose dataset has a length."""
+
+
+class WatchedSizedIterableDataset(_Sized, WatchedIterableDataset):
+    """A :class:`WatchedIterableDataset` whose dataset has a length."""
+
+
+class WatchedCollate:
+    """Calls the loader's ``collate_fn`` and records the finished batch where it was
+    built: from the fetch's start to now, its bytes, and its key."""
+
+    def __init__(self, inner: Callable[[Any], Any], channel: Channel, token: str) -> None:
+        self._inner = inner
+        self._channel = channel
+        self._token = token
+
+    def __call__(self, data: Any) -> Any:
+        note = _pending().pop(self._token, None)
+        batch = self._inner(data)
+        end = clock()
+        start, indices, batched = note if note is not None else (end, None, False)
+        key: Any = None
+        index: int | None = None
+        if indices is not None:
+            key, _ = batch_key(indices, batched)
+            if not batched and isinstance(key, int):
+                index = key
+        self._channel.emit(
+            (start, end, nbytes(batch), index, key_of(key), os.getpid(), threading.get_native_id())
+        )
+        return batch
+
+    def __repr__(self) -> str:
+        return f"WatchedCollate({self._inner!r})"
+
+
+class RecordingSampler:
+    """The loader's index sampler, unchanged, keeping the key and samples of each
+    index list it yields, in order, for the pass that asked for them."""
+
+    def __init__(self, inner: Any, batched: bool) -> None:
+        self._inner = inner
+        self._batched = batched
+        self.latest: deque[tuple[Any, list[int] | None]] = deque()
+
+    def __iter__(self) -> Iterator[Any]:
+        taken: deque[tuple[Any, list[int] | None]] = deque()
+        self.latest = taken
+        return self._record(iter(self._inner), taken)
+
+    def _record(self, source: Iterator[Any], taken: deque) -> Iterator[Any]:
+        for indices in source:
+            taken.append(batch_key(indices, self._batched))
+            yield indices
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_inner", "_batched", "latest"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+class _Run:
+    """One pass over the loader, as the recorder sees it; ends at most once."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.open = True
+
+    def finish(self) -> None:
+        if self.open:
+            self.open = False
+            self.recorder.run_end()
+
+
+class WatchedIterator:
+    """The iterator of one pass over a watched loader: hands over each batch
+    unchanged and records when it was asked for and when it arrived."""
+
+    def __init__(
+        self,
+        inner: Iterator[Any],
+        recorder: Recorder,
+        run: _Run | None,
+        taken: deque[tuple[Any, list[int] | None]] | None,
+    ) -> None:
+        self._inner = inner
+        self._recorder = recorder
+        self._run = run
+        self._taken = taken
+        if run is not None:
+            weakref.finalize(self, run.finish)
+
+    def __iter__(self) -> WatchedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        asked = clock()
+        try:
+            batch = next(self._inner)
+        except StopIteration:
+            self._finish()
+            raise
+        except Exception as exc:
+            # The failed batch used up its index list: drop it to stay in step.
+            if self._taken:
+                self._taken.popleft()
+            if self._run is not None and self._run.open:
+                self._recorder.mark("error", f"{type(exc).__name__}: {exc}")
+            raise
+        got = clock()
+        key, samples = self._taken.popleft() if self._taken else (None, None)
+        if self._run is not None and self._run.open:
+            self._recorder.consumed(asked, got, nbytes=nbytes(batch), key=key, samples=samples)
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._inner)  # type: ignore[arg-type]
+
+    def _finish(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+
+    def close(self) -> None:
+        """End this pass: the run ends and, unless the loader keeps persistent
+        workers, its worker processes are shut down.
+
+        >>> import torch, queuetune
+        >>> loader = queuetune.watch(torch.utils.data.DataLoader(range(8), batch_size=2))
+        >>> it = iter(loader); _ = next(it); it.close()
+        >>> queuetune.report(loader).consumed_batches
+        1
+        >>> queuetune.probe_of(loader).close()
+        """
+        self._finish()
+        if not getattr(self._inner, "_persistent_workers", False):
+            shutdown = getattr(self._inner, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_inner", "_recorder", "_run", "_taken"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+class WatchedDataLoader(DataLoader):
+    """A ``DataLoader`` with the settings of another one whose dataset, collate
+    function and index sampler record what is built and what is handed over.
+
+    Its ``dataset`` and ``collate_fn`` are wrappers around the original ones;
+    ``sampler`` and ``generator`` are the original objects, so shuffling and
+    ``sampler.set_epoch`` work as before. Build it with :func:`queuetune.watch`:
+
+    >>> import torch, queuetune
+    >>> original = torch.utils.data.DataLoader(range(10), batch_size=4, shuffle=True)
+    >>> loader = queuetune.watch(original)
+    >>> isinstance(loader, torch.utils.data.DataLoader), len(loader), loader.sampler is original.sampler
+    (True, 3, True)
+    >>> queuetune.probe_of(loader).close()
+    """
+
+    def __init__(self, loader: DataLoader, recorder: Recorder) -> None:
+        self._queuetune_recorder = recorder
+        self._queuetune_run: _Run | None = None
+        self._queuetune_indices: RecordingSampler | None = None
+        token = uuid.uuid4().hex
+        channel = recorder.channel
+        dataset = loader.dataset
+        iterable = isinstance(dataset, IterableDataset)
+        options: dict[str, Any] = {
+            "num_workers": loader.num_workers,
+            "collate_fn": WatchedCollate(loader.collate_fn, channel, token),
+            "pin_memory": loader.pin_memory,
+            "timeout": loader.timeout,
+            "worker_init_fn": loader.worker_init_fn,
+            "multiprocessing_context": loader.multiprocessing_context,
+            "generator": loader.generator,
+            "prefetch_factor": loader.prefetch_factor,
+            "persistent_workers": loader.persistent_workers,
+            "pin_memory_device": loader.pin_memory_device,
+            "in_order": loader.in_order,
+        }
+        if iterable:
+            options.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+        elif loader.batch_size is not None:
+            options.update(
+                sampler=loader.sampler, batch_size=loader.batch_size, drop_last=loader.drop_last
+            )
+        elif loader.batch_sampler is not None:
+            options.update(batch_sampler=loader.batch_sampler)
+        else:
+            options.update(sampler=loader.sampler, batch_size=None)
+        super().__init__(_wrap_dataset(dataset, channel, token, iterable), **options)
+        if not iterable:
+            self._queuetune_indices = RecordingSampler(
+                super()._index_sampler, batched=self.batch_sampler is not None
+            )
+
+    @property
+    def _index_sampler(self) -> Any:
+        recording = self.__dict__.get("_queuetune_indices")
+        return recording if recording is not None else super()._index_sampler
+
+    def __iter__(self) -> Any:
+        recorder = self._queuetune_recorder
+        if self._queuetune_run is not None:
+            self._queuetune_run.finish()
+            self._queuetune_run = None
+        run = None
+        if recorder.consumer == "iterator":
+            run = _Run(recorder)
+            recorder.run_begin()
+            recorder.epoch_begin()
+            self._queuetune_run = run
+        try:
+            inner = super().__iter__()
+        except Exception as exc:
+            if run is not None:
+                recorder.mark("error", f"{type(exc).__name__}: {exc}")
+                run.finish()
+            raise
+        taken = None
+        ordered = self.in_order or self.num_workers <= 1
+        if self._queuetune_indices is not None and ordered:
+            taken = self._queuetune_indices.latest
+        return WatchedIterator(inner, recorder, run, taken)
+
+
+def _wrap_dataset(dataset: Any, channel: Channel, token: str, iterable: bool) -> _Watched:
+    sized = hasattr(dataset, "__len__")
+    if iterable:
+        kind: type[_Watched] = WatchedSizedIterableDataset if sized else WatchedIterableDataset
+    else:
+        kind = WatchedSizedMapDataset if sized else WatchedMapDataset
+    return kind(dataset, channel, token)
+
+
+def settings(loader: DataLoader) -> dict[str, Any]:
+    """The knobs that bound a DataLoader's read-ahead, as the loader holds them.
+
+    >>> import torch
+    >>> settings(torch.utils.data.DataLoader(range(4), batch_size=2))["prefetch_factor"] is None
+    True
+    """
+    return {
+        "num_workers": loader.num_workers,
+        "prefetch_factor": loader.prefetch_factor if loader.num_workers > 0 else None,
+        "pin_memory": loader.pin_memory,
+        "batch_size": loader.batch_size,
+        "persistent_workers": loader.persistent_workers,
+    }
+
+
+def depth(num_workers: int, prefetch_factor: int | None) -> int:
+    """Batches a DataLoader can have requested from its workers and not handed over.
+
+    >>> depth(4, 2), depth(0, None)
+    (8, 1)
+    """
+    if num_workers > 0:
+        return (2 if prefetch_factor is None else prefetch_factor) * num_workers
+    return 1
+
+
+def _num_batches(loader: DataLoader) -> int | None:
+    dataset = loader.dataset
+    if isinstance(dataset, IterableDataset):
+        # len(loader) would make torch warn later about an over-long dataset.
+        try:
+            length = len(dataset)  # type: ignore[arg-type]
+        except (TypeError, NotImplementedError):
+            return None
+        size = loader.batch_size
+        if size is None:
+            return length
+        return length // size if loader.drop_last else -(-length // size)
+    try:
+        return len(loader)
+    except (TypeError, NotImplementedError):
+        return None
+
+
+def watch_dataloader(
+    loader: DataLoader, meta: dict[str, Any], sample_memory: bool
+) -> tuple[WatchedDataLoader, Recorder]:
+    """A watched copy of ``loader`` and the recorder it reports to.
+
+    Use it through :func:`queuetune.watch`:
+
+    >>> import torch, queuetune
+    >>> loader = queuetune.watch(torch.utils.data.DataLoader(range(6), batch_size=2))
+    >>> [b.tolist() for b in loader]
+    [[0, 1], [2, 3], [4, 5]]
+    >>> report = queuetune.report(loader)
+    >>> report.produced_batches, report.consumed_batches, report.coverage[0].never_count
+    (3, 3, 0)
+    >>> queuetune.probe_of(loader).close()
+    """
+    dataset = loader.dataset
+    knobs = settings(loader)
+    meta.update(
+        loader="dataloader",
+        framework="torch",
+        type=type(dataset).__qualname__,
+        settings=knobs,
+        depth=depth(loader.num_workers, knobs["prefetch_factor"]),
+        versions={"torch": torch.__version__},
+        # Every pass starts its workers' queues afresh: a batch built before a
+        # pass began is never handed over in it.
+        match_scope="run",
+    )
+    if not isinstance(dataset, IterableDataset):
+        try:
+            meta["num_samples"] = len(dataset)  # type: ignore[arg-type]
+        except (TypeError, NotImplementedError):
+            pass
+    count = _num_batches(loader)
+    if count is not None:
+        meta["num_batches"] = count
+    recorder = Recorder(meta, processes=loader.num_workers > 0, sample_memory=sample_memory)
+    try:
+        watched = WatchedDataLoader(loader, recorder)
+    except BaseException:
+        recorder.close()
+        raise
+    return watched, recorder
