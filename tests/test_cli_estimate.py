@@ -14,26 +14,11 @@ from hypothesis import strategies as st
 
 from queuetune import __version__, cli
 from queuetune.cli import Command, build_parser, main
+from helpers import ARTICLE_ROWS
 
 MiB = 2**20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
-# The article's table as it prints it: GiB, float32, RGB; columns 32, 64, 128, 256, 512, 1024.
-ARTICLE_TABLE = """
-32 | 0.000366211 | 0.001464844 | 0.005859375 | 0.0234375 | 0.09375 | 0.375
-64 | 0.000732422 | 0.002929688 | 0.01171875 | 0.046875 | 0.1875 | 0.75
-128 | 0.001464844 | 0.005859375 | 0.0234375 | 0.09375 | 0.375 | 1.5
-256 | 0.002929688 | 0.01171875 | 0.046875 | 0.1875 | 0.75 | 3
-512 | 0.005859375 | 0.0234375 | 0.09375 | 0.375 | 1.5 | 6
-1024 | 0.01171875 | 0.046875 | 0.1875 | 0.75 | 3 | 12
-2048 | 0.0234375 | 0.09375 | 0.375 | 1.5 | 6 | 24
-4096 | 0.046875 | 0.1875 | 0.75 | 3 | 12 | 48
-8192 | 0.09375 | 0.375 | 1.5 | 6 | 24 | 96
-16384 | 0.1875 | 0.75 | 3 | 12 | 48 | 192
-32768 | 0.375 | 1.5 | 6 | 24 | 96 | 384
-65536 | 0.75 | 3 | 12 | 48 | 192 | 768
-"""
-ARTICLE_ROWS = [[cell.strip() for cell in line.split("|")] for line in ARTICLE_TABLE.strip().splitlines()]
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:

@@ -552,3 +552,19 @@ def test_keras_fit_and_predict_accept_the_watched_loader():
     assert report.coverage[-1].consumed == 32 and report.coverage[-1].never_count == 0
     assert all(not c.duplicates for c in report.coverage)
     finish(loader)
+
+
+@pytest.mark.timeout(60)
+def test_memory_of_the_process_and_its_worker_processes_is_sampled():
+    import time
+
+    loader = queuetune.watch(DataLoader(Numbers(), batch_size=2, num_workers=2))
+    for _batch in loader:
+        time.sleep(0.02)  # long enough for several samples while the workers live
+    report = settled_report(loader)
+    trace = queuetune.probe_of(loader).trace()
+    assert report.peak_rss_bytes > 0
+    assert max(m.n_children for m in trace.memory) == 2
+    assert report.peak_children_bytes > 0
+    assert report.peak_total_bytes >= report.peak_rss_bytes
+    finish(loader)
