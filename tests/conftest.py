@@ -1,5 +1,16 @@
 import os
 import sys
 
+import pytest
+
 os.environ.setdefault("KERAS_BACKEND", "torch")
 sys.path.insert(0, os.path.dirname(__file__))
+
+from helpers import assert_nothing_left_running  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running():
+    """Every test ends with no queuetune thread and no child process alive."""
+    yield
+    assert_nothing_left_running()
