@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from queuetune import __version__
 from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
 from queuetune.render.json import dumps
-from queuetune.units import nonnegative_int, positive_int, unit_factor
+from queuetune.units import nonnegative_int, parse_bytes, positive_int, unit_factor
 
 __all__ = ["Command", "COMMANDS", "build_parser", "main"]
 
@@ -240,6 +240,64 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# tune
+
+def _configure_tune(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("factory", metavar="FILE.py:FACTORY", help="a function that builds the loader and its consumer")
+    parser.add_argument("--framework", choices=["keras", "torch", "tfdata", "python"], help="fail unless the loader is of this framework")
+    parser.add_argument("--budget", type=_arg(parse_bytes), help="most bytes in flight, e.g. 2GiB")
+    parser.add_argument("--tolerance", type=_arg(_fraction), default=0.02, help="throughput that may be given up (default 0.02)")
+    parser.add_argument("--steps", type=_positive("steps"), default=100, help="batches per trial (default 100)")
+    parser.add_argument("--warmup", type=_nonnegative("warmup"), default=10, help="batches left out of each trial's throughput (default 10)")
+    parser.add_argument("--rounds", type=_positive("rounds"), default=3, help="trials of each setting, interleaved (default 3)")
+    parser.add_argument("--workers", type=_int_list("workers"), help="worker counts to consider, e.g. 2,4 (default: the loader's)")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw throughput and in-flight memory against depth")
+    parser.add_argument("--save", metavar="RESULT.json", help="save the result as JSON")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _fraction(text: str) -> float:
+    value = _float(text)
+    if not 0 <= value < 1:
+        raise ValueError(f"expected a number from 0 up to 1, got {text!r}")
+    return value
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from queuetune.render.console import print_tune, tune_progress
+    from queuetune.tune import detect_framework, load_factory, tune
+
+    factory = load_factory(args.factory)
+    if args.framework is not None:
+        from queuetune.tune import as_job
+
+        found = detect_framework(as_job(factory()).loader)
+        if found != args.framework:
+            raise ValueError(f"{args.factory} builds a {found} loader, not {args.framework}")
+    with tune_progress() as progress:
+        result = tune(
+            factory,
+            steps=args.steps,
+            warmup=args.warmup,
+            rounds=args.rounds,
+            tolerance=args.tolerance,
+            budget=args.budget,
+            workers=args.workers,
+            progress=progress,
+        )
+    if args.save:
+        result.save(args.save)
+    if args.plot:
+        from queuetune.render.plot import plot_tune
+
+        plot_tune(result, args.plot)
+    if args.json:
+        print(result.to_json())
+    else:
+        print_tune(result)
+    return 0 if result.chosen is not None else 1
+
+
 COMMANDS: list[Command] = [
     Command("table", "print the article's table of input batch sizes", _configure_table, _run_table),
     Command(
@@ -247,6 +305,7 @@ COMMANDS: list[Command] = [
     ),
     Command("demo", "reproduce the article's experiment on the installed Keras 3", _configure_demo, _run_demo),
     Command("report", "analyse a saved trace", _configure_report, _run_report),
+    Command("tune", "find the smallest queue that keeps throughput", _configure_tune, _run_tune),
 ]
 
 

@@ -157,3 +157,47 @@ def demo_status() -> Iterator[Callable[[str], None]]:
     console = Console(stderr=True)
     with console.status("starting Keras") as status:
         yield lambda label: status.update(f"measuring {label}")
+
+
+@contextmanager
+def tune_progress() -> Iterator[Callable[[int, int, str], None]]:
+    """A progress bar on stderr: (trials done, trials in all, what ran last)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("tuning", total=None)
+
+        def update(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"tuning: {label}")
+
+        yield update
+
+
+def print_tune(result: Any, console: Console | None = None) -> None:
+    """Print the tuner's trials, its decision and the reasons."""
+    from ..knobs import BY_FRAMEWORK
+    from .tables import print_renderable
+
+    knobs = BY_FRAMEWORK[result.framework]
+    out = console.file if console is not None else None
+    table = Table(title=f"queuetune tune: {result.framework}", title_justify="left")
+    table.add_column("setting")
+    for column in ("batches/s", "predicted", "peak in flight", "peak RSS", "input wait", "trials"):
+        table.add_column(column, justify="right")
+    for c in result.candidates:
+        mark = " *" if result.chosen is not None and c.settings == result.chosen.settings else ""
+        table.add_row(
+            c.label(knobs) + (" (default)" if c.is_default else "") + mark,
+            f"{c.throughput:.1f}",
+            "-" if c.predicted_throughput is None else f"{c.predicted_throughput:.1f}",
+            f"{c.peak_in_flight_batches} ({format_bytes(c.peak_in_flight_bytes)})",
+            "-" if c.peak_rss_bytes is None else format_bytes(c.peak_rss_bytes),
+            "-" if c.input_bound_fraction is None else f"{c.input_bound_fraction:.0%}",
+            str(c.trials),
+        )
+    print_renderable(table, out)
+    for line in result.explanation:
+        print_renderable(line, out)
+    if result.chosen is not None:
+        print_renderable(f"Use: {result.kwargs()}", out)

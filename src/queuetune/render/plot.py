@@ -7,7 +7,7 @@ from typing import Any
 
 from queuetune.units import format_number
 
-__all__ = ["plot_in_flight", "plot_table"]
+__all__ = ["plot_in_flight", "plot_table", "plot_tune"]
 
 
 def plot_table(table: dict[str, Any], path: str | os.PathLike[str]) -> None:
@@ -90,3 +90,35 @@ def _figure_class() -> Any:
             FigureCanvasAgg(self)
 
     return AggFigure
+
+
+def plot_tune(result: Any, path: str | os.PathLike[str]) -> None:
+    """Draw throughput (top) and peak in-flight memory (bottom) against depth:
+    the model's prediction as lines, the measured trials as points."""
+    Figure = _figure_class()
+    figure = Figure(figsize=(8, 6))
+    rate, memory = figure.subplots(2, 1, sharex=True)
+    by_workers: dict[Any, list[dict[str, Any]]] = {}
+    for p in result.predictions:
+        by_workers.setdefault(p["workers"], []).append(p)
+    for workers, rows in sorted(by_workers.items()):
+        rows = sorted(rows, key=lambda r: r["depth"])
+        depths = [r["depth"] for r in rows]
+        rate.plot(depths, [r["throughput"] for r in rows], label=f"predicted, {workers} worker(s)")
+        memory.plot(depths, [r["peak_built_bytes"] / 2**20 for r in rows], label=f"predicted, {workers} worker(s)")
+    measured = result.trials
+    rate.scatter([t.depth for t in measured], [t.throughput for t in measured], color="black", s=12, label="measured trials")
+    memory.scatter(
+        [t.depth for t in measured], [t.peak_in_flight_bytes / 2**20 for t in measured], color="black", s=12, label="measured trials"
+    )
+    if result.chosen is not None:
+        for axes in (rate, memory):
+            axes.axvline(result.chosen.depth, color="tab:green", linestyle="--", label="chosen")
+    rate.set_ylabel("batches / s")
+    memory.set_ylabel("peak MiB in flight")
+    memory.set_xlabel("depth (batches being built or ready)")
+    rate.set_title(f"queuetune tune: {result.framework}")
+    rate.legend(fontsize=7)
+    memory.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(os.fspath(path))

@@ -1,0 +1,111 @@
+"""The settings that bound a loader's queue, and how they map to a depth.
+
+A depth is the bound a loader puts on batches being built or built and not yet
+taken by the consumer (the queue model's depth); depth 0 means the consumer
+builds each batch itself when it asks (no read-ahead at all). Plain iterables
+use queuetune's own prefetch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """How one framework's settings bound its queue.
+
+    >>> k = QUEUETUNE_PREFETCH
+    >>> k.depth({"buffer": 3}), k.settings_for(4, None), k.depth({"buffer": 0})
+    (4, {'buffer': 3}, 0)
+    """
+
+    framework: str
+    depth_knob: str
+    workers_knob: str | None = None
+
+    def depth(self, settings: dict[str, Any]) -> int:
+        """The depth these settings give."""
+        raise NotImplementedError
+
+    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+        """Settings that give ``depth`` with ``workers`` workers, or None if none do."""
+        raise NotImplementedError
+
+    def workers(self, settings: dict[str, Any]) -> int:
+        """Workers building batches at once under these settings (at least 1)."""
+        if self.workers_knob is None:
+            return 1
+        return max(1, int(settings.get(self.workers_knob) or 0))
+
+
+class BufferKnobs(Knobs):
+    """One producer and a buffer of ready batches: depth = buffer + 1 (the one
+    being built, or waiting for room); buffer 0 means no read-ahead at all."""
+
+    def depth(self, settings: dict[str, Any]) -> int:
+        buffer = int(settings[self.depth_knob])
+        return buffer + 1 if buffer > 0 else 0
+
+    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+        if depth == 1 or depth < 0:
+            return None
+        return {self.depth_knob: max(depth - 1, 0)}
+
+
+class KerasKnobs(Knobs):
+    """PyDataset: an enqueuer exists when workers > 1 or use_multiprocessing; its
+    feeder keeps up to max_queue_size + 1 batches submitted and not taken."""
+
+    def depth(self, settings: dict[str, Any]) -> int:
+        workers = int(settings.get("workers", 1))
+        multiprocessing = bool(settings.get("use_multiprocessing", False))
+        if workers > 1 or (workers > 0 and multiprocessing):
+            return int(settings.get("max_queue_size", 10)) + 1
+        return 0
+
+    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+        workers = 1 if workers is None else workers
+        if workers <= 1:
+            return {"workers": 1, "max_queue_size": 10} if depth == 0 else None
+        if depth < 2:  # max_queue_size=0 would make Keras's queue unbounded
+            return None
+        return {"workers": workers, "max_queue_size": depth - 1}
+
+
+class TorchKnobs(Knobs):
+    """DataLoader: prefetch_factor × num_workers batches requested from workers."""
+
+    def depth(self, settings: dict[str, Any]) -> int:
+        workers = int(settings.get("num_workers", 0))
+        if workers == 0:
+            return 0
+        factor = settings.get("prefetch_factor")
+        return (2 if factor is None else int(factor)) * workers
+
+    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+        workers = 0 if workers is None else workers
+        if workers == 0:
+            return {"num_workers": 0, "prefetch_factor": None} if depth == 0 else None
+        if depth < 1 or depth % workers:
+            return None
+        return {"num_workers": workers, "prefetch_factor": depth // workers}
+
+    def workers(self, settings: dict[str, Any]) -> int:
+        return max(1, int(settings.get("num_workers") or 0))
+
+
+QUEUETUNE_PREFETCH = BufferKnobs("python", "buffer")
+TFDATA_PREFETCH = BufferKnobs("tfdata", "buffer")
+KERAS = KerasKnobs("keras", "max_queue_size", "workers")
+TORCH = TorchKnobs("torch", "prefetch_factor", "num_workers")
+BY_FRAMEWORK = {k.framework: k for k in (QUEUETUNE_PREFETCH, TFDATA_PREFETCH, KERAS, TORCH)}
+
+
+def reachable_depths(knobs: Knobs, workers: int | None, upto: int = 32) -> list[int]:
+    """Depths from 0 to ``upto`` that some setting of ``knobs`` gives.
+
+    >>> reachable_depths(TORCH, 4, 12)
+    [4, 8, 12]
+    """
+    return [d for d in range(0, upto + 1) if knobs.settings_for(d, workers) is not None]

@@ -1,0 +1,638 @@
+"""Trials and the queue model -> the smallest queue that keeps throughput.
+
+One traced run of the loader as it is (the default), the queue model's predicted
+curve over depths, then short measured trials of the few settings the model
+ranks best, interleaved in one process so that machine noise hits them alike.
+The decision: the least peak in-flight memory whose throughput is at least
+``(1 - tolerance)`` times the best measured, optionally under a byte budget.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .analysis import Report, analyze
+from .knobs import BY_FRAMEWORK, Knobs, reachable_depths
+from .nbytes import nbytes
+from .prefetch import prefetch
+from .probe import _has_base, probe_of, watch
+from .recorder import clock
+from .trace import Trace
+from .units import format_bytes, parse_bytes, positive_int
+
+Factory = Callable[..., Any]
+
+
+@dataclass
+class Job:
+    """What a factory returns: the loader, and the consumer that takes its batches.
+
+    The consumer is either ``step`` (called with each batch, for a plain loop) or
+    a Keras ``model`` whose ``method`` ("fit", "predict" or "evaluate") is called
+    with the loader and ``kwargs``.
+
+    >>> job = Job(loader=[1, 2, 3], step=print)
+    >>> job.method
+    'fit'
+    """
+
+    loader: Any
+    step: Callable[[Any], Any] | None = None
+    model: Any = None
+    method: str = "fit"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def as_job(made: Any) -> Job:
+    """Accept a :class:`Job`, or a ``(loader, step_function)`` or ``(loader, keras_model)`` pair.
+
+    >>> as_job(([1], len)).step is len
+    True
+    """
+    if isinstance(made, Job):
+        job = made
+    elif isinstance(made, tuple) and len(made) == 2:
+        loader, consumer = made
+        if _has_base(consumer, "Model", "keras") or _has_base(consumer, "Layer", "keras"):
+            job = Job(loader, model=consumer)
+        elif callable(consumer):
+            job = Job(loader, step=consumer)
+        else:
+            raise TypeError(
+                f"the factory's consumer must be a step function or a Keras model, "
+                f"got {type(consumer).__name__}"
+            )
+    else:
+        raise TypeError(
+            "the factory must return queuetune.Job(...) or (loader, consumer), "
+            f"got {type(made).__name__}"
+        )
+    if job.model is None and job.step is None:
+        raise TypeError("the job needs a consumer: a step function or a Keras model")
+    if job.method not in ("fit", "predict", "evaluate"):
+        raise ValueError(f"method must be 'fit', 'predict' or 'evaluate', got {job.method!r}")
+    return job
+
+
+def detect_framework(loader: Any) -> str:
+    """``keras``, ``torch``, ``tfdata`` or ``python`` (any other iterable).
+
+    >>> detect_framework(iter([1]))
+    'python'
+    """
+    if _has_base(loader, "PyDataset", "keras"):
+        return "keras"
+    if _has_base(loader, "DataLoader", "torch.utils.data"):
+        return "torch"
+    if _has_base(loader, "DatasetV2", "tensorflow"):
+        return "tfdata"
+    if isinstance(loader, Iterable):
+        return "python"
+    raise TypeError(f"cannot tune {type(loader).__name__}: it is not a loader")
+
+
+def default_settings(factory: Factory, loader: Any, framework: str) -> dict[str, Any]:
+    """The knob values of the loader the factory builds when given nothing.
+
+    A plain iterable is read without prefetch (``buffer=0``); a tf.data factory
+    must give its ``buffer`` parameter an integer default (AUTOTUNE's buffer is
+    sized inside TensorFlow, out of the probe's sight).
+    """
+    if framework == "python":
+        return {"buffer": 0}
+    if framework == "tfdata":
+        import inspect
+
+        parameter = inspect.signature(factory).parameters.get("buffer")
+        value = None if parameter is None else parameter.default
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(
+                "a tf.data factory takes the prefetch size as `buffer` with an integer default "
+                f"(e.g. def make(buffer=8)); got {value!r}"
+            )
+        return {"buffer": value}
+    return loader_settings(loader, framework)
+
+
+def loader_settings(loader: Any, framework: str) -> dict[str, Any]:
+    """The knob values a freshly built loader carries (its defaults)."""
+    if framework == "keras":
+        return {
+            "workers": loader.workers,
+            "max_queue_size": loader.max_queue_size,
+            "use_multiprocessing": loader.use_multiprocessing,
+        }
+    if framework == "torch":
+        return {
+            "num_workers": loader.num_workers,
+            "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
+        }
+    return {}
+
+
+@dataclass
+class Trial:
+    """One measured run of one setting."""
+
+    settings: dict[str, Any]
+    depth: int
+    round: int
+    batches: int
+    throughput: float
+    peak_in_flight_batches: int
+    peak_in_flight_bytes: int
+    input_bound_fraction: float | None
+    peak_rss_bytes: int | None
+    bytes_estimated: bool = False
+
+
+@dataclass
+class Candidate:
+    """A setting, its trials summarised (median throughput, highest peak memory),
+    and what the model predicted for it."""
+
+    settings: dict[str, Any]
+    depth: int
+    throughput: float
+    peak_in_flight_batches: int
+    peak_in_flight_bytes: int
+    peak_rss_bytes: int | None
+    input_bound_fraction: float | None
+    trials: int
+    predicted_throughput: float | None = None
+    predicted_peak_in_flight_batches: float | None = None
+    is_default: bool = False
+
+    def label(self, knobs: Knobs) -> str:
+        shown = {k: v for k, v in self.settings.items() if v is not None}
+        text = ", ".join(f"{k}={v}" for k, v in shown.items())
+        return f"{text} (depth {self.depth})" if text else f"depth {self.depth}"
+
+
+@dataclass
+class TuneResult:
+    """The tuner's decision, with everything it measured and predicted.
+
+    >>> r = TuneResult("python", {"buffer": 1}, [], None, [], {}, 0.02, None, [])
+    >>> r.kwargs()
+    {}
+    """
+
+    framework: str
+    default_settings: dict[str, Any]
+    candidates: list[Candidate]
+    chosen: Candidate | None
+    predictions: list[dict[str, Any]]
+    baseline: dict[str, Any]
+    tolerance: float
+    budget: int | None
+    explanation: list[str]
+    trials: list[Trial] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The chosen settings as keyword arguments for the factory."""
+        if self.chosen is None:
+            return {}
+        return {k: v for k, v in self.chosen.settings.items() if v is not None}
+
+    def apply(self, factory: Factory) -> Any:
+        """Build the tuned job with ``factory(**self.kwargs())``; for plain
+        iterables, the loader comes wrapped in queuetune's bounded prefetch."""
+        job = as_job(factory(**_factory_kwargs(self.framework, self.kwargs())))
+        if self.framework == "python" and self.chosen is not None and self.chosen.settings["buffer"]:
+            job.loader = prefetch(job.loader, self.chosen.settings["buffer"])
+        return job
+
+    @property
+    def default(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.is_default), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["kwargs"] = self.kwargs()
+        return data
+
+    def to_json(self, indent: int | None = 2) -> str:
+        from .render.json import dumps
+
+        return dumps(self.to_dict(), indent=indent)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> TuneResult:
+        data = json.loads(Path(path).read_text())
+        data.pop("kwargs", None)
+        data["candidates"] = [Candidate(**c) for c in data["candidates"]]
+        data["chosen"] = Candidate(**data["chosen"]) if data["chosen"] else None
+        data["trials"] = [Trial(**t) for t in data["trials"]]
+        return cls(**data)
+
+
+def _factory_kwargs(framework: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The part of the settings the user's factory takes (queuetune's own
+    prefetch buffer for plain iterables is applied by queuetune)."""
+    return {} if framework == "python" else dict(settings)
+
+
+def run_trial(
+    factory: Factory,
+    settings: dict[str, Any],
+    framework: str,
+    steps: int,
+    warmup: int,
+) -> tuple[Trace, Report, float]:
+    """Build the job for ``settings``, consume ``steps`` batches under the probe,
+    and return the trace, its report and the throughput after ``warmup`` batches."""
+    job = as_job(factory(**_factory_kwargs(framework, settings)))
+    if framework == "python":
+        trace = _run_prefetched(job, settings["buffer"], steps)
+    else:
+        watched = watch(job.loader)
+        probe = probe_of(watched)
+        try:
+            _consume(job, watched, probe, steps)
+            probe.settle(quiet=0.05, timeout=2.0)
+            trace = probe.trace()
+        finally:
+            probe.close()
+    return trace, analyze(trace), throughput(trace, warmup)
+
+
+def _consume(job: Job, watched: Any, probe: Any, steps: int) -> None:
+    if job.model is not None:
+        kwargs = dict(job.kwargs)
+        callbacks = list(kwargs.pop("callbacks", []))
+        kwargs.setdefault("verbose", 0)
+        if job.method == "fit":
+            kwargs.update(epochs=1, steps_per_epoch=steps)
+        else:
+            kwargs["steps"] = steps
+        method = getattr(job.model, job.method)
+        method(watched, callbacks=[*callbacks, probe.keras_callback(print_report=False)], **kwargs)
+        return
+    iterator = iter(watched)
+    try:
+        for _ in range(steps):
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            job.step(batch)  # type: ignore[misc]
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+
+
+def _run_prefetched(job: Job, buffer: int, steps: int) -> Trace:
+    """A plain iterable behind queuetune's prefetch thread: batches are counted
+    as built inside the thread and as consumed by this loop."""
+    if job.step is None:
+        raise TypeError("a plain iterable needs a step function as its consumer")
+    inner = watch(iter(job.loader))
+    probe = probe_of(inner)
+    recorder = probe.recorder
+    recorder.consumer = "loop"
+    outer = prefetch(inner, buffer) if buffer > 0 else inner
+    recorder.run_begin()
+    try:
+        for seq in range(steps):
+            asked = clock()
+            try:
+                batch = next(outer)
+            except StopIteration:
+                break
+            recorder.consumed(asked, clock(), nbytes=nbytes(batch), key=seq)
+            job.step(batch)
+    finally:
+        outer.close()  # type: ignore[union-attr]
+        recorder.run_end()
+        trace = probe.trace()
+        probe.close()
+    return trace
+
+
+def throughput(trace: Trace, warmup: int = 0) -> float:
+    """Batches per second the consumer took, after the first ``warmup`` batches.
+
+    >>> from queuetune.trace import Consumed
+    >>> throughput(Trace(consumed=[Consumed(0, t) for t in (0.0, 1.0, 1.5, 2.0)]), warmup=1)
+    2.0
+    """
+    times = [c.consumed for c in trace.consumed]
+    if len(times) - warmup < 2:
+        warmup = 0
+    times = times[warmup:]
+    if len(times) < 2 or times[-1] <= times[0]:
+        return 0.0
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def tune(
+    factory: Factory,
+    *,
+    steps: int = 100,
+    warmup: int = 10,
+    rounds: int = 3,
+    tolerance: float = 0.02,
+    budget: int | str | None = None,
+    workers: list[int] | None = None,
+    max_depth: int = 32,
+    candidates: int = 4,
+    progress: Callable[[int, int, str], None] | None = None,
+    seed: int = 0,
+) -> TuneResult:
+    """Find the setting with the least peak in-flight memory that keeps throughput.
+
+    ``factory(**settings)`` builds a fresh job (see :class:`Job`) for the knob
+    values it is given and uses its own defaults when given none: Keras
+    ``workers``/``max_queue_size``, torch ``num_workers``/``prefetch_factor``,
+    tf.data ``buffer``; a plain iterable is prefetched by queuetune itself.
+
+    >>> def factory():
+    ...     return (x for x in range(40)), (lambda batch: None)
+    >>> result = tune(factory, steps=20, warmup=2, rounds=1, candidates=2)  # doctest: +SKIP
+    >>> result.kwargs()  # doctest: +SKIP
+    {'buffer': 1}
+    """
+    steps = positive_int(steps, "steps")
+    rounds = positive_int(rounds, "rounds")
+    max_depth = positive_int(max_depth, "max depth")
+    candidates = positive_int(candidates, "candidates")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or not 0 <= warmup < steps:
+        raise ValueError(f"warmup must be an integer from 0 to steps - 1, got {warmup!r}")
+    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be a number in [0, 1), got {tolerance!r}")
+    limit = None if budget is None else parse_bytes(budget)
+
+    probe_job = as_job(factory())
+    framework = detect_framework(probe_job.loader)
+    knobs = BY_FRAMEWORK[framework]
+    default = default_settings(factory, probe_job.loader, framework)
+    _close(probe_job.loader)
+    default_depth = knobs.depth(default)
+    default_workers = knobs.workers(default) if knobs.workers_knob else None
+    worker_counts = workers or [default_workers]
+
+    total = 1 + candidates * rounds
+    done = 0
+
+    def tick(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, label)
+
+    base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
+    tick("baseline")
+    predictions = _predict(base_trace, knobs, worker_counts, max_depth, seed)
+    chosen_settings = _candidates(predictions, knobs, default, tolerance, limit, candidates)
+    total = 1 + len(chosen_settings) * rounds
+
+    trials: list[Trial] = []
+    for round_ in range(rounds):
+        for settings in chosen_settings:
+            _, report, rate = run_trial(factory, settings, framework, steps, warmup)
+            trials.append(_trial(settings, knobs, framework, round_, report, rate))
+            tick(", ".join(f"{k}={v}" for k, v in settings.items()))
+
+    summary = _summarise(trials, knobs, default, predictions)
+    chosen = decide(summary, tolerance, limit)
+    result = TuneResult(
+        framework=framework,
+        default_settings=default,
+        candidates=summary,
+        chosen=chosen,
+        predictions=predictions,
+        baseline=base_report.to_dict(series=False),
+        tolerance=tolerance,
+        budget=limit,
+        explanation=[],
+        trials=trials,
+        versions=dict(base_trace.meta.get("versions") or {}),
+    )
+    result.explanation = explain(result, knobs, base_report, default_depth)
+    return result
+
+
+def _close(loader: Any) -> None:
+    close = getattr(loader, "close", None)
+    if callable(close) and _is_generator(loader):
+        close()
+
+
+def _is_generator(obj: Any) -> bool:
+    import types
+
+    return isinstance(obj, types.GeneratorType)
+
+
+def _predict(
+    trace: Trace, knobs: Knobs, worker_counts: list[int | None], max_depth: int, seed: int
+) -> list[dict[str, Any]]:
+    from .queue_model import PipelineModel, predict_curve
+
+    try:
+        model = PipelineModel.from_trace(trace)
+    except ValueError:
+        return []
+    rows = []
+    for count in worker_counts:
+        depths = reachable_depths(knobs, count, max_depth)
+        if not depths:
+            continue
+        curve = predict_curve(model, depths=depths, workers=[count or 1], seed=seed)
+        for p in curve:
+            row = p.to_dict()
+            row["workers"] = count or 1
+            row["settings"] = knobs.settings_for(p.depth, count)
+            # what the probe reports as in flight: built and not yet released
+            row["peak_built_bytes"] = p.peak_built_batches * model.batch_bytes
+            rows.append(row)
+    return rows
+
+
+def _candidates(
+    predictions: list[dict[str, Any]],
+    knobs: Knobs,
+    default: dict[str, Any],
+    tolerance: float,
+    budget: int | None,
+    count: int,
+) -> list[dict[str, Any]]:
+    """The default, the shallowest predicted to keep throughput, and its neighbours."""
+    picked: list[dict[str, Any]] = [dict(default)]
+    fits = [p for p in predictions if budget is None or p["peak_built_bytes"] <= budget]
+    if fits:
+        best = max(p["throughput"] for p in fits)
+        keeping = sorted(
+            (p for p in fits if p["throughput"] >= (1 - tolerance) * best),
+            key=lambda p: (p["peak_built_bytes"], -p["throughput"]),
+        )
+        ordered = sorted(fits, key=lambda p: (p["workers"], p["depth"]))
+        if keeping:
+            first = keeping[0]
+            position = ordered.index(first)
+            neighbours = [first] + ordered[max(0, position - 1) : position] + ordered[position + 1 : position + 3]
+            for p in neighbours:
+                settings = {**default, **p["settings"]}
+                if settings not in picked:
+                    picked.append(settings)
+                if len(picked) >= count:
+                    break
+    return picked[:count]
+
+
+def _trial(
+    settings: dict[str, Any], knobs: Knobs, framework: str, round_: int, report: Report, rate: float
+) -> Trial:
+    depth = knobs.depth(settings)
+    peak_batches, peak_bytes, estimated = report.peak_in_flight_batches, report.peak_in_flight_bytes, False
+    if framework == "tfdata":
+        # tf.data builds batches inside TensorFlow, out of the probe's sight: its
+        # buffer is assumed full, plus the batch the step holds.
+        size = int(report.batch_bytes.median or 0)
+        peak_batches, peak_bytes, estimated = depth + 1, (depth + 1) * size, True
+    return Trial(
+        settings=dict(settings),
+        depth=depth,
+        round=round_,
+        batches=report.consumed_batches or 0,
+        throughput=rate,
+        peak_in_flight_batches=peak_batches,
+        peak_in_flight_bytes=peak_bytes,
+        input_bound_fraction=report.input_bound_fraction,
+        peak_rss_bytes=report.peak_rss_bytes,
+        bytes_estimated=estimated,
+    )
+
+
+def _summarise(
+    trials: list[Trial], knobs: Knobs, default: dict[str, Any], predictions: list[dict[str, Any]]
+) -> list[Candidate]:
+    groups: dict[str, list[Trial]] = {}
+    for t in trials:
+        groups.setdefault(json.dumps(t.settings, sort_keys=True), []).append(t)
+    summary = []
+    for group in groups.values():
+        settings = group[0].settings
+        predicted = next((p for p in predictions if {**default, **p["settings"]} == settings), None)
+        fractions = [t.input_bound_fraction for t in group if t.input_bound_fraction is not None]
+        rss = [t.peak_rss_bytes for t in group if t.peak_rss_bytes is not None]
+        summary.append(
+            Candidate(
+                settings=settings,
+                depth=group[0].depth,
+                throughput=statistics.median(t.throughput for t in group),
+                peak_in_flight_batches=max(t.peak_in_flight_batches for t in group),
+                peak_in_flight_bytes=max(t.peak_in_flight_bytes for t in group),
+                peak_rss_bytes=max(rss) if rss else None,
+                input_bound_fraction=statistics.median(fractions) if fractions else None,
+                trials=len(group),
+                predicted_throughput=predicted["throughput"] if predicted else None,
+                predicted_peak_in_flight_batches=predicted["peak_built_batches"] if predicted else None,
+                is_default=settings == default,
+            )
+        )
+    return sorted(summary, key=lambda c: c.depth)
+
+
+def decide(candidates: list[Candidate], tolerance: float, budget: int | None) -> Candidate | None:
+    """The least peak in-flight memory among candidates within ``tolerance`` of the
+    best measured throughput (and under ``budget``); ties go to the faster.
+
+    >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
+    >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
+    >>> decide([a, b], 0.02, None).settings
+    {'q': 2}
+    """
+    if not candidates:
+        return None
+    best = max(c.throughput for c in candidates)
+    keeping = [
+        c
+        for c in candidates
+        if c.throughput >= (1 - tolerance) * best and (budget is None or c.peak_in_flight_bytes <= budget)
+    ]
+    if not keeping:
+        return None
+    return min(keeping, key=lambda c: (c.peak_in_flight_bytes, -c.throughput))
+
+
+def explain(result: TuneResult, knobs: Knobs, baseline: Report, default_depth: int) -> list[str]:
+    """The decision in words and numbers."""
+    lines = []
+    fraction = baseline.input_bound_fraction
+    if fraction is not None:
+        side = "loading" if fraction >= 0.05 else "the model"
+        lines.append(
+            f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run: "
+            f"{baseline.verdict})."
+        )
+    best = max((c.throughput for c in result.candidates), default=0.0)
+    for c in result.candidates:
+        share = c.throughput / best if best else 0.0
+        lines.append(
+            f"{c.label(knobs)}{' (default)' if c.is_default else ''}: {c.throughput:.1f} batches/s "
+            f"({share:.1%} of the best), peak {c.peak_in_flight_batches} batches / "
+            f"{format_bytes(c.peak_in_flight_bytes)} in flight over {c.trials} trial(s)"
+        )
+    chosen, default = result.chosen, result.default
+    if chosen is None:
+        limit = f" under the budget of {format_bytes(result.budget)}" if result.budget else ""
+        lines.append(f"No setting kept {1 - result.tolerance:.0%} of the best throughput{limit}.")
+        return lines
+    lines.append(f"Chosen: {chosen.label(knobs)}.")
+    if default is not None and default is not chosen and default.peak_in_flight_bytes and default.throughput:
+        saved = default.peak_in_flight_bytes - chosen.peak_in_flight_bytes
+        ratio = chosen.throughput / default.throughput
+        if saved >= 0:
+            lines.append(
+                f"Against the default ({default.label(knobs)}): {ratio:.1%} of its throughput with "
+                f"{format_bytes(saved)} less in flight at peak "
+                f"({chosen.peak_in_flight_bytes / default.peak_in_flight_bytes:.0%} of its peak)."
+            )
+        else:
+            lines.append(
+                f"The default ({default.label(knobs)}) is slower: the chosen setting reaches {ratio:.1%} "
+                f"of its throughput for {format_bytes(-saved)} more in flight at peak."
+            )
+    elif default is chosen:
+        lines.append("The default is already the smallest setting that keeps throughput.")
+    return lines
+
+
+def load_factory(spec: str) -> Factory:
+    """The function named by ``FILE.py:FACTORY``, imported from that file.
+
+    >>> load_factory("missing.py:make")
+    Traceback (most recent call last):
+    ...
+    ValueError: no such file: 'missing.py'
+    """
+    import importlib.util
+
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise ValueError(f"expected FILE.py:FACTORY, got {spec!r}")
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"no such file: {path!r}")
+    module_spec = importlib.util.spec_from_file_location(f"queuetune_factory_{file.stem}", file)
+    if module_spec is None or module_spec.loader is None:
+        raise ValueError(f"cannot import {path!r} as Python")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    factory = getattr(module, name, None)
+    if factory is None:
+        raise ValueError(f"{path!r} has no {name!r}")
+    if not callable(factory):
+        raise TypeError(f"{name!r} in {path!r} is not a function")
+    return factory
