@@ -246,7 +246,7 @@ class PipelineModel:
 
         Producer times are ``end - start`` of the produced batches; consumer
         steps are the times from one batch's ``consumed`` to the next batch's
-        ``requested`` in the same run; ``workers`` is
+        ``requested`` in the same run, plus :func:`handover_time`; ``workers`` is
         ``meta["settings"]["workers"]`` (Keras) or ``["num_workers"]`` (torch)
         when recorded, else the number of distinct ``worker`` values, at least 1;
         ``batch_bytes`` is the median ``nbytes`` of the produced batches.
@@ -265,8 +265,9 @@ class PipelineModel:
             )
         # Clamped at 0: a request recorded a hair before the previous hand-over
         # (clock resolution) is a step of no time, not a negative one.
+        overhead = handover_time(trace)
         steps = [
-            max(0.0, nxt.requested - cur.consumed)
+            max(0.0, nxt.requested - cur.consumed) + overhead
             for cur, nxt in zip(trace.consumed, trace.consumed[1:])
             if nxt.run == cur.run
         ]
@@ -287,6 +288,29 @@ class PipelineModel:
             batch_bytes=float(np.median([p.nbytes for p in produced])),
             ordered=ordered,
         )
+
+
+def handover_time(trace: Trace) -> float:
+    """The consumer's time to take a batch that is already built (the framework's
+    conversion, its callbacks, the probe): the median wait of the batches that
+    were finished before the consumer asked for them, 0 when there are fewer
+    than 3 such batches. It stays whatever the depth, so it belongs to the step.
+
+    >>> from queuetune.trace import Consumed, Produced
+    >>> t = Trace(produced=[Produced(0, 0.1, 1) for _ in range(4)],
+    ...           consumed=[Consumed(r, r + 0.01) for r in (1.0, 2.0, 3.0, 4.0)])
+    >>> round(handover_time(t), 6)
+    0.01
+    """
+    from .analysis import match
+
+    produced = trace.produced
+    ready = [
+        c.consumed - c.requested
+        for c, j in zip(trace.consumed, match(trace).consumed)
+        if j is not None and produced[j].end <= c.requested
+    ]
+    return max(0.0, float(np.median(ready))) if len(ready) >= 3 else 0.0
 
 
 def _trace_workers(trace: Trace) -> int:

@@ -319,6 +319,28 @@ def _run_prefetched(job: Job, buffer: int, steps: int) -> Trace:
     return trace
 
 
+def after_warmup(trace: Trace, warmup: int) -> Trace:
+    """The trace without its first ``warmup`` consumed and produced batches
+    (start-up: imports, model build, worker start).
+
+    >>> from queuetune.trace import Consumed, Produced
+    >>> t = Trace(produced=[Produced(i, i, 1) for i in range(5)], consumed=[Consumed(i, i) for i in range(5)])
+    >>> len(after_warmup(t, 2).consumed), len(after_warmup(t, 2).produced)
+    (3, 3)
+    """
+    if warmup <= 0 or len(trace.consumed) - warmup < 4:
+        return trace
+    return Trace(
+        meta=trace.meta,
+        start=trace.start,
+        end=trace.end,
+        produced=trace.produced[warmup:],
+        consumed=trace.consumed[warmup:],
+        marks=trace.marks,
+        memory=trace.memory,
+    )
+
+
 def throughput(trace: Trace, warmup: int = 0) -> float:
     """Batches per second the consumer took, after the first ``warmup`` batches.
 
@@ -392,7 +414,7 @@ def tune(
 
     base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
     tick("baseline")
-    predictions = _predict(base_trace, knobs, worker_counts, max_depth, seed)
+    predictions = _predict(after_warmup(base_trace, warmup), knobs, worker_counts, max_depth, seed)
     chosen_settings = _candidates(predictions, knobs, default, tolerance, limit, candidates)
     total = 1 + len(chosen_settings) * rounds
 
@@ -546,7 +568,7 @@ def _summarise(
 
 def decide(candidates: list[Candidate], tolerance: float, budget: int | None) -> Candidate | None:
     """The least peak in-flight memory among candidates within ``tolerance`` of the
-    best measured throughput (and under ``budget``); ties go to the faster.
+    best measured throughput (and under ``budget``); ties go to the shallower queue.
 
     >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
     >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
@@ -563,7 +585,7 @@ def decide(candidates: list[Candidate], tolerance: float, budget: int | None) ->
     ]
     if not keeping:
         return None
-    return min(keeping, key=lambda c: (c.peak_in_flight_bytes, -c.throughput))
+    return min(keeping, key=lambda c: (c.peak_in_flight_bytes, c.depth, -c.throughput))
 
 
 def explain(result: TuneResult, knobs: Knobs, baseline: Report, default_depth: int) -> list[str]:
