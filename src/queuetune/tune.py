@@ -203,7 +203,7 @@ class TuneResult:
     def apply(self, factory: Factory) -> Any:
         """Build the tuned job with ``factory(**self.kwargs())``; for plain
         iterables, the loader comes wrapped in queuetune's bounded prefetch."""
-        job = as_job(factory(**_factory_kwargs(self.framework, self.kwargs())))
+        job = build(factory, self.framework, self.kwargs())
         if self.framework == "python" and self.chosen is not None and self.chosen.settings["buffer"]:
             job.loader = prefetch(job.loader, self.chosen.settings["buffer"])
         return job
@@ -235,10 +235,23 @@ class TuneResult:
         return cls(**data)
 
 
-def _factory_kwargs(framework: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """The part of the settings the user's factory takes (queuetune's own
-    prefetch buffer for plain iterables is applied by queuetune)."""
-    return {} if framework == "python" else dict(settings)
+def build(factory: Factory, framework: str, settings: dict[str, Any]) -> Job:
+    """Call the factory with the settings it takes (queuetune applies its own
+    prefetch buffer to plain iterables itself) and return the job."""
+    import inspect
+
+    kwargs = {} if framework == "python" else dict(settings)
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return as_job(factory(**kwargs))
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        names = {p.name for p in parameters}
+        knob = BY_FRAMEWORK[framework].depth_knob if framework != "python" else None
+        if kwargs and knob not in names:
+            raise TypeError(f"the factory must take the keyword argument {knob!r}")
+        kwargs = {k: v for k, v in kwargs.items() if k in names}
+    return as_job(factory(**kwargs))
 
 
 def run_trial(
@@ -250,7 +263,7 @@ def run_trial(
 ) -> tuple[Trace, Report, float]:
     """Build the job for ``settings``, consume ``steps`` batches under the probe,
     and return the trace, its report and the throughput after ``warmup`` batches."""
-    job = as_job(factory(**_factory_kwargs(framework, settings)))
+    job = build(factory, framework, settings)
     if framework == "python":
         trace = _run_prefetched(job, settings["buffer"], steps)
     else:
@@ -610,6 +623,13 @@ def explain(result: TuneResult, knobs: Knobs, baseline: Report, default_depth: i
     if chosen is None:
         limit = f" under the budget of {format_bytes(result.budget)}" if result.budget else ""
         lines.append(f"No setting kept {1 - result.tolerance:.0%} of the best throughput{limit}.")
+        under = [c for c in result.candidates if result.budget and c.peak_in_flight_bytes <= result.budget]
+        if under and best:
+            fastest = max(under, key=lambda c: c.throughput)
+            lines.append(
+                f"Under the budget the fastest was {fastest.label(knobs)}, at "
+                f"{fastest.throughput / best:.1%} of the best throughput."
+            )
         return lines
     lines.append(f"Chosen: {chosen.label(knobs)}.")
     if default is not None and default is not chosen and default.peak_in_flight_bytes and default.throughput:

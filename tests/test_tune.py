@@ -1,0 +1,276 @@
+"""The tuner: knobs, candidates, the decision, trials end to end, the CLI."""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from queuetune.cli import main
+from queuetune.knobs import KERAS, QUEUETUNE_PREFETCH, TFDATA_PREFETCH, TORCH, reachable_depths
+from queuetune.tune import Candidate, Job, TuneResult, _candidates, as_job, decide, load_factory, tune
+
+
+# --- knobs -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "knobs,settings,depth",
+    [
+        (KERAS, {"workers": 4, "max_queue_size": 10}, 11),
+        (KERAS, {"workers": 1, "max_queue_size": 10}, 0),
+        (KERAS, {"workers": 1, "max_queue_size": 3, "use_multiprocessing": True}, 4),
+        (TORCH, {"num_workers": 4, "prefetch_factor": 2}, 8),
+        (TORCH, {"num_workers": 4, "prefetch_factor": None}, 8),
+        (TORCH, {"num_workers": 0, "prefetch_factor": None}, 0),
+        (QUEUETUNE_PREFETCH, {"buffer": 0}, 0),
+        (QUEUETUNE_PREFETCH, {"buffer": 3}, 4),
+        (TFDATA_PREFETCH, {"buffer": 8}, 9),
+    ],
+)
+def test_depth_of_settings(knobs, settings, depth):
+    assert knobs.depth(settings) == depth
+
+
+@pytest.mark.parametrize("knobs,workers", [(KERAS, 4), (KERAS, 1), (TORCH, 3), (TORCH, 0), (QUEUETUNE_PREFETCH, None)])
+def test_settings_for_a_depth_give_that_depth_back(knobs, workers):
+    depths = reachable_depths(knobs, workers, 24)
+    assert depths
+    for depth in depths:
+        assert knobs.depth(knobs.settings_for(depth, workers)) == depth
+
+
+def test_unreachable_depths():
+    assert reachable_depths(TORCH, 3, 10) == [3, 6, 9]
+    assert reachable_depths(KERAS, 4, 4) == [2, 3, 4]  # max_queue_size=0 would be unbounded
+    assert reachable_depths(KERAS, 1, 4) == [0]
+    assert reachable_depths(QUEUETUNE_PREFETCH, None, 3) == [0, 2, 3]
+
+
+# --- the decision ------------------------------------------------------------------------
+
+def cand(depth, rate, peak, default=False):
+    return Candidate({"buffer": depth}, depth, rate, peak, peak * 10, None, None, 3, is_default=default)
+
+
+def test_decide_takes_the_least_memory_within_tolerance():
+    options = [cand(11, 100.0, 12, default=True), cand(3, 98.5, 4), cand(2, 97.0, 3)]
+    assert decide(options, 0.02, None).depth == 3
+    assert decide(options, 0.05, None).depth == 2
+    assert decide(options, 0.0, None).depth == 11
+
+
+def test_decide_respects_the_budget_and_says_none_when_nothing_fits():
+    options = [cand(11, 100.0, 12), cand(3, 99.0, 4)]
+    assert decide(options, 0.02, budget=35) is None
+    assert decide(options, 0.02, budget=40).depth == 3
+    assert decide([], 0.02, None) is None
+
+
+def test_decide_prefers_the_shallower_queue_when_memory_ties():
+    assert decide([cand(4, 101.0, 2), cand(2, 100.0, 2)], 0.02, None).depth == 2
+
+
+def prediction(depth, rate, built):
+    return {"depth": depth, "workers": 1, "throughput": rate, "peak_built_bytes": built, "settings": {"buffer": depth}}
+
+
+def test_candidates_are_the_default_and_the_shallowest_that_keeps_throughput():
+    predictions = [prediction(d, min(d, 4) * 10.0, d * 100) for d in range(1, 12)]
+    picked = _candidates(predictions, QUEUETUNE_PREFETCH, {"buffer": 10}, 0.02, None, 4)
+    assert picked[0] == {"buffer": 10}
+    assert picked[1] == {"buffer": 4}
+    assert len(picked) == 4 and {"buffer": 3} in picked
+    budgeted = _candidates(predictions, QUEUETUNE_PREFETCH, {"buffer": 10}, 0.02, 250, 4)
+    assert {"buffer": 2} in budgeted and all(p["buffer"] <= 2 or p == {"buffer": 10} for p in budgeted)
+
+
+# --- jobs and factories ------------------------------------------------------------------
+
+def test_as_job_accepts_pairs_and_jobs_and_refuses_the_rest():
+    assert as_job(([1], print)).step is print
+    assert as_job(Job([1], step=print, method="predict")).method == "predict"
+    with pytest.raises(TypeError, match="step function or a Keras model"):
+        as_job(([1], 5))
+    with pytest.raises(TypeError, match="must return"):
+        as_job([1, 2, 3])
+    with pytest.raises(TypeError, match="needs a consumer"):
+        as_job(Job([1]))
+    with pytest.raises(ValueError, match="method"):
+        as_job(Job([1], step=print, method="train"))
+
+
+def test_load_factory_errors(tmp_path):
+    file = tmp_path / "f.py"
+    file.write_text("make = 3\ndef ok():\n    return [1], print\n")
+    assert load_factory(f"{file}:ok")() == ([1], print)
+    with pytest.raises(ValueError, match="FILE.py:FACTORY"):
+        load_factory(str(file))
+    with pytest.raises(ValueError, match="no such file"):
+        load_factory(f"{tmp_path}/nope.py:ok")
+    with pytest.raises(ValueError, match="has no 'missing'"):
+        load_factory(f"{file}:missing")
+    with pytest.raises(TypeError, match="not a function"):
+        load_factory(f"{file}:make")
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [({"steps": 0}, "steps"), ({"steps": 10, "warmup": 10}, "warmup"), ({"tolerance": 1.5}, "tolerance"),
+     ({"rounds": -1}, "rounds"), ({"budget": "lots"}, "lots")],
+)
+def test_tune_rejects_bad_arguments(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        tune(lambda: ([1], print), **kwargs)
+
+
+# --- end to end ----------------------------------------------------------------------------
+
+def slow_generator_factory(build=0.01, step=0.01):
+    def make():
+        def batches():
+            while True:
+                time.sleep(build)
+                yield np.zeros((8, 8), "float32")
+
+        return batches(), (lambda batch: time.sleep(step))
+
+    return make
+
+
+@pytest.mark.timeout(120)
+def test_tune_a_generator_reads_ahead_when_building_and_training_can_overlap():
+    factory = slow_generator_factory()
+    seen = []
+    result = tune(factory, steps=25, warmup=3, rounds=2, progress=lambda done, total, label: seen.append((done, total)))
+    assert result.framework == "python"
+    assert result.default is not None and result.default.settings == {"buffer": 0}
+    assert len(result.trials) == 2 * len(result.candidates)
+    assert all(c.trials == 2 for c in result.candidates)
+    assert seen[-1][0] == seen[-1][1] == 1 + len(result.trials)
+    # building (10 ms) and training (10 ms) overlap only with read-ahead: about 2x
+    assert result.chosen.settings["buffer"] >= 1
+    assert result.kwargs() == {"buffer": result.chosen.settings["buffer"]}
+    assert any(line.startswith("Chosen:") for line in result.explanation)
+    assert result.predictions and {p["depth"] for p in result.predictions} >= {0, 2, 3}
+    job = result.apply(factory)
+    taken = [next(job.loader) for _ in range(3)]
+    job.loader.close()
+    assert len(taken) == 3
+
+
+@pytest.mark.timeout(60)
+def test_result_saves_and_loads(tmp_path):
+    result = tune(slow_generator_factory(0.001, 0.001), steps=12, warmup=2, rounds=1, candidates=2)
+    path = tmp_path / "r.json"
+    result.save(path)
+    again = TuneResult.load(path)
+    assert again.chosen == result.chosen
+    assert again.candidates == result.candidates
+    data = json.loads(path.read_text())
+    assert {"framework", "default_settings", "candidates", "chosen", "predictions", "baseline", "tolerance",
+            "budget", "explanation", "trials", "kwargs", "versions"} <= set(data)
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_tune_a_torch_dataloader():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    def make(num_workers=2, prefetch_factor=4):
+        return DataLoader(torch.arange(4000).float(), batch_size=4, num_workers=num_workers,
+                          prefetch_factor=prefetch_factor), (lambda batch: None)
+
+    result = tune(make, steps=30, warmup=3, rounds=1, candidates=3)
+    assert result.framework == "torch"
+    assert result.default_settings == {"num_workers": 2, "prefetch_factor": 4}
+    assert all(c.settings["num_workers"] == 2 and c.depth % 2 == 0 for c in result.candidates)
+    assert set(result.kwargs()) == {"num_workers", "prefetch_factor"}
+    loader, _ = result.apply(make).loader, None
+    assert loader.prefetch_factor == result.kwargs()["prefetch_factor"]
+
+
+@pytest.mark.keras
+@pytest.mark.timeout(180)
+def test_tune_a_keras_pydataset_with_fit():
+    keras = pytest.importorskip("keras")
+
+    class Data(keras.utils.PyDataset):
+        def __len__(self):
+            return 1000
+
+        def __getitem__(self, i):
+            return np.zeros((4, 3), "float32"), np.zeros((4, 1), "float32")
+
+    inp = keras.Input((3,))
+    model = keras.Model(inp, keras.layers.Dense(1)(inp))
+    model.compile("sgd", "mse")
+
+    def make(workers=2, max_queue_size=6):
+        return Data(workers=workers, max_queue_size=max_queue_size), model
+
+    result = tune(make, steps=20, warmup=3, rounds=1, candidates=3)
+    assert result.framework == "keras"
+    assert result.default.depth == 7
+    assert all(c.settings["workers"] == 2 and c.settings["max_queue_size"] >= 1 for c in result.candidates)
+    assert all(c.peak_in_flight_batches <= c.depth + 2 for c in result.candidates)
+
+
+@pytest.mark.tf
+@pytest.mark.timeout(180)
+def test_tune_a_tfdata_pipeline_and_refuse_autotune():
+    tf = pytest.importorskip("tensorflow")
+
+    def make(buffer=4):
+        return tf.data.Dataset.range(10_000).batch(8).prefetch(buffer), (lambda batch: None)
+
+    result = tune(make, steps=20, warmup=2, rounds=1, candidates=2)
+    assert result.framework == "tfdata"
+    assert result.default_settings == {"buffer": 4}
+    assert all(t.bytes_estimated for t in result.trials)
+
+    def autotuned(buffer=tf.data.AUTOTUNE):
+        return tf.data.Dataset.range(10).prefetch(buffer), (lambda batch: None)
+
+    with pytest.raises(ValueError, match="integer default"):
+        tune(autotuned, steps=5, warmup=0)
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_cli_tune_json_and_plot(tmp_path, capsys):
+    png = tmp_path / "tune.png"
+    saved = tmp_path / "result.json"
+    code = main(["tune", "examples/tune_generator.py:make", "--steps", "20", "--warmup", "2", "--rounds", "1",
+                 "--json", "--plot", str(png), "--save", str(saved)])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["framework"] == "python" and data["chosen"] is not None
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert json.loads(saved.read_text())["kwargs"] == data["kwargs"]
+
+
+@pytest.mark.timeout(120)
+def test_cli_tune_budget_nothing_fits_exits_1(capsys):
+    code = main(["tune", "examples/tune_generator.py:make", "--steps", "10", "--warmup", "1", "--rounds", "1",
+                 "--budget", "1KiB"])
+    assert code == 1
+    assert "No setting kept" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["tune", "nope.py:make"], "no such file"),
+        (["tune", "examples/tune_generator.py"], "FILE.py:FACTORY"),
+        (["tune", "examples/tune_generator.py:make", "--tolerance", "2"], "tolerance"),
+        (["tune", "examples/tune_generator.py:make", "--budget", "-1GB"], "budget"),
+        (["tune", "examples/tune_generator.py:make", "--framework", "torch"], "not torch"),
+    ],
+)
+def test_cli_tune_bad_input_is_one_line_exit_2(capsys, args, message):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
