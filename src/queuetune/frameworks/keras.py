@@ -10,6 +10,7 @@ from . import require
 keras = require("keras", "keras")
 
 from ..nbytes import nbytes  # noqa: E402
+from ..prefetcher import Prefetcher  # noqa: E402
 from ..recorder import Channel, Recorder, clock, key_of  # noqa: E402
 
 
@@ -187,3 +188,62 @@ class ProbeCallback(keras.callbacks.Callback):
 
     def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
         self._batch_end("predict")
+
+
+class KerasPrefetcher(Prefetcher, keras.utils.PyDataset):
+    """A :class:`~queuetune.Prefetcher` that Keras takes as a PyDataset: Keras reads
+    it in order with no queue of its own (``workers=1``), and the prefetcher's
+    budget bounds what is built ahead. ``queuetune.Prefetcher(pydataset, ...)``
+    returns one.
+
+    Keras shuffles a PyDataset's batches in ``fit`` unless told not to; batches
+    asked for out of order are built on the spot, without prefetch. So pass
+    ``shuffle=False`` to ``fit`` and ``shuffle=True`` to the prefetcher.
+    """
+
+    def __init__(self, source: Any, **kwargs: Any) -> None:
+        Prefetcher.__init__(self, source, **kwargs)
+        keras.utils.PyDataset.__init__(self, workers=1, use_multiprocessing=False, max_queue_size=1)
+        self._stream: Any = None
+        self._next_index = 0
+        self._warned = False
+
+    @property
+    def num_batches(self) -> int:
+        return len(self)
+
+    def __getitem__(self, index: int) -> Any:
+        if index == 0 and self._next_index != 0 or self._stream is None and index == 0:
+            self._stream = iter(self)
+            self._next_index = 0
+        if self._stream is None or index != self._next_index:
+            if not self._warned:
+                import warnings
+
+                warnings.warn(
+                    "Keras asks for batches out of order (fit shuffles a PyDataset unless "
+                    "shuffle=False): they are built without prefetch. Pass shuffle=False to fit "
+                    "and shuffle=True to the Prefetcher.",
+                    stacklevel=2,
+                )
+                self._warned = True
+            return self.build_now(index)
+        self._next_index += 1
+        return next(self._stream)
+
+    def on_epoch_begin(self) -> None:
+        hook = getattr(self._source, "on_epoch_begin", None)
+        if hook is not None:
+            hook()
+
+    def on_epoch_end(self) -> None:
+        self._end_stream()
+        hook = getattr(self._source, "on_epoch_end", None)
+        if hook is not None:
+            hook()
+
+    def _end_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        self._next_index = 0
+        if stream is not None:
+            stream.close()

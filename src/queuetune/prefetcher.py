@@ -1,0 +1,623 @@
+"""queuetune's own prefetcher: a budget in bytes instead of a count of batches.
+
+Batches are built by worker threads or processes. Before a batch is started,
+room for it is reserved in the byte budget (the largest batch seen so far; the
+first batch is built alone to learn the size); when it is built, the
+reservation becomes its real size; when the consumer takes it, its bytes leave
+the budget. So the bytes of batches built or being built and not yet taken
+stay within ``max_bytes`` as long as no batch outgrows every batch before it;
+one that does, and would break the budget, is a :class:`BudgetExceeded` error.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import random
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .adaptive import DepthController
+from .nbytes import nbytes
+from .recorder import Channel, Recorder, clock, key_of
+from .trace import Trace
+from .units import format_bytes, parse_bytes, positive_int
+
+MODES = ("thread", "process")
+
+
+class BudgetExceeded(ValueError):
+    """A batch does not fit in the prefetcher's byte budget."""
+
+
+@dataclass
+class _Task:
+    position: int
+    indices: Any
+    reserved: int
+    future: cf.Future | None = None
+    size: int | None = None
+    taken: bool = False
+    accounted: threading.Event = field(default_factory=threading.Event)
+
+
+class Prefetcher:
+    """Builds batches ahead of the consumer within a budget in bytes.
+
+    ``source`` is indexable (a Keras ``PyDataset``, a torch map-style dataset,
+    anything with ``__getitem__`` and ``__len__``; with ``batch_size`` its items
+    are samples that ``collate_fn`` joins into batches) or a plain iterable (read
+    by one worker thread). Each ``for`` loop over the prefetcher is one epoch:
+    every batch exactly once, in order unless ``ordered=False``, nothing read
+    past the end, nothing carried into the next epoch.
+
+    With ``adaptive=True`` the depth (batches being built or ready) starts at 1,
+    grows while the consumer waits and shrinks when the queue stays full; it
+    never passes ``max_bytes``. With ``adaptive=False`` it is fixed at ``depth``.
+
+    >>> import numpy as np
+    >>> batches = [np.full(1000, i) for i in range(6)]
+    >>> with Prefetcher(batches, max_bytes="1MiB") as p:
+    ...     [int(b[0]) for b in p]
+    [0, 1, 2, 3, 4, 5]
+    """
+
+    def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> Prefetcher:
+        if cls is Prefetcher and _is_pydataset(source):
+            from .frameworks.keras import KerasPrefetcher
+
+            cls = KerasPrefetcher
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        max_bytes: int | str,
+        workers: int = 2,
+        mode: str = "thread",
+        adaptive: bool = True,
+        depth: int | None = None,
+        max_depth: int = 64,
+        ordered: bool = True,
+        batch_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        shuffle: bool = False,
+        seed: int | None = None,
+        drop_last: bool = False,
+        sample_memory: bool = True,
+    ) -> None:
+        self.max_bytes = parse_bytes(max_bytes)
+        self.num_workers = positive_int(workers, "workers")
+        if mode not in MODES:
+            raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
+        self.mode = mode
+        self.adaptive = bool(adaptive)
+        self.max_depth = positive_int(max_depth, "max depth")
+        if depth is None:
+            depth = 1 if adaptive else self.num_workers
+        self.start_depth = positive_int(depth, "depth")
+        if self.start_depth > self.max_depth:
+            raise ValueError(f"depth {depth} is above max_depth {self.max_depth}")
+        self.ordered = bool(ordered)
+        self.batch_size = None if batch_size is None else positive_int(batch_size, "batch size")
+        self.collate_fn = collate_fn
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self._rng = random.Random(seed)
+        self._source = source
+        self._indexable = _indexable(source)
+        if not self._indexable:
+            if source is None or not hasattr(source, "__iter__") or isinstance(source, (str, bytes, dict)):
+                raise TypeError(
+                    f"Prefetcher needs an indexable dataset or an iterable, got {type(source).__name__}"
+                )
+            if mode == "process":
+                raise ValueError("a plain iterable is read by one thread: use mode='thread'")
+            if self.batch_size is not None:
+                raise ValueError("batch_size needs an indexable source")
+        if collate_fn is not None and self.batch_size is None:
+            raise ValueError("collate_fn needs batch_size")
+        self.recorder = Recorder(
+            {
+                "loader": "prefetcher",
+                "framework": "queuetune",
+                "type": type(source).__qualname__,
+                "settings": {
+                    "max_bytes": self.max_bytes,
+                    "workers": self.num_workers,
+                    "mode": mode,
+                    "adaptive": self.adaptive,
+                    "ordered": self.ordered,
+                },
+                "depth": self.start_depth,
+                "match_scope": "run",
+            },
+            processes=mode == "process",
+            sample_memory=sample_memory,
+        )
+        self.recorder.consumer = "prefetcher"
+        if self._indexable:
+            self.recorder.meta["num_batches"] = len(self)
+            if self.batch_size is not None:
+                self.recorder.meta["num_samples"] = _length(source)
+        self._largest = 0
+        self._epoch: _Epoch | None = None
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid())
+
+    # --- the epoch ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        if not self._indexable:
+            return len(self._source)
+        count = _length(self._source)
+        if self.batch_size is None:
+            return count
+        return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._closed:
+            raise ValueError("this Prefetcher is closed")
+        self._end_epoch()
+        epoch = _Epoch(self)
+        self._epoch = epoch
+        return epoch.run()
+
+    def _end_epoch(self) -> None:
+        if self._epoch is not None:
+            self._epoch.stop()
+            self._epoch = None
+
+    def _plan(self) -> list[Any]:
+        """What each batch of the epoch is made of: a batch index, or sample indices."""
+        count = _length(self._source)
+        order = list(range(count))
+        if self.shuffle:
+            self._rng.shuffle(order)
+        if self.batch_size is None:
+            return order
+        size = self.batch_size
+        groups = [order[i : i + size] for i in range(0, count, size)]
+        if self.drop_last and groups and len(groups[-1]) < size:
+            groups.pop()
+        return groups
+
+    def build_now(self, index: int) -> Any:
+        """Build batch ``index`` (of the unshuffled order) in the calling thread."""
+        if not self._indexable:
+            raise TypeError("a plain iterable has no batch index")
+        if self.batch_size is None:
+            return self._source[index]
+        start = index * self.batch_size
+        stop = min(start + self.batch_size, _length(self._source))
+        return _make(self._source, list(range(start, stop)), self.batch_size, self.collate_fn)
+
+    # --- the handle ----------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """The current depth: batches allowed to be being built or ready."""
+        epoch = self._epoch
+        return epoch.controller.depth if epoch is not None else self.start_depth
+
+    def trace(self) -> Trace:
+        """What was recorded: batches built and taken, and every depth decision."""
+        return self.recorder.trace()
+
+    def report(self) -> Any:
+        """The probe's report of everything recorded so far."""
+        from .analysis import analyze
+
+        return analyze(self.trace())
+
+    def close(self) -> None:
+        """Stop the workers of the current epoch and the helper threads (idempotent)."""
+        self._closed = True
+        self._end_epoch()
+        self._finalizer()
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Epoch:
+    """One pass: the plan, the workers, the byte account, the depth controller."""
+
+    def __init__(self, owner: Prefetcher) -> None:
+        self.owner = owner
+        self.recorder = owner.recorder
+        # Re-entrant: a future that is already done runs its callback at once,
+        # in the thread that adds it, which holds the lock.
+        self.lock = threading.RLock()
+        self.controller = DepthController(
+            depth=owner.start_depth,
+            max_depth=owner.max_depth if owner.adaptive else owner.start_depth,
+        )
+        self.tasks: dict[int, _Task] = {}
+        self.submitted = 0
+        self.delivered = 0
+        self.ready = 0
+        self.held = 0
+        self.reserved = 0
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.exhausted = False
+        if owner._indexable:
+            self.plan: list[Any] | None = owner._plan()
+            self.total: int | None = len(self.plan)
+            self.iterator: Iterator[Any] | None = None
+        else:
+            self.plan, self.total = None, None
+            self.iterator = iter(owner._source)
+        self.pull_lock = threading.Lock()
+        self.executor = self._executor()
+
+    def _executor(self) -> cf.Executor:
+        owner = self.owner
+        if owner.mode == "thread" or not owner._indexable:
+            workers = owner.num_workers if owner._indexable else 1
+            return cf.ThreadPoolExecutor(workers, thread_name_prefix="queuetune-prefetch")
+        import multiprocessing
+
+        return cf.ProcessPoolExecutor(
+            owner.num_workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_init_process,
+            initargs=(owner._source, owner.batch_size, owner.collate_fn, self.recorder.channel, os.getpid()),
+        )
+
+    # --- scheduling (under self.lock) ---------------------------------------------------
+
+    def _estimate(self) -> int:
+        return self.owner._largest
+
+    def _workers(self) -> int:
+        return self.owner.num_workers if self.owner._indexable else 1
+
+    def _outstanding(self) -> int:
+        return self.submitted - self.delivered
+
+    def _can_start(self) -> bool:
+        if self.stopped or self.error is not None or self.exhausted:
+            return False
+        if self.total is not None and self.submitted >= self.total:
+            return False
+        outstanding = self._outstanding()
+        if outstanding >= self.controller.depth:
+            return False
+        estimate = self._estimate()
+        if estimate == 0:  # nothing built yet: learn the size from one batch
+            return outstanding == 0
+        return self.held + self.reserved + estimate <= self.owner.max_bytes
+
+    def _fill(self) -> None:
+        while self._can_start():
+            position = self.submitted
+            indices = self.plan[position] if self.plan is not None else None
+            task = _Task(position, indices, self._estimate())
+            self.tasks[position] = task
+            self.reserved += task.reserved
+            self.submitted += 1
+            task.future = self._submit(indices)
+            task.future.add_done_callback(lambda f, t=task: self._built(t, f))
+
+    def _submit(self, indices: Any) -> cf.Future:
+        owner = self.owner
+        if owner.mode == "process" and owner._indexable:
+            return self.executor.submit(_build_in_process, indices)
+        if owner._indexable:
+            return self.executor.submit(
+                _build, owner._source, indices, owner.batch_size, owner.collate_fn, self.recorder.channel
+            )
+        return self.executor.submit(self._pull)
+
+    def _pull(self) -> Any:
+        """Next item of a plain iterable (one worker thread, so in order)."""
+        with self.pull_lock:
+            start = clock()
+            try:
+                batch = next(self.iterator)  # type: ignore[arg-type]
+            except StopIteration:
+                return _END
+            _emit(self.recorder.channel, start, batch, None)
+            return batch
+
+    def _built(self, task: _Task, future: cf.Future) -> None:
+        try:
+            self._account(task, future)
+        finally:
+            task.accounted.set()
+
+    def _account(self, task: _Task, future: cf.Future) -> None:
+        with self.lock:
+            self.reserved -= task.reserved
+            if future.cancelled():
+                return
+            if future.exception() is not None:
+                return
+            batch = future.result()
+            if batch is _END:
+                self.exhausted = True
+                task.size = 0
+                return
+            if self.owner.mode == "process":
+                from . import shm
+
+                if self.stopped:
+                    shm.discard(batch)
+                    return
+            size = nbytes(batch) if self.owner.mode == "thread" else _shared_size(batch)
+            task.size = size
+            if self.stopped:
+                return
+            self.held += size
+            self.ready += 1
+            owner = self.owner
+            if size > owner.max_bytes:
+                self.error = BudgetExceeded(
+                    f"a batch of {format_bytes(size)} ({size} bytes) does not fit in max_bytes="
+                    f"{format_bytes(owner.max_bytes)} ({owner.max_bytes} bytes)"
+                )
+            elif self.held + self.reserved > owner.max_bytes:
+                self.error = BudgetExceeded(
+                    f"batch {task.position} is {format_bytes(size)}, larger than any before "
+                    f"({format_bytes(owner._largest)}): with it, {format_bytes(self.held + self.reserved)} "
+                    f"would be in flight, over max_bytes={format_bytes(owner.max_bytes)}"
+                )
+            owner._largest = max(owner._largest, size)
+            self._fill()
+
+    # --- the consumer ------------------------------------------------------------------
+
+    def run(self) -> Iterator[Any]:
+        recorder = self.recorder
+        recorder.run_begin()
+        recorder.mark("depth", self.controller.depth)
+        try:
+            with self.lock:
+                self._fill()
+            while True:
+                asked = clock()
+                task = self._next_task()
+                if task is None:
+                    return
+                with self.lock:
+                    waited = not task.future.done()  # type: ignore[union-attr]
+                    full = self.ready >= self.controller.depth
+                    # Depth helps only while a worker sits idle for the lack of it.
+                    building = sum(1 for t in self.tasks.values() if not t.future.done())  # type: ignore[union-attr]
+                    idle = building < self._workers()
+                    room = self.held + self.reserved + 2 * self._estimate() <= self.owner.max_bytes
+                    changed = self.controller.observe(waited, full, can_grow=idle and room)
+                    if changed is not None:
+                        recorder.mark("depth", changed)
+                batch = self._take(task)
+                if batch is _END:
+                    return
+                got = clock()
+                samples = task.indices if isinstance(task.indices, list) else None
+                recorder.consumed(asked, got, nbytes=task.size, key=_key(task), samples=samples)
+                with self.lock:
+                    self._fill()
+                yield batch
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            recorder.mark("error", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self.stop()
+            recorder.run_end()
+
+    def _next_task(self) -> _Task | None:
+        with self.lock:
+            if self.total is not None and self.delivered >= self.total:
+                return None
+            self._fill()
+            if self.owner.ordered or not self.owner._indexable:
+                task = self.tasks.get(self.delivered)
+                pending = [] if task is None else [task]
+            else:
+                pending = [t for t in self.tasks.values() if not t.taken]
+            if not pending:
+                if self.error is not None:
+                    raise self.error
+                if self.exhausted:
+                    return None
+                raise RuntimeError("prefetcher has nothing to wait for before the end of the epoch")
+        if len(pending) == 1:
+            return pending[0]
+        done, _ = cf.wait([t.future for t in pending], return_when=cf.FIRST_COMPLETED)  # type: ignore[misc]
+        return next(t for t in pending if t.future in done)
+
+    def _take(self, task: _Task) -> Any:
+        future = task.future
+        assert future is not None
+        batch = future.result()
+        task.accounted.wait()
+        with self.lock:
+            if self.error is not None:
+                raise self.error
+            task.taken = True
+            del self.tasks[task.position]
+            if batch is _END:
+                return _END
+            self.delivered += 1
+            self.ready -= 1
+            self.held -= task.size or 0
+        if self.owner.mode == "process":
+            from . import shm
+
+            batch = shm.adopt(batch)
+        return batch
+
+    def stop(self) -> None:
+        """Cancel what is not started, drop what is built, stop the workers."""
+        with self.lock:
+            if self.stopped:
+                return
+            self.stopped = True
+            tasks = list(self.tasks.values())
+        for task in tasks:
+            if task.future is not None:
+                task.future.cancel()
+        _shutdown(self.executor)
+        if self.owner.mode == "process":
+            from . import shm
+
+            for task in tasks:
+                future = task.future
+                if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+                    shm.discard(future.result())
+            shm.sweep(os.getpid())
+        with self.lock:
+            self.tasks.clear()
+            self.held = self.reserved = self.ready = 0
+
+
+class _EndMarker:
+    def __repr__(self) -> str:
+        return "<end of iterable>"
+
+
+_END = _EndMarker()
+
+
+def _key(task: _Task) -> Any:
+    if task.indices is None:
+        return None
+    return tuple(task.indices) if isinstance(task.indices, list) else task.indices
+
+
+def _emit(channel: Channel, start: float, batch: Any, indices: Any) -> None:
+    key = None if indices is None else (tuple(indices) if isinstance(indices, list) else indices)
+    index = indices if isinstance(indices, int) else None
+    channel.emit(
+        (start, clock(), nbytes(batch), index, key_of(key), os.getpid(), threading.get_native_id())
+    )
+
+
+def _make(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None) -> Any:
+    if batch_size is None:
+        return source[indices]
+    items = [source[i] for i in indices]
+    return (collate_fn or default_collate)(items)
+
+
+def _build(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel) -> Any:
+    start = clock()
+    batch = _make(source, indices, batch_size, collate_fn)
+    _emit(channel, start, batch, indices)
+    return batch
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_process(source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, owner: int) -> None:
+    _WORKER.update(source=source, batch_size=batch_size, collate_fn=collate_fn, channel=channel, owner=owner)
+
+
+def _build_in_process(indices: Any) -> Any:
+    from . import shm
+
+    w = _WORKER
+    batch = _build(w["source"], indices, w["batch_size"], w["collate_fn"], w["channel"])
+    return shm.export(batch, w["owner"])
+
+
+def _shared_size(batch: Any) -> int:
+    """Bytes of a batch as a worker process sent it (descriptors counted at full size)."""
+    from . import shm
+
+    if isinstance(batch, shm.SharedArray):
+        import numpy as np
+
+        count = 1
+        for dim in batch.shape:
+            count *= dim
+        return count * np.dtype(batch.dtype).itemsize
+    if isinstance(batch, (tuple, list)):
+        return sum(_shared_size(item) for item in batch)
+    if isinstance(batch, dict):
+        return sum(_shared_size(item) for item in batch.values())
+    return nbytes(batch)
+
+
+def default_collate(items: list[Any]) -> Any:
+    """Join samples into a batch: arrays and numbers are stacked, tuples, lists and
+    dicts are joined field by field; torch tensors use torch's own collate.
+
+    >>> import numpy as np
+    >>> x, y = default_collate([(np.zeros(2), 1), (np.ones(2), 0)])
+    >>> x.shape, y.tolist()
+    ((2, 2), [1, 0])
+    """
+    import numpy as np
+
+    first = items[0]
+    if type(first).__module__.startswith("torch"):
+        from torch.utils.data import default_collate as torch_collate
+
+        return torch_collate(items)
+    if isinstance(first, tuple):
+        return tuple(default_collate(list(group)) for group in zip(*items))
+    if isinstance(first, list):
+        return [default_collate(list(group)) for group in zip(*items)]
+    if isinstance(first, dict):
+        return {key: default_collate([item[key] for item in items]) for key in first}
+    if any(type(item).__module__.startswith("torch") for item in items):
+        from torch.utils.data import default_collate as torch_collate
+
+        return torch_collate(items)
+    return np.stack([np.asarray(item) for item in items])
+
+
+def _shutdown(executor: cf.Executor) -> None:
+    if isinstance(executor, cf.ProcessPoolExecutor):
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+        executor.shutdown(wait=True)
+    else:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _close_all(recorder: Recorder, pid: int) -> None:
+    recorder.close()
+    if os.getpid() == pid:
+        from . import shm
+
+        if shm.available():
+            shm.sweep(pid)
+
+
+def _indexable(source: Any) -> bool:
+    if not hasattr(source, "__getitem__") or isinstance(source, (str, bytes, dict)):
+        return False
+    try:
+        _length(source)
+    except TypeError:
+        return False
+    return True
+
+
+def _length(source: Any) -> int:
+    count = getattr(source, "num_batches", None) if _is_pydataset(source) else None
+    if count is None:
+        count = len(source)
+    return int(count)
+
+
+def _is_pydataset(obj: Any) -> bool:
+    return any(c.__name__ == "PyDataset" and c.__module__.startswith("keras") for c in type(obj).__mro__)

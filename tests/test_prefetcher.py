@@ -1,0 +1,333 @@
+"""The memory-bounded prefetcher: order, exactly once, the byte bound, errors, shutdown."""
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import traceback
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import queuetune
+from helpers import assert_nothing_left_running
+from queuetune import BudgetExceeded, Prefetcher
+
+
+class Recorded:
+    """Item i is ``sizes[i]`` bytes; every build and take is logged with the time."""
+
+    def __init__(self, sizes, delays=None, fail_at=None):
+        self.sizes, self.delays, self.fail_at = list(sizes), delays, fail_at
+        self.log = []
+        self.lock = threading.Lock()
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def __getitem__(self, i):
+        if not 0 <= i < len(self.sizes):
+            raise IndexError(i)
+        with self.lock:
+            self.log.append(("start", i, time.monotonic()))
+        if self.delays:
+            time.sleep(self.delays[i % len(self.delays)])
+        if i == self.fail_at:
+            raise KeyError(f"record {i} is corrupt")
+        batch = np.full(self.sizes[i], i % 251, dtype=np.uint8)
+        batch[0] = i % 256
+        with self.lock:
+            self.log.append(("end", i, time.monotonic()))
+        return {"i": i, "x": batch}
+
+    def taken(self, i):
+        with self.lock:
+            self.log.append(("take", i, time.monotonic()))
+
+    def peak_bytes(self, since="start"):
+        """Most bytes of batches started (or, with since="end", finished) and not
+        yet taken, at any moment."""
+        held, peak = 0, 0
+        for kind, i, _ in sorted(self.log, key=lambda e: e[2]):
+            if kind == since:
+                held += self.sizes[i]
+            elif kind == "take":
+                held -= self.sizes[i]
+            peak = max(peak, held)
+        return peak
+
+    def builds(self):
+        return [i for kind, i, _ in self.log if kind == "start"]
+
+
+def consume(prefetcher, source, limit=None):
+    got = []
+    for batch in prefetcher:
+        source.taken(batch["i"])
+        got.append(batch["i"])
+        if limit is not None and len(got) >= limit:
+            break
+    return got
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    first=st.integers(1_000, 50_000),
+    others=st.lists(st.integers(1, 50_000), max_size=25),
+    delays=st.lists(st.sampled_from([0.0, 0.0005, 0.002]), min_size=1, max_size=4),
+    workers=st.integers(1, 4),
+    ordered=st.booleans(),
+    adaptive=st.booleans(),
+    depth=st.integers(1, 6),
+    slack=st.integers(0, 4),
+)
+def test_every_batch_once_in_order_and_within_the_budget(first, others, delays, workers, ordered, adaptive, depth, slack):
+    # the first batch is the largest, so the reservation never underestimates
+    sizes = [first] + [min(s, first) for s in others]
+    source = Recorded(sizes, delays)
+    budget = first * (1 + slack)
+    with Prefetcher(source, max_bytes=budget, workers=workers, ordered=ordered, adaptive=adaptive,
+                    depth=None if adaptive else depth, sample_memory=False) as p:
+        got = consume(p, source)
+        if ordered:
+            assert got == list(range(len(sizes)))
+        else:
+            assert sorted(got) == list(range(len(sizes)))
+        assert sorted(source.builds()) == list(range(len(sizes)))  # nothing built twice, nothing past the end
+        assert source.peak_bytes() <= budget
+        depths = [m.value for m in p.trace().marks if m.kind == "depth"]
+        assert all(1 <= d <= (64 if adaptive else depth) for d in depths)
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=30, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40_000), min_size=1, max_size=20), slack=st.integers(0, 3), workers=st.integers(1, 3))
+def test_a_batch_that_outgrows_the_budget_fails_clearly_never_silently(sizes, slack, workers):
+    source = Recorded(sizes, [0.0005])
+    budget = sizes[0] * (1 + slack)
+    with Prefetcher(source, max_bytes=budget, workers=workers, sample_memory=False) as p:
+        try:
+            got = consume(p, source)
+        except BudgetExceeded as exc:
+            assert "max_bytes" in str(exc)
+        else:
+            assert got == list(range(len(sizes)))
+            assert source.peak_bytes(since="end") <= budget
+    assert_nothing_left_running()
+
+
+def test_one_batch_larger_than_the_budget_is_an_error_at_the_first_batch():
+    source = Recorded([5000, 10])
+    with Prefetcher(source, max_bytes=4096) as p:
+        with pytest.raises(BudgetExceeded, match=r"4\.9 KiB \(5000 bytes\) does not fit in max_bytes=4\.0 KiB \(4096 bytes\)"):
+            next(iter(p))
+    assert source.builds() == [0]
+
+
+@pytest.mark.timeout(60)
+def test_a_pause_does_not_fill_memory_beyond_the_budget():
+    source = Recorded([10_000] * 40, [0.001])
+    with Prefetcher(source, max_bytes=35_000, workers=4, sample_memory=False) as p:
+        it = iter(p)
+        for _ in range(5):
+            source.taken(next(it)["i"])
+        time.sleep(0.3)  # the consumer pauses (validation, a checkpoint)
+        for batch in it:
+            source.taken(batch["i"])
+    assert source.peak_bytes() <= 35_000
+
+
+@pytest.mark.timeout(60)
+def test_no_batch_of_a_broken_epoch_is_served_in_the_next():
+    source = Recorded([100] * 12, [0.001])
+    with Prefetcher(source, max_bytes=10_000, workers=3, adaptive=False, depth=6) as p:
+        assert consume(p, source, limit=4) == [0, 1, 2, 3]
+        assert consume(p, source) == list(range(12))
+        assert consume(p, source) == list(range(12))
+        report = p.report()
+    assert [(c.epoch, c.duplicates, c.never_count) for c in report.coverage] == [(0, [], 8), (1, [], 0), (2, [], 0)]
+
+
+@pytest.mark.timeout(60)
+def test_shuffle_changes_the_order_each_epoch_but_never_the_contents():
+    source = Recorded([10] * 30)
+    with Prefetcher(source, max_bytes=10_000, shuffle=True, seed=3) as p:
+        a, b = consume(p, source), consume(p, source)
+    assert sorted(a) == sorted(b) == list(range(30)) and a != b
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_worker_error_reaches_the_consumer_with_its_traceback(mode):
+    source = Recorded([100] * 10, fail_at=4)
+    with Prefetcher(source, max_bytes=10_000, workers=2, mode=mode) as p:
+        got = []
+        with pytest.raises(KeyError, match="record 4 is corrupt") as info:
+            for batch in p:
+                got.append(batch["i"])
+        assert got == [0, 1, 2, 3]
+        text = "".join(traceback.format_exception(info.value))
+        assert "__getitem__" in text
+        assert p.report().errors
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["thread", "process"])
+@pytest.mark.parametrize("how", ["break", "raise", "interrupt", "gc"])
+def test_workers_stop_however_the_consumer_leaves(mode, how):
+    source = Recorded([50_000] * 50, [0.002])
+    p = Prefetcher(source, max_bytes="1MiB", workers=2, mode=mode)
+    if how == "gc":
+        it = iter(p)
+        next(it)
+        del it
+        gc.collect()
+    else:
+        error = {"raise": ValueError, "interrupt": KeyboardInterrupt}.get(how)
+        try:
+            for n, _ in enumerate(p):
+                if n == 3:
+                    if error is None:
+                        break
+                    raise error("consumer stops")
+        except (ValueError, KeyboardInterrupt):
+            pass
+    # the workers are gone at once; the prefetcher's own recorder stays until close()
+    assert_nothing_left_running(timeout=10, threads=False)
+    assert not [t for t in threading.enumerate() if t.name.startswith("queuetune-prefetch")]
+    p.close()
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_process_mode_passes_arrays_through_shared_memory():
+    from queuetune import shm
+
+    source = Recorded([300_000] * 6)
+    with Prefetcher(source, max_bytes="4MiB", workers=2, mode="process") as p:
+        batches = list(p)
+    assert [b["i"] for b in batches] == list(range(6))
+    assert all(isinstance(b["x"].base, __import__("mmap").mmap) for b in batches)  # mapped, not unpickled
+    assert all(int(b["x"][0]) == i % 256 for i, b in enumerate(batches))
+    assert shm.sweep(__import__("os").getpid()) == 0  # no file left behind
+
+
+@pytest.mark.timeout(60)
+def test_adaptive_depth_grows_while_the_consumer_waits_and_is_recorded():
+    source = Recorded([1000] * 60, [0.005])
+    with Prefetcher(source, max_bytes="1MiB", workers=4, sample_memory=False) as p:
+        consume(p, source)
+        depths = [m.value for m in p.trace().marks if m.kind == "depth"]
+    assert depths[0] == 1
+    assert max(depths) >= 3  # deepened while the consumer waited and workers sat idle
+    assert max(depths) <= 4 + 1  # not past the point where every worker is busy
+
+
+@pytest.mark.timeout(60)
+def test_plain_iterables_and_batching_samples():
+    with Prefetcher(iter(range(7)), max_bytes=1000) as p:
+        assert list(p) == list(range(7))
+    samples = [(np.full(3, i, "float32"), i) for i in range(10)]
+    with Prefetcher(samples, max_bytes="1MiB", batch_size=4) as p:
+        batches = list(p)
+        report = p.report()
+    assert [b[1].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert batches[0][0].shape == (4, 3)
+    assert report.coverage[0].unit == "sample" and report.coverage[0].never_count == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        ({"max_bytes": 0}, ValueError, "0"),
+        ({"max_bytes": "lots"}, ValueError, "lots"),
+        ({"max_bytes": 100, "workers": 0}, ValueError, "workers"),
+        ({"max_bytes": 100, "mode": "fiber"}, ValueError, "mode"),
+        ({"max_bytes": 100, "depth": 0, "adaptive": False}, ValueError, "depth"),
+        ({"max_bytes": 100, "depth": 100}, ValueError, "max_depth"),
+        ({"max_bytes": 100, "collate_fn": list}, ValueError, "batch_size"),
+    ],
+)
+def test_bad_arguments(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Prefetcher([1, 2], **kwargs)
+
+
+@pytest.mark.parametrize("source", [5, None, "text", {"a": 1}])
+def test_not_a_source(source):
+    with pytest.raises(TypeError, match="indexable dataset or an iterable"):
+        Prefetcher(source, max_bytes=100)
+
+
+def test_a_closed_prefetcher_refuses_a_new_epoch():
+    p = Prefetcher([1], max_bytes=100)
+    p.close()
+    with pytest.raises(ValueError, match="closed"):
+        iter(p)
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(60)
+def test_torch_map_dataset_in_a_plain_loop():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import Dataset
+
+    class Squares(Dataset):
+        def __len__(self):
+            return 20
+
+        def __getitem__(self, i):
+            return torch.tensor([i, i * i])
+
+    with Prefetcher(Squares(), max_bytes="1MiB", batch_size=8, shuffle=True, seed=0, workers=2) as p:
+        batches = list(p)
+        cov = p.report().coverage[0]
+    assert all(isinstance(b, torch.Tensor) for b in batches)
+    assert sorted(int(v) for b in batches for v in b[:, 0]) == list(range(20))
+    assert (cov.duplicates, cov.never_count) == ([], 0)
+
+
+@pytest.mark.keras
+@pytest.mark.timeout(120)
+def test_keras_fit_and_predict_take_the_prefetcher_and_nothing_carries_over():
+    keras = pytest.importorskip("keras")
+
+    class Data(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__()
+
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return np.full((4, 3), i, "float32"), np.zeros((4, 1), "float32")
+
+    seen = []
+
+    class Recording(keras.Model):
+        def train_step(self, data):
+            seen.append(int(data[0][0, 0]))
+            return super().train_step(data)
+
+        def predict_step(self, data):
+            x = data[0] if isinstance(data, (tuple, list)) else data
+            seen.append(int(x[0, 0]) if x.ndim == 2 else int(x[0][0, 0]))
+            return super().predict_step(data)
+
+    inp = keras.Input((3,))
+    model = Recording(inp, keras.layers.Dense(1)(inp))
+    model.compile("sgd", "mse")
+    p = Prefetcher(Data(), max_bytes="1MiB", workers=2)
+    assert isinstance(p, keras.utils.PyDataset)
+    model.fit(p, epochs=2, shuffle=False, verbose=0)
+    assert seen == list(range(8)) * 2
+    seen.clear()
+    model.predict(p, steps=3, verbose=0)
+    model.predict(p, steps=3, verbose=0)
+    assert seen == [0, 1, 2, 0, 1, 2]  # Keras's own enqueuer would serve 3, 4, 5 the second time
+    p.close()
