@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .adaptive import DepthController
+from .kinds import is_pydataset
 from .nbytes import nbytes
 from .recorder import Channel, Recorder, clock, key_of
 from .trace import Trace
@@ -65,7 +66,7 @@ class Prefetcher:
     """
 
     def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> Prefetcher:
-        if cls is Prefetcher and _is_pydataset(source):
+        if cls is Prefetcher and is_pydataset(source):
             from .frameworks.keras import KerasPrefetcher
 
             cls = KerasPrefetcher
@@ -613,11 +614,7 @@ def _indexable(source: Any) -> bool:
 
 
 def _length(source: Any) -> int:
-    count = getattr(source, "num_batches", None) if _is_pydataset(source) else None
+    count = getattr(source, "num_batches", None) if is_pydataset(source) else None
     if count is None:
         count = len(source)
     return int(count)
-
-
-def _is_pydataset(obj: Any) -> bool:
-    return any(c.__name__ == "PyDataset" and c.__module__.startswith("keras") for c in type(obj).__mro__)

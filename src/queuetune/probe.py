@@ -6,6 +6,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .kinds import is_dataloader, is_pydataset
 from .nbytes import nbytes
 from .recorder import Recorder, clock
 from .trace import Trace
@@ -113,11 +114,11 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
     if _is_watched(loader):
         raise ValueError("this loader is already watched by queuetune")
     meta: dict[str, Any] = {"name": name} if name else {}
-    if _has_base(loader, "PyDataset", "keras"):
+    if is_pydataset(loader):
         from .frameworks.keras import watch_pydataset
 
         return _register(*watch_pydataset(loader, meta, sample_memory))
-    if _has_base(loader, "DataLoader", "torch.utils.data"):
+    if is_dataloader(loader):
         from .frameworks.torch import watch_dataloader
 
         return _register(*watch_dataloader(loader, meta, sample_memory))
@@ -165,12 +166,6 @@ def _is_watched(obj: Any) -> bool:
         return obj in _PROBES
     except TypeError:
         return False
-
-
-def _has_base(obj: Any, name: str, module: str) -> bool:
-    return any(
-        cls.__name__ == name and cls.__module__.startswith(module) for cls in type(obj).__mro__
-    )
 
 
 def _with_loader_meta(meta: dict[str, Any], loader: Any) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from .analysis import Report, analyze
 from .knobs import BY_FRAMEWORK, Knobs, reachable_depths
 from .nbytes import nbytes
 from .prefetch import prefetch
-from .probe import _has_base, probe_of, watch
+from .kinds import is_dataloader, is_keras_model, is_pydataset, is_tf_dataset
+from .probe import probe_of, watch
 from .recorder import clock
 from .trace import Trace
 from .units import format_bytes, parse_bytes, positive_int
@@ -57,7 +58,7 @@ def as_job(made: Any) -> Job:
         job = made
     elif isinstance(made, tuple) and len(made) == 2:
         loader, consumer = made
-        if _has_base(consumer, "Model", "keras") or _has_base(consumer, "Layer", "keras"):
+        if is_keras_model(consumer):
             job = Job(loader, model=consumer)
         elif callable(consumer):
             job = Job(loader, step=consumer)
@@ -84,11 +85,11 @@ def detect_framework(loader: Any) -> str:
     >>> detect_framework(iter([1]))
     'python'
     """
-    if _has_base(loader, "PyDataset", "keras"):
+    if is_pydataset(loader):
         return "keras"
-    if _has_base(loader, "DataLoader", "torch.utils.data"):
+    if is_dataloader(loader):
         return "torch"
-    if _has_base(loader, "DatasetV2", "tensorflow"):
+    if is_tf_dataset(loader):
         return "tfdata"
     if isinstance(loader, Iterable):
         return "python"
