@@ -274,3 +274,19 @@ def test_cli_tune_bad_input_is_one_line_exit_2(capsys, args, message):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_paired_rounds_decide_over_round_to_round_noise():
+    from queuetune.knobs import QUEUETUNE_PREFETCH
+    from queuetune.tune import Trial, _summarise
+
+    # the machine was twice as fast in round 1; within each round depth 2 is 99 % of depth 5
+    def trial(buffer, round_, rate):
+        return Trial({"buffer": buffer}, buffer + 1, round_, 50, rate, buffer + 2, (buffer + 2) * 10, None, None)
+
+    trials = [trial(1, 0, 99.0), trial(4, 0, 100.0), trial(1, 1, 198.0), trial(4, 1, 200.0),
+              trial(1, 2, 99.0), trial(4, 2, 100.0)]
+    summary = _summarise(trials, QUEUETUNE_PREFETCH, {"buffer": 4}, [])
+    assert [round(c.share(summary), 3) for c in summary] == [0.99, 1.0]
+    assert decide(summary, 0.02, None).settings == {"buffer": 1}
+    assert decide(summary, 0.005, None).settings == {"buffer": 4}

@@ -167,6 +167,16 @@ class Candidate:
     predicted_throughput: float | None = None
     predicted_peak_in_flight_batches: float | None = None
     is_default: bool = False
+    relative: float | None = None
+
+    def share(self, candidates: list[Candidate]) -> float:
+        """Its throughput as a share of the best: the median over rounds of its
+        share of that round's best when rounds were paired, else of medians."""
+        relatives = [c.relative for c in candidates if c.relative is not None]
+        if self.relative is not None and relatives:
+            return self.relative / max(relatives)
+        best = max(c.throughput for c in candidates)
+        return self.throughput / best if best else 0.0
 
     def label(self, knobs: Knobs) -> str:
         shown = {k: v for k, v in self.settings.items() if v is not None}
@@ -556,6 +566,11 @@ def _summarise(
     groups: dict[str, list[Trial]] = {}
     for t in trials:
         groups.setdefault(json.dumps(t.settings, sort_keys=True), []).append(t)
+    # Trials of one round ran back to back: comparing within a round cancels
+    # what the machine did between rounds.
+    round_best: dict[int, float] = {}
+    for t in trials:
+        round_best[t.round] = max(round_best.get(t.round, 0.0), t.throughput)
     summary = []
     for group in groups.values():
         settings = group[0].settings
@@ -575,6 +590,9 @@ def _summarise(
                 predicted_throughput=predicted["throughput"] if predicted else None,
                 predicted_peak_in_flight_batches=predicted["peak_built_batches"] if predicted else None,
                 is_default=settings == default,
+                relative=statistics.median(
+                    t.throughput / round_best[t.round] if round_best[t.round] else 0.0 for t in group
+                ),
             )
         )
     return sorted(summary, key=lambda c: c.depth)
@@ -583,6 +601,8 @@ def _summarise(
 def decide(candidates: list[Candidate], tolerance: float, budget: int | None) -> Candidate | None:
     """The least peak in-flight memory among candidates within ``tolerance`` of the
     best measured throughput (and under ``budget``); ties go to the shallower queue.
+    Throughput is compared round by round where the trials were paired (see
+    :meth:`Candidate.share`).
 
     >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
     >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
@@ -591,11 +611,10 @@ def decide(candidates: list[Candidate], tolerance: float, budget: int | None) ->
     """
     if not candidates:
         return None
-    best = max(c.throughput for c in candidates)
     keeping = [
         c
         for c in candidates
-        if c.throughput >= (1 - tolerance) * best and (budget is None or c.peak_in_flight_bytes <= budget)
+        if c.share(candidates) >= 1 - tolerance and (budget is None or c.peak_in_flight_bytes <= budget)
     ]
     if not keeping:
         return None
@@ -612,12 +631,11 @@ def explain(result: TuneResult, knobs: Knobs, baseline: Report, default_depth: i
             f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run: "
             f"{baseline.verdict})."
         )
-    best = max((c.throughput for c in result.candidates), default=0.0)
-    for c in result.candidates:
-        share = c.throughput / best if best else 0.0
+    candidates = result.candidates
+    for c in candidates:
         lines.append(
             f"{c.label(knobs)}{' (default)' if c.is_default else ''}: {c.throughput:.1f} batches/s "
-            f"({share:.1%} of the best), peak {c.peak_in_flight_batches} batches / "
+            f"({c.share(candidates):.1%} of the best, round by round), peak {c.peak_in_flight_batches} batches / "
             f"{format_bytes(c.peak_in_flight_bytes)} in flight over {c.trials} trial(s)"
         )
     chosen, default = result.chosen, result.default
@@ -625,11 +643,11 @@ def explain(result: TuneResult, knobs: Knobs, baseline: Report, default_depth: i
         limit = f" under the budget of {format_bytes(result.budget)}" if result.budget else ""
         lines.append(f"No setting kept {1 - result.tolerance:.0%} of the best throughput{limit}.")
         under = [c for c in result.candidates if result.budget and c.peak_in_flight_bytes <= result.budget]
-        if under and best:
-            fastest = max(under, key=lambda c: c.throughput)
+        if under:
+            fastest = max(under, key=lambda c: c.share(candidates))
             lines.append(
                 f"Under the budget the fastest was {fastest.label(knobs)}, at "
-                f"{fastest.throughput / best:.1%} of the best throughput."
+                f"{fastest.share(candidates):.1%} of the best throughput."
             )
         return lines
     lines.append(f"Chosen: {chosen.label(knobs)}.")
