@@ -348,9 +348,9 @@ def after_warmup(trace: Trace, warmup: int) -> Trace:
     (start-up: imports, model build, worker start).
 
     >>> from queuetune.trace import Consumed, Produced
-    >>> t = Trace(produced=[Produced(i, i, 1) for i in range(5)], consumed=[Consumed(i, i) for i in range(5)])
+    >>> t = Trace(produced=[Produced(i, i, 1) for i in range(8)], consumed=[Consumed(i, i) for i in range(8)])
     >>> len(after_warmup(t, 2).consumed), len(after_warmup(t, 2).produced)
-    (3, 3)
+    (6, 6)
     """
     if warmup <= 0 or len(trace.consumed) - warmup < 4:
         return trace
