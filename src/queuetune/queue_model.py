@@ -292,8 +292,9 @@ class PipelineModel:
 
 def handover_time(trace: Trace) -> float:
     """The consumer's time to take a batch that is already built (the framework's
-    conversion, its callbacks, the probe): the median wait of the batches that
-    were finished before the consumer asked for them, 0 when there are fewer
+    conversion, its callbacks, the probe): the mean wait of the batches that
+    were finished before the consumer asked for them (the mean, since the
+    consumer pays every one of them), 0 when there are fewer
     than 3 such batches. It stays whatever the depth, so it belongs to the step.
 
     >>> from queuetune.trace import Consumed, Produced
@@ -310,7 +311,7 @@ def handover_time(trace: Trace) -> float:
         for c, j in zip(trace.consumed, match(trace).consumed)
         if j is not None and produced[j].end <= c.requested
     ]
-    return max(0.0, float(np.median(ready))) if len(ready) >= 3 else 0.0
+    return max(0.0, float(np.mean(ready))) if len(ready) >= 3 else 0.0
 
 
 def _trace_workers(trace: Trace) -> int:

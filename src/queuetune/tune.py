@@ -344,8 +344,10 @@ def _run_prefetched(job: Job, buffer: int, steps: int) -> Trace:
 
 
 def after_warmup(trace: Trace, warmup: int) -> Trace:
-    """The trace without its first ``warmup`` consumed and produced batches
-    (start-up: imports, model build, worker start).
+    """The trace without its first ``warmup`` consumed batches and the batches
+    built for them (start-up: imports, model build, worker start). Batches are
+    matched on the whole trace first, so batches finished out of order keep
+    their partners.
 
     >>> from queuetune.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(i, i, 1) for i in range(8)], consumed=[Consumed(i, i) for i in range(8)])
@@ -354,11 +356,16 @@ def after_warmup(trace: Trace, warmup: int) -> Trace:
     """
     if warmup <= 0 or len(trace.consumed) - warmup < 4:
         return trace
+    from .analysis import match
+
+    matching = match(trace)
+    dropped = {j for j in matching.consumed[:warmup] if j is not None}
+    dropped |= {i for _, i in matching.hidden}
     return Trace(
-        meta=trace.meta,
+        meta={k: v for k, v in trace.meta.items() if k != "pre_run_consumes"},
         start=trace.start,
         end=trace.end,
-        produced=trace.produced[warmup:],
+        produced=[p for i, p in enumerate(trace.produced) if i not in dropped],
         consumed=trace.consumed[warmup:],
         marks=trace.marks,
         memory=trace.memory,
@@ -651,6 +658,12 @@ def explain(result: TuneResult, knobs: Knobs, baseline: Report, default_depth: i
             )
         return lines
     lines.append(f"Chosen: {chosen.label(knobs)}.")
+    deepest = max((p["depth"] for p in result.predictions), default=None)
+    if deepest is not None and chosen.depth >= deepest:
+        lines.append(
+            f"The chosen depth is the deepest tried ({deepest}): throughput may still rise "
+            "deeper (try a larger max_depth, or a budget)."
+        )
     if default is not None and default is not chosen and default.peak_in_flight_bytes and default.throughput:
         saved = default.peak_in_flight_bytes - chosen.peak_in_flight_bytes
         ratio = chosen.throughput / default.throughput
