@@ -1,0 +1,711 @@
+"""How well the queue model predicts measured throughput and in-flight batches.
+
+Run: KERAS_BACKEND=torch .venv/bin/python benchmarks/model_accuracy.py
+         [--steps 500] [--warmup 25] [--rounds 3] [--loader torch|keras|both]
+         [--json] [--out benchmarks/results] [--render model_accuracy.json]
+
+What is measured, and how:
+
+- Two loaders over the same synthetic items. Item ``i`` sleeps a producer time
+  drawn in advance from a seeded distribution and returns a 64 KiB float32
+  array; the consumer sleeps a step time (uniform 6-8 ms, seeded). Sleeping
+  releases the GIL, so the workers really build in parallel, and the times do
+  not depend on how busy the two cores are. Every run reads items
+  ``0 .. steps-1`` in order (Keras first serves the few items read ahead
+  while ``fit`` builds the model), so every depth sees the same producer
+  times.
+
+  * torch: ``DataLoader(SleepDataset, batch_size=None, num_workers=k,
+    prefetch_factor=f)`` (worker processes; depth = f x k), consumed by a step
+    function. torch hands item ``i`` to worker ``i mod k``.
+  * keras: ``PyDataset(workers=k, max_queue_size=q)`` (worker threads; depth =
+    q + 1), consumed by ``fit`` on a Keras model whose ``train_step`` sleeps.
+    Keras's thread pool takes the submitted items in order, the queue model's
+    shared pool.
+
+- Three producer distributions: constant (20 ms), exponential (mean 20 ms) and
+  heavy-tailed (12 ms, plus 120 ms with probability 0.04: mostly short with
+  rare long stalls).
+- For each loader and distribution, one traced baseline run (torch
+  ``num_workers=4, prefetch_factor=2``, Keras ``workers=4, max_queue_size=7``:
+  depth 8 both) through ``queuetune.tune.run_trial``; the model is
+  ``PipelineModel.from_trace(after_warmup(trace, warmup))`` and the prediction
+  for each tested setting is ``simulate(model, depth, workers=k)``. Settings
+  tested: depths 2 (2 workers), 4, 8, 16 and 24 (4 workers).
+- Measured: every setting of every distribution and loader is run ``rounds``
+  times, interleaved (A B C ... A B C ...) in this one process; the measured
+  throughput is the median of the rounds' consumer throughput after the
+  warm-up batches (``run_trial``'s third value). A discarded run per loader
+  comes first (imports, first fork, first model build).
+- Error = predicted / measured - 1. The target: within 5 % for every depth.
+- Peaks: the model's ``peak_built_batches`` beside the highest measured
+  ``peak_in_flight_batches`` of the rounds (batches built and not yet
+  released by the step), after the warm-up and over the whole run (Keras
+  serves the read-ahead of the model-building call first, a start-up
+  transient the model does not simulate).
+- Diagnostics, not part of queuetune: replays of the baseline trace's own
+  item times (item by item, in order) and consumer steps over the measured
+  items, changing one rule at a time from the model's to the loader's: the
+  hand-over statistic (median -> mean), the assignment of items to workers
+  (torch round-robin), and the rest of the loader's rule (torch: delivery
+  from a worker process and the next index sent after the receive; Keras: a
+  place under the bound frees when the consumer asks). Where a replay step
+  removes the error, that rule explains it.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import heapq
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import queuetune
+from queuetune.analysis import match
+from queuetune.queue_model import PipelineModel, handover_time, simulate
+from queuetune.trace import Trace
+from queuetune.tune import after_warmup, run_trial
+
+ITEM_FLOATS = 16_384  # 64 KiB of float32 per batch
+CONSUMER_LOW, CONSUMER_HIGH = 0.006, 0.008
+TARGET = 0.05
+REPLAYS = ("replay_model_rule", "replay_mean_handover", "replay_assignment", "replay_loader_rule")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A producer-time distribution and the seeded times it gives to items."""
+
+    name: str
+    description: str
+    draw: Callable[[np.random.Generator, int], np.ndarray]
+
+
+def _constant(rng: np.random.Generator, n: int) -> np.ndarray:
+    return np.full(n, 0.020)
+
+
+def _exponential(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.exponential(0.020, n)
+
+
+def _heavy(rng: np.random.Generator, n: int) -> np.ndarray:
+    return 0.012 + 0.120 * (rng.random(n) < 0.04)
+
+
+WORKLOADS = [
+    Workload("constant", "20 ms every item", _constant),
+    Workload("exponential", "exponential, mean 20 ms", _exponential),
+    Workload("heavy-tailed", "12 ms, plus a 120 ms stall with probability 0.04 (mean 16.8 ms)", _heavy),
+]
+
+
+class SleepItems:
+    """Item ``i`` sleeps ``times[i]`` seconds and returns a 64 KiB float32 array."""
+
+    def __init__(self, times: np.ndarray) -> None:
+        self.times = [float(t) for t in times]
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def item(self, index: int) -> np.ndarray:
+        time.sleep(self.times[index])
+        return np.full(ITEM_FLOATS, index, dtype=np.float32)
+
+
+Factory = Callable[..., tuple[Any, Any]]
+
+
+@dataclass(frozen=True)
+class Loader:
+    """One framework's loader under test: its knobs, the settings tried, the
+    baseline the model is built from, and a factory maker."""
+
+    framework: str
+    label: str
+    workers_knob: str
+    depth_knob: str
+    settings: list[tuple[int, int]]
+    baseline: tuple[int, int]
+    make_factory: Callable[[np.ndarray, np.ndarray], Factory]
+    rule: str
+    round_robin: bool
+    free_at_request: bool
+    worker_processes: bool
+
+    def depth(self, workers: int, knob: int) -> int:
+        return workers * knob if self.framework == "torch" else knob + 1
+
+    def as_settings(self, workers: int, knob: int) -> dict[str, int]:
+        return {self.workers_knob: workers, self.depth_knob: knob}
+
+
+def torch_factory(producer: np.ndarray, consumer: np.ndarray) -> Factory:
+    """``make(num_workers, prefetch_factor)``: a fresh DataLoader over the items
+    and a step function that sleeps the consumer time of the step it is at."""
+    import torch.utils.data
+
+    class SleepDataset(torch.utils.data.Dataset):
+        def __init__(self) -> None:
+            self.items = SleepItems(producer)
+
+        def __len__(self) -> int:
+            return len(self.items)
+
+        def __getitem__(self, index: int) -> np.ndarray:
+            return self.items.item(index)
+
+    def make(num_workers: int = 4, prefetch_factor: int = 2) -> tuple[Any, Callable[[Any], None]]:
+        loader = torch.utils.data.DataLoader(
+            SleepDataset(), batch_size=None, num_workers=num_workers, prefetch_factor=prefetch_factor
+        )
+        counter = [0]
+
+        def step(batch: Any) -> None:
+            i = counter[0]
+            counter[0] += 1
+            time.sleep(consumer[i % len(consumer)])
+
+        return loader, step
+
+    return make
+
+
+def keras_factory(producer: np.ndarray, consumer: np.ndarray) -> Factory:
+    """``make(workers, max_queue_size)``: a fresh PyDataset (threads) over the
+    items, batches of shape (1, 16384), and a compiled Keras model whose
+    ``train_step`` sleeps the consumer time of the step it is at."""
+    import keras
+
+    class SleepPyDataset(keras.utils.PyDataset):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.items = SleepItems(producer)
+
+        def __len__(self) -> int:
+            return len(self.items)
+
+        def __getitem__(self, index: int) -> np.ndarray:
+            return self.items.item(index)[None, :]
+
+    class SleepModel(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.steps_taken = 0
+
+        def call(self, inputs: Any) -> Any:
+            return inputs
+
+        def train_step(self, data: Any) -> dict[str, Any]:
+            time.sleep(consumer[self.steps_taken % len(consumer)])
+            self.steps_taken += 1
+            return {}
+
+    def make(workers: int = 4, max_queue_size: int = 7) -> tuple[Any, Any]:
+        model = SleepModel()
+        model.compile()
+        return SleepPyDataset(workers=workers, max_queue_size=max_queue_size), model
+
+    return make
+
+
+LOADERS = {
+    "torch": Loader(
+        "torch",
+        "torch DataLoader(batch_size=None), worker processes",
+        "num_workers",
+        "prefetch_factor",
+        [(2, 1), (4, 1), (4, 2), (4, 4), (4, 6)],
+        (4, 2),
+        torch_factory,
+        "round-robin (item i to worker i mod num_workers), index sent after the batch is received",
+        round_robin=True,
+        free_at_request=False,
+        worker_processes=True,
+    ),
+    "keras": Loader(
+        "keras",
+        "Keras PyDataset(workers=k) threads, fit() on a model whose train_step sleeps",
+        "workers",
+        "max_queue_size",
+        [(2, 1), (4, 3), (4, 7), (4, 15), (4, 23)],
+        (4, 7),
+        keras_factory,
+        "a shared thread pool; a place frees when the consumer asks (future_queue.get before future.get)",
+        round_robin=False,
+        free_at_request=True,
+        worker_processes=False,
+    ),
+}
+
+
+# -- diagnostics: replays of the baseline trace's times -------------------------------------------
+
+
+def replay(
+    producer: list[float],
+    consumer: list[float],
+    depth: int,
+    workers: int,
+    warmup: int,
+    round_robin: bool = False,
+    free_at_request: bool = False,
+    arrival_delay: float = 0.0,
+    release_delay: float = 0.0,
+) -> float:
+    """Consumer throughput after ``warmup`` batches, for items built in order with
+    the given times, delivered in order, under a bound of ``depth`` batches
+    started and not yet handed over.
+
+    The queue model's rule is the default: a shared pool of ``workers`` takes
+    the next submitted item; a place under the bound frees when the consumer
+    takes a batch; a batch can be taken as soon as it is built. The options
+    give the loaders' own rules: ``round_robin`` (torch: item ``i`` is built by
+    worker ``i mod workers``, after that worker's previous item);
+    ``free_at_request`` (Keras: the consumer removes the head future from the
+    queue when it asks, before the batch is ready); ``arrival_delay`` (a built
+    batch reaches a waiting consumer this much later than the hand-over time
+    already in the step: the result's trip from a worker process);
+    ``release_delay`` (the place frees this long after the take: torch sends
+    the next index after receiving the batch).
+    """
+    n = len(consumer)
+    take = [0.0] * n
+    request = [0.0] * n
+    finish = [0.0] * n
+    free = [0.0] * workers  # shared pool: when each worker is free (a heap)
+    for i in range(n):
+        request[i] = 0.0 if i == 0 else take[i - 1] + consumer[i - 1]
+        if i < depth:
+            submitted = 0.0
+        elif free_at_request:
+            submitted = request[i - depth]
+        else:
+            submitted = take[i - depth] + release_delay
+        if round_robin:
+            start = max(submitted, finish[i - workers] if i >= workers else 0.0)
+        else:
+            start = max(submitted, heapq.heappop(free))
+        finish[i] = start + producer[i]
+        if not round_robin:
+            heapq.heappush(free, finish[i])
+        take[i] = max(request[i], finish[i] + arrival_delay)
+    if n - warmup < 2 or take[-1] <= take[warmup]:
+        return 0.0
+    return (n - 1 - warmup) / (take[-1] - take[warmup])
+
+
+def trace_times(trace: Trace, steps: int, warmup: int) -> tuple[list[float], list[float]]:
+    """Producer time of items 0..steps-1 as the trace measured them (the median
+    for an item it does not hold), and the consumer's raw steps after the
+    warm-up (from one hand-over to the next request, without any hand-over
+    time), cycled to ``steps``."""
+    built = {p.index: p.end - p.start for p in trace.produced if p.index is not None}
+    fallback = float(np.median(list(built.values())))
+    producer = [built.get(i, fallback) for i in range(steps)]
+    trimmed = after_warmup(trace, warmup)
+    pairs = zip(trimmed.consumed, trimmed.consumed[1:])
+    raw = [max(0.0, b.requested - a.consumed) for a, b in pairs if a.run == b.run]
+    consumer = [raw[i % len(raw)] for i in range(steps)]
+    return producer, consumer
+
+
+def waits(trace: Trace, warmup: int) -> tuple[list[float], list[float]]:
+    """After the warm-up: the waits of batches already built when the consumer
+    asked (the hand-over), and the times from a batch's end in its worker to its
+    hand-over for batches the consumer was already waiting for (the delivery).
+
+    Batches are matched on the whole trace and the first ``warmup`` consumed
+    ones are left out afterwards: trimming first (``after_warmup`` drops the
+    first produced batches in the order they finished) shifts the first-in,
+    first-out matching of unkeyed consumers such as Keras's callback whenever
+    batches finish out of order."""
+    produced = trace.produced
+    ready: list[float] = []
+    delivered: list[float] = []
+    pairs = list(zip(trace.consumed, match(trace).consumed))
+    for c, j in pairs[warmup:]:
+        if j is None:
+            continue
+        if produced[j].end <= c.requested:
+            ready.append(c.consumed - c.requested)
+        else:
+            delivered.append(c.consumed - produced[j].end)
+    return ready, delivered
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if len(values) >= 3 else None
+
+
+def steady_peak(trace: Trace, warmup: int) -> int:
+    """Peak batches built and not yet released by the consumer, from the hand-over
+    of batch ``warmup`` to the last hand-over: ``peak_in_flight_batches``
+    without the start-up (Keras serves the model-building call's read-ahead
+    first, which can briefly hold up to about twice the bound)."""
+    consumed = trace.consumed
+    if len(consumed) <= warmup + 1:
+        return 0
+    matching = match(trace)
+    matches = matching.consumed
+    deltas: dict[float, int] = {}
+    for i, (c, j) in enumerate(zip(consumed, matches)):
+        if j is None:
+            continue
+        nxt = consumed[i + 1] if i + 1 < len(consumed) else None
+        release = nxt.requested if nxt is not None and nxt.run == c.run else trace.end
+        end = trace.produced[j].end
+        deltas[end] = deltas.get(end, 0) + 1
+        deltas[release] = deltas.get(release, 0) - 1
+    used = {j for j in matches if j is not None} | {k for _, k in matching.hidden}
+    for k, p in enumerate(trace.produced):
+        if k not in used:  # built and never handed over in a step: held to the end
+            deltas[p.end] = deltas.get(p.end, 0) + 1
+    begin, finish = consumed[warmup].consumed, consumed[-1].consumed
+    count = peak = 0
+    for t in sorted(deltas):
+        count += deltas[t]
+        if begin <= t <= finish:
+            peak = max(peak, count)
+    return peak
+
+
+# -- the benchmark ----------------------------------------------------------------------------------
+
+
+def versions(loaders: list[Loader]) -> dict[str, str]:
+    import torch
+
+    found = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "queuetune": queuetune.__version__,
+    }
+    if any(loader.framework == "keras" for loader in loaders):
+        import keras
+
+        found["keras"] = f"{keras.__version__} ({keras.backend.backend()} backend)"
+    return found
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()}, {os.cpu_count()} cores" + (f" ({model})" if model else "")
+
+
+def _baseline(
+    loader: Loader, workload: Workload, factory: Factory, producer: np.ndarray, steps: int, warmup: int
+) -> dict[str, Any]:
+    """The traced run the model is built from, the model, and a row per setting
+    with the predictions and the replays (measurements are appended later)."""
+    settings = loader.as_settings(*loader.baseline)
+    trace, report, rate = run_trial(factory, settings, loader.framework, steps, warmup)
+    trimmed = after_warmup(trace, warmup)
+    model = PipelineModel.from_trace(trimmed)
+    replay_producer, raw_steps = trace_times(trace, steps, warmup)
+    handover = handover_time(trimmed)  # the model's: the median wait of ready batches
+    ready, delivered = waits(trace, warmup)
+    handover_mean = _mean(ready) or 0.0
+    delivery_mean = _mean(delivered)
+    # The transit the loader's rule adds for worker processes: a batch reaches a
+    # waiting consumer this long after its end, beyond the hand-over in the step.
+    transit = max(0.0, (delivery_mean or handover_mean) - handover_mean) if loader.worker_processes else 0.0
+    as_model = [x + handover for x in raw_steps]
+    with_mean = [x + handover_mean for x in raw_steps]
+    rows = []
+    for workers, knob in loader.settings:
+        depth = loader.depth(workers, knob)
+        p = simulate(model, depth, workers=workers)
+        model_rule = (replay_producer, as_model, depth, workers, warmup)
+        times = (replay_producer, with_mean, depth, workers, warmup)
+        rows.append(
+            {
+                "settings": loader.as_settings(workers, knob),
+                "workers": workers,
+                "depth": depth,
+                "predicted_throughput": p.throughput,
+                "predicted_input_wait_fraction": p.input_wait_fraction,
+                "predicted_peak_built_batches": p.peak_built_batches,
+                "replay_model_rule": replay(*model_rule),
+                "replay_mean_handover": replay(*times),
+                "replay_assignment": replay(*times, round_robin=loader.round_robin),
+                "replay_loader_rule": replay(
+                    *times,
+                    round_robin=loader.round_robin,
+                    free_at_request=loader.free_at_request,
+                    arrival_delay=transit,
+                    release_delay=handover_mean if loader.worker_processes else 0.0,
+                ),
+                "measured": [],
+                "measured_peak_in_flight": [],
+                "measured_steady_peak_in_flight": [],
+                "measured_input_bound_fraction": [],
+            }
+        )
+    return {
+        "loader": loader.framework,
+        "distribution": workload.name,
+        "description": workload.description,
+        "drawn_producer_mean_ms": float(np.mean(producer)) * 1e3,
+        "baseline": {
+            "settings": settings,
+            "depth": loader.depth(*loader.baseline),
+            "throughput": rate,
+            "peak_in_flight_batches": report.peak_in_flight_batches,
+            "steady_peak_in_flight_batches": steady_peak(trace, warmup),
+            "input_bound_fraction": report.input_bound_fraction,
+        },
+        "model": {
+            "workers": model.workers,
+            "producer_mean_ms": model.producer.mean * 1e3,
+            "producer_median_ms": float(np.median(model.producer.values)) * 1e3,
+            "consumer_mean_ms": model.consumer.mean * 1e3,
+            "handover_ms": handover * 1e3,
+            "handover_mean_ms": handover_mean * 1e3,
+            "delivery_mean_ms": None if delivery_mean is None else delivery_mean * 1e3,
+            "transit_ms": transit * 1e3,
+            "ready_batches": len(ready),
+            "waited_batches": len(delivered),
+            "batch_bytes": model.batch_bytes,
+        },
+        "rows": rows,
+    }
+
+
+def _summarise(entry: dict[str, Any]) -> None:
+    for row in entry["rows"]:
+        measured = statistics.median(row["measured"])
+        row["measured_throughput"] = measured
+        for key, name in (
+            ("predicted_throughput", "error"),
+            ("replay_model_rule", "replay_model_rule_error"),
+            ("replay_mean_handover", "replay_mean_handover_error"),
+            ("replay_assignment", "replay_assignment_error"),
+            ("replay_loader_rule", "replay_loader_rule_error"),
+        ):
+            row[name] = row[key] / measured - 1 if measured else None
+        row["measured_peak_in_flight_batches"] = max(row["measured_peak_in_flight"])
+        row["measured_steady_peak_in_flight_batches"] = max(row["measured_steady_peak_in_flight"])
+        row["measured_spread"] = (max(row["measured"]) - min(row["measured"])) / measured if measured else None
+    entry["max_abs_error"] = max(abs(r["error"]) for r in entry["rows"] if r["error"] is not None)
+    entry["within_target"] = entry["max_abs_error"] <= TARGET
+    for name in REPLAYS:
+        entry[f"max_abs_error_{name}"] = max(
+            abs(r[f"{name}_error"]) for r in entry["rows"] if r["measured_throughput"]
+        )
+
+
+def run(
+    loaders: list[Loader], steps: int, warmup: int, rounds: int, seed: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    consumer = np.random.default_rng(seed).uniform(CONSUMER_LOW, CONSUMER_HIGH, steps)
+    producers = {
+        w.name: w.draw(np.random.default_rng([seed, number]), steps) for number, w in enumerate(WORKLOADS)
+    }
+    factories = {
+        (loader.framework, w.name): loader.make_factory(producers[w.name], consumer)
+        for loader in loaders
+        for w in WORKLOADS
+    }
+    for loader in loaders:  # a discarded run per loader: imports, first fork, first model build
+        warm = factories[(loader.framework, WORKLOADS[0].name)]
+        run_trial(warm, loader.as_settings(*loader.baseline), loader.framework, min(steps, 100), min(warmup, 10))
+    log(f"warm-up runs done ({time.perf_counter() - started:.0f} s)")
+    entries: list[dict[str, Any]] = []
+    for loader in loaders:
+        for w in WORKLOADS:
+            entry = _baseline(loader, w, factories[(loader.framework, w.name)], producers[w.name], steps, warmup)
+            entries.append(entry)
+            log(
+                f"baseline {loader.framework} {w.name}: {entry['baseline']['throughput']:.1f} batches/s "
+                f"({time.perf_counter() - started:.0f} s)"
+            )
+    by_framework = {loader.framework: loader for loader in loaders}
+    for round_ in range(rounds):
+        for entry in entries:
+            loader = by_framework[entry["loader"]]
+            factory = factories[(loader.framework, entry["distribution"])]
+            for row in entry["rows"]:
+                trace, report, rate = run_trial(factory, row["settings"], loader.framework, steps, warmup)
+                row["measured"].append(rate)
+                row["measured_peak_in_flight"].append(report.peak_in_flight_batches)
+                row["measured_steady_peak_in_flight"].append(steady_peak(trace, warmup))
+                row["measured_input_bound_fraction"].append(report.input_bound_fraction)
+        log(f"round {round_ + 1}/{rounds} done ({time.perf_counter() - started:.0f} s)")
+    for entry in entries:
+        _summarise(entry)
+    return {
+        "benchmark": "model_accuracy",
+        "workload": (
+            f"sleep-timed items of 64 KiB float32, step sleeps uniform "
+            f"{CONSUMER_LOW * 1e3:.0f}-{CONSUMER_HIGH * 1e3:.0f} ms (seeded); {steps} steps per run, "
+            f"throughput after {warmup}; {rounds} interleaved rounds; the model comes from one traced "
+            f"run per loader and distribution"
+        ),
+        "loaders": {
+            loader.framework: {
+                "description": loader.label,
+                "assignment": loader.rule,
+                "baseline": loader.as_settings(*loader.baseline),
+            }
+            for loader in loaders
+        },
+        "steps": steps,
+        "warmup": warmup,
+        "rounds": rounds,
+        "seed": seed,
+        "target_abs_error": TARGET,
+        "versions": versions(loaders),
+        "machine": machine(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - started,
+        "results": entries,
+    }
+
+
+def _settings_text(settings: dict[str, int]) -> str:
+    (wk, w), (dk, d) = settings.items()
+    short = {"num_workers": "nw", "prefetch_factor": "pf", "workers": "w", "max_queue_size": "mqs"}
+    return f"{short.get(wk, wk)}={w} {short.get(dk, dk)}={d}"
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        f"queue model vs measurement: {result['workload']}",
+        "versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()),
+        f"machine: {result['machine']}; date: {result['date']}; took {result['seconds']:.0f} s",
+    ]
+    for name, info in result["loaders"].items():
+        lines.append(
+            f"loader {name}: {info['description']}; model from {_settings_text(info['baseline'])}; "
+            f"its rule: {info['assignment']}"
+        )
+    lines.append("")
+    header = (
+        f"{'loader':<6} {'distribution':<13} {'settings':<12} {'depth':>5} {'predicted':>9} {'measured':>9} "
+        f"{'error':>7} {'spread':>6} {'peak pred':>9} {'peak meas':>10}"
+    )
+    lines += [header, "-" * len(header)]
+    for entry in result["results"]:
+        for row in entry["rows"]:
+            peak = f"{row['measured_steady_peak_in_flight_batches']} ({row['measured_peak_in_flight_batches']})"
+            lines.append(
+                f"{entry['loader']:<6} {entry['distribution']:<13} {_settings_text(row['settings']):<12} "
+                f"{row['depth']:>5} {row['predicted_throughput']:>9.1f} {row['measured_throughput']:>9.1f} "
+                f"{row['error']:>+7.1%} {row['measured_spread']:>6.1%} "
+                f"{row['predicted_peak_built_batches']:>9} {peak:>10}"
+            )
+        m = entry["model"]
+        lines.append(
+            f"{'':<6} max |error| {entry['max_abs_error']:.1%} "
+            f"({'within' if entry['within_target'] else 'MISSES'} the {result['target_abs_error']:.0%} target); "
+            f"{entry['description']}; the {result['steps']} items drawn have mean "
+            f"{entry['drawn_producer_mean_ms']:.1f} ms"
+        )
+        delivery = "n/a" if m["delivery_mean_ms"] is None else f"{m['delivery_mean_ms']:.2f} ms"
+        lines.append(
+            f"{'':<6} model: producer mean {m['producer_mean_ms']:.1f} ms (median {m['producer_median_ms']:.1f}), "
+            f"step mean {m['consumer_mean_ms']:.2f} ms incl. hand-over {m['handover_ms']:.2f} ms (median; "
+            f"mean {m['handover_mean_ms']:.2f} ms over {m['ready_batches']} ready batches), "
+            f"delivery to a waiting consumer {delivery} ({m['waited_batches']} batches), {m['workers']} workers; "
+            f"baseline {_settings_text(entry['baseline']['settings'])}: {entry['baseline']['throughput']:.1f} batches/s"
+        )
+        lines.append("")
+    lines += [
+        "throughput in batches/s; error = predicted/measured - 1; spread = (max - min)/median of the rounds;",
+        "peak pred = the model's peak_built_batches; peak meas = highest measured peak_in_flight_batches after "
+        "the warm-up (over the whole run in brackets).",
+        "",
+        "Diagnostics: the baseline trace's own item times replayed over the measured items, one change at a time "
+        "(batches/s, error against measured)",
+    ]
+    header = (
+        f"{'loader':<6} {'distribution':<13} {'settings':<12} {'depth':>5} {'measured':>9} "
+        f"{'model rule':>14} {'+mean hand-over':>16} {'+assignment':>14} {'+loader rule':>14}"
+    )
+    lines += [header, "-" * len(header)]
+    for entry in result["results"]:
+        for row in entry["rows"]:
+            cells = " ".join(
+                f"{row[name]:>{w - 7}.1f} {row[name + '_error']:>+6.1%}"
+                for name, w in zip(REPLAYS, (14, 16, 14, 14))
+            )
+            lines.append(
+                f"{entry['loader']:<6} {entry['distribution']:<13} {_settings_text(row['settings']):<12} "
+                f"{row['depth']:>5} {row['measured_throughput']:>9.1f} {cells}"
+            )
+        lines.append(
+            f"{'':<6} max |error|: "
+            + ", ".join(f"{label} {entry['max_abs_error_' + name]:.1%}" for name, label in zip(
+                REPLAYS, ("model rule", "+mean hand-over", "+assignment", "+loader rule")
+            ))
+        )
+    lines += [
+        "model rule = the queue model's rule and step times (shared pool, a place freed at the take, step + "
+        "median hand-over) on the exact item sequence; +mean hand-over = steps with the mean hand-over instead; "
+        "+assignment = the loader's assignment of items to workers (torch round-robin; Keras a shared pool, "
+        "no change); +loader rule = the rest of the loader's rule (torch: a batch reaches a waiting consumer "
+        "after its measured delivery, the next index is sent after the receive; Keras: a place frees when the "
+        "consumer asks).",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=500, help="batches per run (default 500)")
+    parser.add_argument("--warmup", type=int, default=25, help="batches left out of the throughput (default 25)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--loader", choices=["torch", "keras", "both"], default="both", help="which loader to test (default both)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--out", type=Path, help="also write model_accuracy.json and .txt into this folder")
+    parser.add_argument("--render", type=Path, help="print the table of a saved model_accuracy.json and exit")
+    args = parser.parse_args()
+    if args.render is not None:
+        print(table(json.loads(args.render.read_text())))
+        return 0
+    if args.steps < 50 or not 0 <= args.warmup < args.steps // 2 or args.rounds < 1:
+        parser.error("need --steps >= 50, 0 <= --warmup < steps/2, --rounds >= 1")
+    # torch advises fewer worker processes than cores; the workers here mostly sleep.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    names = list(LOADERS) if args.loader == "both" else [args.loader]
+    result = run([LOADERS[n] for n in names], args.steps, args.warmup, args.rounds, args.seed, log)
+    text = table(result)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "model_accuracy.json").write_text(json.dumps(result, indent=2))
+        (args.out / "model_accuracy.txt").write_text(text + "\n")
+    print(json.dumps(result, indent=2) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
