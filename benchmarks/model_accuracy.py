@@ -58,7 +58,6 @@ import argparse
 import datetime
 import heapq
 import json
-import os
 import platform
 import statistics
 import sys
@@ -76,6 +75,7 @@ from queuetune.analysis import match
 from queuetune.queue_model import PipelineModel, handover_time, simulate
 from queuetune.trace import Trace
 from queuetune.tune import after_warmup, run_trial
+from common import machine
 
 ITEM_FLOATS = 16_384  # 64 KiB of float32 per batch
 CONSUMER_LOW, CONSUMER_HIGH = 0.006, 0.008
@@ -400,17 +400,6 @@ def versions(loaders: list[Loader]) -> dict[str, str]:
         found["keras"] = f"{keras.__version__} ({keras.backend.backend()} backend)"
     return found
 
-
-def machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.machine()}, {os.cpu_count()} cores" + (f" ({model})" if model else "")
 
 
 def _baseline(

@@ -73,6 +73,7 @@ import numpy as np  # noqa: E402
 import queuetune  # noqa: E402
 from queuetune.knobs import KERAS  # noqa: E402
 from queuetune.tune import TuneResult, run_trial, tune  # noqa: E402
+from common import machine
 
 SIZE = 128
 DEFAULT = {"workers": 4, "max_queue_size": 10}
@@ -369,17 +370,6 @@ def versions() -> dict[str, str]:
         "queuetune": queuetune.__version__,
     }
 
-
-def machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.machine()}, {os.cpu_count()} cores" + (f" ({model})" if model else "")
 
 
 def targets(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -410,7 +410,7 @@ class _Epoch:
         except GeneratorExit:
             raise
         except BaseException as exc:
-            recorder.mark("error", f"{type(exc).__name__}: {exc}")
+            recorder.error(exc)
             raise
         finally:
             self.stop()

@@ -203,7 +203,7 @@ def watched_generator(source: Iterator[Any], recorder: Recorder) -> Iterator[Any
     except GeneratorExit:
         raise
     except BaseException as exc:
-        recorder.mark("error", f"{type(exc).__name__}: {exc}")
+        recorder.error(exc)
         raise
     finally:
         if own_runs:

@@ -276,6 +276,10 @@ class Recorder:
     def mark(self, kind: str, value: Any = None, t: float | None = None) -> None:
         self._marks.append(Mark(clock() if t is None else t, kind, value))
 
+    def error(self, exc: BaseException) -> None:
+        """Note an error that reached the consumer (the trace keeps what came before)."""
+        self.mark("error", f"{type(exc).__name__}: {exc}")
+
     def run_begin(self, t: float | None = None) -> None:
         """A consuming loop starts (a ``fit``/``predict`` call, a ``for`` loop)."""
         self.run += 1

@@ -247,7 +247,7 @@ class WatchedIterator:
             if self._taken:
                 self._taken.popleft()
             if self._run is not None and self._run.open:
-                self._recorder.mark("error", f"{type(exc).__name__}: {exc}")
+                self._recorder.error(exc)
             raise
         got = clock()
         key, samples = self._taken.popleft() if self._taken else (None, None)
@@ -358,7 +358,7 @@ class WatchedDataLoader(DataLoader):
             inner = super().__iter__()
         except Exception as exc:
             if run is not None:
-                recorder.mark("error", f"{type(exc).__name__}: {exc}")
+                recorder.error(exc)
                 run.finish()
             raise
         taken = None
