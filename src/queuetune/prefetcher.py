@@ -442,6 +442,9 @@ class _Epoch:
         assert future is not None
         batch = future.result()
         task.accounted.wait()
+        # The future's callback holds the task: let go of the future, or the
+        # batch lives on in that cycle until the garbage collector runs.
+        task.future = None
         with self.lock:
             if self.error is not None:
                 raise self.error
