@@ -1,0 +1,469 @@
+"""queuetune.Prefetcher against Keras, PyTorch and tf.data on four synthetic workloads.
+
+Run: KERAS_BACKEND=torch .venv/bin/python benchmarks/prefetcher.py
+         [--rounds 3] [--scale 1.0] [--only NAME ...] [--json] [--out benchmarks/results]
+
+What is measured, and how (all loaders in one process, run interleaved:
+prefetcher, keras, torch, tf.data, prefetcher, keras, ... for ``--rounds``
+rounds of each workload):
+
+- The data: a map-style dataset ``Batches`` whose item ``i`` is a tuple
+  ``(x, y)``: ``x`` a float32 array 512x1024 (2 MiB) made as ``template + i``
+  (a numpy pass over 2 MiB, ~0.5 ms of CPU), ``y`` 512 int64 labels, built
+  after a ``time.sleep`` of the workload's load time (and, for the jittery
+  workload, of a stall for the batch indices a seeded draw marks). The class
+  is written here rather than reused from tune_workloads.py so that one class
+  serves all four loaders with the same per-batch cost.
+- The consumer: a step function that sleeps the workload's step time
+  (``time.sleep``; it releases the GIL like a compiled training step). The
+  pause workload sleeps 2 s more once, at the middle step.
+- The loaders:
+  * prefetcher: ``queuetune.Prefetcher(Batches, max_bytes=16 batches,
+    workers=4, mode="thread")`` (adaptive depth), consumed by a ``for`` loop
+    calling the step; measured by its own ``.report()``/``.trace()``.
+  * keras: the same batches as a ``keras.utils.PyDataset(workers=4,
+    max_queue_size=10)`` (threads), watched with ``queuetune.watch`` and read
+    by ``model.fit(steps_per_epoch=N, epochs=1)`` on a tiny Keras model (one
+    Dense layer, never run) whose ``train_step`` is overridden to sleep the
+    step time and return no metrics; consumption recorded by
+    ``probe_of(ds).keras_callback()``. So Keras's own enqueuer and its
+    fit loop are in the path; the model costs the same sleep.
+  * torch: ``DataLoader(Batches, batch_size=None, num_workers=4,
+    prefetch_factor=2)`` (worker processes, forked), watched with
+    ``queuetune.watch``, consumed by a ``for`` loop calling the step.
+  * tf.data: ``Dataset.range(n).map(tf.numpy_function(load), num_parallel_calls
+    =AUTOTUNE).prefetch(AUTOTUNE)``, watched with ``queuetune.watch`` (a plain
+    iterable to the probe), consumed by a ``for`` loop calling the step. The
+    probe sees a batch only when TensorFlow hands it over, so its in-flight
+    count inside TensorFlow is **not observable** and is reported as such.
+- Per run: throughput after the first ``warmup`` consumed batches (batches
+  per second the consumer took, including the pause for the pause workload),
+  peak in-flight batches and bytes and the mean in-flight batches (built and
+  not yet released by the step, as counted by the probe), peak resident
+  memory of the process plus its worker processes, and its rise within the
+  run (peak minus the first sample: the process carries the earlier runs'
+  allocations; a rise far above the peak in-flight bytes means batches
+  outlive their release).
+  Per workload: the median throughput over rounds and the highest peaks
+  (and highest mean in flight).
+- Targets (from the issue), per workload: the prefetcher's throughput >=
+  0.98 x the best of the others; its peak in-flight bytes <= the smallest
+  peak among the others that reach >= 0.98 x that best (tf.data's peak is
+  not observable, so it cannot be that smallest; "n/a" when no other loader
+  with an observable peak reaches it), and at most one batch above the
+  physical minimum (defined per workload in ``workloads()``);
+  for the pause workload, its peak in-flight bytes within ``max_bytes``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+import queuetune  # noqa: E402
+from queuetune.tune import throughput  # noqa: E402
+from common import machine  # noqa: E402
+
+ROWS, COLS, LABELS = 512, 1024, 512
+BATCH_BYTES = ROWS * COLS * 4 + LABELS * 8
+BUDGET_BATCHES = 16
+MAX_BYTES = BUDGET_BATCHES * BATCH_BYTES
+LENGTH = 100_000
+TOLERANCE = 0.98
+PAUSE = 2.0
+LOADERS = ("prefetcher", "keras", "torch", "tf.data")
+MiB = 1024 * 1024
+
+
+class Workload:
+    def __init__(
+        self, name: str, load: float, step: float, steps: int, warmup: int,
+        stall: float = 0.0, p: float = 0.0, pause: float = 0.0, minimum: int = 2, why: str = "",
+    ) -> None:
+        self.name, self.load, self.step, self.steps, self.warmup = name, load, step, steps, warmup
+        self.stall, self.p, self.pause, self.minimum, self.why = stall, p, pause, minimum, why
+
+    def describe(self) -> str:
+        text = f"load {self.load * 1e3:.0f} ms sleep + 2 MiB numpy pass, step {self.step * 1e3:.0f} ms"
+        if self.p:
+            text += f", stall {self.stall * 1e3:.0f} ms with p={self.p}"
+        if self.pause:
+            text += f", one {self.pause:.0f} s consumer pause at step {self.steps // 2}"
+        return text + f", {self.steps} steps (warm-up {self.warmup})"
+
+
+def workloads(scale: float) -> list[Workload]:
+    def n(k: int) -> int:
+        return max(60, int(k * scale))
+
+    steady = "one batch in the step + one ready for the next step"
+    return [
+        Workload("input-bound", 0.008, 0.002, n(600), 30, minimum=2, why=steady),
+        Workload("compute-bound", 0.002, 0.008, n(300), 20, minimum=2, why=steady),
+        Workload(
+            "jittery", 0.003, 0.003, n(600), 30, stall=0.100, p=0.04,
+            minimum=1 + math.ceil(0.100 / 0.003),
+            why="one in the step + enough ready to cover a 100 ms stall at 3 ms a step",
+        ),
+        Workload("pause", 0.002, 0.008, n(300), 20, pause=PAUSE, minimum=2, why=steady),
+    ]
+
+
+class Batches:
+    """Map-style: item ``i`` is ``(x, y)``, 2 MiB of float32 and 512 labels, after a sleep."""
+
+    def __init__(self, w: Workload, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.sleeps = np.full(LENGTH, w.load)
+        if w.p:
+            self.sleeps = np.where(rng.random(LENGTH) < w.p, w.stall, w.load)
+        self.template = rng.random((ROWS, COLS), dtype=np.float32)
+        self.labels = rng.integers(0, 10, LABELS)
+
+    def __len__(self) -> int:
+        return LENGTH
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        index = int(index)
+        time.sleep(float(self.sleeps[index]))
+        return self.template + np.float32(index % 7), self.labels.copy()
+
+
+def make_step(w: Workload):
+    count = [0]
+
+    def step(batch: Any) -> None:
+        count[0] += 1
+        time.sleep(w.step)
+        if w.pause and count[0] == w.steps // 2:
+            time.sleep(w.pause)
+
+    return step
+
+
+def consume(loader: Any, w: Workload) -> None:
+    step = make_step(w)
+    iterator = iter(loader)
+    try:
+        for _ in range(w.steps):
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            step(batch)
+            del batch
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
+
+def memory(trace: Any) -> tuple[int | None, int | None]:
+    totals = [m.rss + m.children for m in trace.memory]
+    if not totals:
+        return None, None
+    return max(totals), max(totals) - totals[0]
+
+
+def result(loader: str, trace: Any, report: Any, w: Workload, observable: bool = True) -> dict[str, Any]:
+    peak, rise = memory(trace)
+    row = {
+        "loader": loader,
+        "throughput": throughput(trace, w.warmup),
+        "consumed": len(trace.consumed),
+        "peak_in_flight_batches": report.peak_in_flight_batches if observable else None,
+        "peak_in_flight_bytes": report.peak_in_flight_bytes if observable else None,
+        "mean_in_flight_batches": report.mean_in_flight_batches if observable else None,
+        "peak_rss_bytes": report.peak_rss_bytes,
+        "peak_total_bytes": peak,
+        "rss_rise_bytes": rise,
+        "input_bound_fraction": report.input_bound_fraction,
+    }
+    depths = [m.value for m in trace.marks if m.kind == "depth"]
+    if loader == "prefetcher" and depths:
+        row["depth_marks"] = depths
+    return row
+
+
+def run_prefetcher(w: Workload) -> dict[str, Any]:
+    p = queuetune.Prefetcher(Batches(w), max_bytes=MAX_BYTES, workers=4, mode="thread")
+    try:
+        consume(p, w)
+        time.sleep(0.05)
+        trace = p.trace()
+        report = p.report()
+    finally:
+        p.close()
+    return result("prefetcher", trace, report, w)
+
+
+def run_keras(w: Workload) -> dict[str, Any]:
+    import keras
+
+    inner = Batches(w)
+
+    class Data(keras.utils.PyDataset):
+        def __init__(self) -> None:
+            super().__init__(workers=4, use_multiprocessing=False, max_queue_size=10)
+
+        def __len__(self) -> int:
+            return LENGTH
+
+        def __getitem__(self, index: int) -> Any:
+            return inner[index]
+
+    step = make_step(w)
+
+    class Sleeper(keras.Model):
+        def train_step(self, data: Any) -> dict[str, Any]:
+            step(data)
+            return {}
+
+    inputs = keras.Input((COLS,))
+    model = Sleeper(inputs, keras.layers.Dense(1)(inputs))
+    model.compile("sgd", "mse")
+    watched = queuetune.watch(Data())
+    probe = queuetune.probe_of(watched)
+    try:
+        model.fit(
+            watched, epochs=1, steps_per_epoch=w.steps, shuffle=False, verbose=0,
+            callbacks=[probe.keras_callback(print_report=False)],
+        )
+        probe.settle(quiet=0.05, timeout=2.0)
+        trace = probe.trace()
+        report = probe.report()
+    finally:
+        probe.close()
+    return result("keras", trace, report, w)
+
+
+def run_torch(w: Workload) -> dict[str, Any]:
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(Batches(w), batch_size=None, num_workers=4, prefetch_factor=2)
+    watched = queuetune.watch(loader)
+    probe = queuetune.probe_of(watched)
+    try:
+        consume(watched, w)
+        probe.settle(quiet=0.05, timeout=2.0)
+        trace = probe.trace()
+        report = probe.report()
+    finally:
+        probe.close()
+    return result("torch", trace, report, w)
+
+
+def run_tf(w: Workload) -> dict[str, Any]:
+    import tensorflow as tf
+
+    data = Batches(w)
+
+    def load(i: Any) -> tuple[np.ndarray, np.ndarray]:
+        return data[int(i)]
+
+    ds = (
+        tf.data.Dataset.range(LENGTH)
+        .map(
+            lambda i: tuple(tf.numpy_function(load, [i], [tf.float32, tf.int64])),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    watched = queuetune.watch(ds)
+    probe = queuetune.probe_of(watched)
+    try:
+        consume(watched, w)
+        trace = probe.trace()
+        report = probe.report()
+    finally:
+        probe.close()
+    return result("tf.data", trace, report, w, observable=False)
+
+
+RUNNERS = {"prefetcher": run_prefetcher, "keras": run_keras, "torch": run_torch, "tf.data": run_tf}
+
+
+def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    rows = {}
+    for name, rs in runs.items():
+        def peak(key: str) -> int | None:
+            values = [r[key] for r in rs if r[key] is not None]
+            return max(values) if values else None
+
+        rows[name] = {
+            "throughput": statistics.median(r["throughput"] for r in rs),
+            "throughputs": [round(r["throughput"], 2) for r in rs],
+            "peak_in_flight_batches": peak("peak_in_flight_batches"),
+            "peak_in_flight_bytes": peak("peak_in_flight_bytes"),
+            "mean_in_flight_batches": peak("mean_in_flight_batches"),
+            "peak_total_bytes": peak("peak_total_bytes"),
+            "rss_rise_bytes": peak("rss_rise_bytes"),
+            "input_bound_fraction": statistics.median(
+                r["input_bound_fraction"] for r in rs if r["input_bound_fraction"] is not None
+            ) if any(r["input_bound_fraction"] is not None for r in rs) else None,
+        }
+        if name == "prefetcher":
+            rows[name]["depth_marks"] = [r.get("depth_marks", []) for r in rs]
+    pf = rows["prefetcher"]
+    others = {k: v for k, v in rows.items() if k != "prefetcher"}
+    best_other = max(others, key=lambda k: others[k]["throughput"])
+    best = others[best_other]["throughput"]  # the reference: the best of the other loaders
+    ratio = pf["throughput"] / others[best_other]["throughput"]
+    reaching = {
+        k: v for k, v in others.items()
+        if v["throughput"] >= TOLERANCE * best and v["peak_in_flight_bytes"] is not None
+    }
+    smallest = min(reaching, key=lambda k: reaching[k]["peak_in_flight_bytes"]) if reaching else None
+    minimum_bytes = w.minimum * BATCH_BYTES
+    checks = {
+        "throughput": {
+            "met": ratio >= TOLERANCE,
+            "detail": f"{pf['throughput']:.1f}/s vs best other {best_other} {others[best_other]['throughput']:.1f}/s: "
+            f"ratio {ratio:.3f} (target >= {TOLERANCE})",
+        },
+    }
+    if smallest is None:
+        checks["bytes_vs_others"] = {
+            "met": None,
+            "detail": "no other loader with an observable peak reaches 0.98 x the best other's throughput",
+        }
+    else:
+        other_peak = reaching[smallest]["peak_in_flight_bytes"]
+        checks["bytes_vs_others"] = {
+            "met": pf["peak_in_flight_bytes"] <= other_peak,
+            "detail": f"{pf['peak_in_flight_bytes'] / MiB:.1f} MiB vs {smallest} {other_peak / MiB:.1f} MiB "
+            "(smallest observable peak among the others at >= 0.98 x the best other's throughput)",
+        }
+    checks["bytes_vs_minimum"] = {
+        "met": pf["peak_in_flight_batches"] <= w.minimum + 1,
+        "detail": f"{pf['peak_in_flight_batches']} batches vs physical minimum {w.minimum} ({w.why}) + 1",
+    }
+    if w.pause:
+        checks["pause_within_budget"] = {
+            "met": pf["peak_in_flight_bytes"] <= MAX_BYTES,
+            "detail": f"peak {pf['peak_in_flight_bytes'] / MiB:.1f} MiB vs max_bytes {MAX_BYTES / MiB:.1f} MiB",
+        }
+    return {"workload": w.name, "description": w.describe(), "physical_minimum_batches": w.minimum,
+            "loaders": rows, "best_other": best_other, "ratio": ratio, "checks": checks}
+
+
+def versions() -> dict[str, str]:
+    import keras
+    import tensorflow as tf
+    import torch
+
+    return {
+        "python": platform.python_version(), "torch": torch.__version__, "keras": keras.__version__,
+        "tensorflow": tf.__version__, "numpy": np.__version__, "queuetune": queuetune.__version__,
+    }
+
+
+def fmt_bytes(value: int | None) -> str:
+    return "not observable" if value is None else f"{value / MiB:.1f} MiB"
+
+
+def table(data: dict[str, Any]) -> str:
+    lines = [
+        "queuetune.Prefetcher vs Keras / PyTorch / tf.data",
+        f"date: {data['date']}   machine: {data['machine']}",
+        "versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
+        f"batch: {BATCH_BYTES / MiB:.3f} MiB; prefetcher max_bytes = {BUDGET_BATCHES} batches = "
+        f"{MAX_BYTES / MiB:.1f} MiB; rounds: {data['rounds']} (interleaved); wall {data['seconds']:.0f} s",
+        "",
+    ]
+    for s in data["workloads"]:
+        lines.append(f"== {s['workload']}: {s['description']}")
+        lines.append(
+            f"{'loader':<11} {'batches/s (median; per round)':<36} {'peak in flight':>24} {'mean':>5} "
+            f"{'peak RSS+children':>18} {'RSS rise':>10} {'input-bound':>11}"
+        )
+        for name in LOADERS:
+            r = s["loaders"].get(name)
+            if r is None:
+                continue
+            tp = f"{r['throughput']:.1f} ({', '.join(f'{t:.1f}' for t in r['throughputs'])})"
+            inflight = (
+                "not observable" if r["peak_in_flight_bytes"] is None
+                else f"{r['peak_in_flight_batches']} b / {fmt_bytes(r['peak_in_flight_bytes'])}"
+            )
+            mean = "" if r["mean_in_flight_batches"] is None else f"{r['mean_in_flight_batches']:.1f}"
+            ib = "" if r["input_bound_fraction"] is None else f"{r['input_bound_fraction']:.2f}"
+            lines.append(
+                f"{name:<11} {tp:<36} {inflight:>24} {mean:>5} {fmt_bytes(r['peak_total_bytes']):>18} "
+                f"{fmt_bytes(r['rss_rise_bytes']):>10} {ib:>11}"
+            )
+        marks = s["loaders"]["prefetcher"].get("depth_marks")
+        if marks:
+            lines.append("prefetcher depth marks per round: " + " | ".join(",".join(map(str, m)) for m in marks))
+        for key, c in s["checks"].items():
+            verdict = {True: "MET", False: "MISSED", None: "n/a"}[c["met"]]
+            lines.append(f"  [{verdict:>6}] {key}: {c['detail']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--out", type=Path, help="write prefetcher.json and prefetcher.txt here")
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    selected = [w for w in workloads(args.scale) if not args.only or w.name in args.only]
+    import tensorflow  # noqa: F401  (imported up front, not inside the first timed tf run)
+    import keras  # noqa: F401
+    import torch  # noqa: F401
+
+    summaries = []
+    for w in selected:
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LOADERS}
+        for r in range(args.rounds):
+            for name in LOADERS:
+                row = RUNNERS[name](w)
+                runs[name].append(row)
+                print(
+                    f"{w.name} round {r + 1} {name}: {row['throughput']:.1f}/s, "
+                    f"peak {row['peak_in_flight_batches']} b",
+                    file=sys.stderr, flush=True,
+                )
+        summaries.append(summarize(w, runs))
+    data = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "versions": versions(),
+        "rounds": args.rounds,
+        "batch_bytes": BATCH_BYTES,
+        "max_bytes": MAX_BYTES,
+        "seconds": time.monotonic() - started,
+        "workloads": summaries,
+    }
+    text = table(data)
+    print(json.dumps(data, indent=2) if args.json else text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "prefetcher.json").write_text(json.dumps(data, indent=2) + "\n")
+        (args.out / "prefetcher.txt").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
