@@ -35,8 +35,8 @@ def _count(obj: Any, seen: set[int]) -> int:
     size = getattr(obj, "nbytes", None)
     if isinstance(size, int):
         return size
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        return len(obj) if not isinstance(obj, memoryview) else obj.nbytes
+    if isinstance(obj, (bytes, bytearray)):
+        return len(obj)
     return _tensor_bytes(obj)
 
 

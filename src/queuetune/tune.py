@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -429,8 +430,8 @@ def tune(
     framework = detect_framework(probe_job.loader)
     knobs = BY_FRAMEWORK[framework]
     default = default_settings(factory, probe_job.loader, framework)
-    _close(probe_job.loader)
-    default_depth = knobs.depth(default)
+    if isinstance(probe_job.loader, types.GeneratorType):
+        probe_job.loader.close()
     default_workers = knobs.workers(default) if knobs.workers_knob else None
     worker_counts = workers or [default_workers]
 
@@ -471,20 +472,8 @@ def tune(
         trials=trials,
         versions=dict(base_trace.meta.get("versions") or {}),
     )
-    result.explanation = explain(result, knobs, base_report, default_depth)
+    result.explanation = explain(result, knobs, base_report)
     return result
-
-
-def _close(loader: Any) -> None:
-    close = getattr(loader, "close", None)
-    if callable(close) and _is_generator(loader):
-        close()
-
-
-def _is_generator(obj: Any) -> bool:
-    import types
-
-    return isinstance(obj, types.GeneratorType)
 
 
 def _predict(
@@ -628,7 +617,7 @@ def decide(candidates: list[Candidate], tolerance: float, budget: int | None) ->
     return min(keeping, key=lambda c: (c.peak_in_flight_bytes, c.depth, -c.throughput))
 
 
-def explain(result: TuneResult, knobs: Knobs, baseline: Report, default_depth: int) -> list[str]:
+def explain(result: TuneResult, knobs: Knobs, baseline: Report) -> list[str]:
     """The decision in words and numbers."""
     lines = []
     fraction = baseline.input_bound_fraction
