@@ -43,20 +43,14 @@ What is measured, and how:
   released by the step), after the warm-up and over the whole run (Keras
   serves the read-ahead of the model-building call first, a start-up
   transient the model does not simulate).
-- Diagnostics, not part of queuetune: replays of the baseline trace's own
-  item times (item by item, in order) and consumer steps over the measured
-  items, changing one rule at a time from the model's to the loader's: the
-  hand-over statistic (median -> mean), the assignment of items to workers
-  (torch round-robin), and the rest of the loader's rule (torch: delivery
-  from a worker process and the next index sent after the receive; Keras: a
-  place under the bound frees when the consumer asks). Where a replay step
-  removes the error, that rule explains it.
+- The model's rules come from the traced loader (``queuetune.knobs.rules_of``):
+  torch round-robin, a place freed at the take, batches crossing a pipe
+  (``transit_time``); Keras a shared pool, a place freed at the request.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import heapq
 import json
 import platform
 import statistics
@@ -72,7 +66,7 @@ import numpy as np
 
 import queuetune
 from queuetune.analysis import match
-from queuetune.queue_model import PipelineModel, handover_time, simulate
+from queuetune.queue_model import PipelineModel, handover_time, simulate, transit_time
 from queuetune.trace import Trace
 from queuetune.tune import after_warmup, run_trial
 from common import machine
@@ -80,7 +74,6 @@ from common import machine
 ITEM_FLOATS = 16_384  # 64 KiB of float32 per batch
 CONSUMER_LOW, CONSUMER_HIGH = 0.006, 0.008
 TARGET = 0.05
-REPLAYS = ("replay_model_rule", "replay_mean_handover", "replay_assignment", "replay_loader_rule")
 
 
 @dataclass(frozen=True)
@@ -141,9 +134,6 @@ class Loader:
     baseline: tuple[int, int]
     make_factory: Callable[[np.ndarray, np.ndarray], Factory]
     rule: str
-    round_robin: bool
-    free_at_request: bool
-    worker_processes: bool
 
     def depth(self, workers: int, knob: int) -> int:
         return workers * knob if self.framework == "torch" else knob + 1
@@ -231,9 +221,6 @@ LOADERS = {
         (4, 2),
         torch_factory,
         "round-robin (item i to worker i mod num_workers), index sent after the batch is received",
-        round_robin=True,
-        free_at_request=False,
-        worker_processes=True,
     ),
     "keras": Loader(
         "keras",
@@ -244,110 +231,8 @@ LOADERS = {
         (4, 7),
         keras_factory,
         "a shared thread pool; a place frees when the consumer asks (future_queue.get before future.get)",
-        round_robin=False,
-        free_at_request=True,
-        worker_processes=False,
     ),
 }
-
-
-# -- diagnostics: replays of the baseline trace's times -------------------------------------------
-
-
-def replay(
-    producer: list[float],
-    consumer: list[float],
-    depth: int,
-    workers: int,
-    warmup: int,
-    round_robin: bool = False,
-    free_at_request: bool = False,
-    arrival_delay: float = 0.0,
-    release_delay: float = 0.0,
-) -> float:
-    """Consumer throughput after ``warmup`` batches, for items built in order with
-    the given times, delivered in order, under a bound of ``depth`` batches
-    started and not yet handed over.
-
-    The queue model's rule is the default: a shared pool of ``workers`` takes
-    the next submitted item; a place under the bound frees when the consumer
-    takes a batch; a batch can be taken as soon as it is built. The options
-    give the loaders' own rules: ``round_robin`` (torch: item ``i`` is built by
-    worker ``i mod workers``, after that worker's previous item);
-    ``free_at_request`` (Keras: the consumer removes the head future from the
-    queue when it asks, before the batch is ready); ``arrival_delay`` (a built
-    batch reaches a waiting consumer this much later than the hand-over time
-    already in the step: the result's trip from a worker process);
-    ``release_delay`` (the place frees this long after the take: torch sends
-    the next index after receiving the batch).
-    """
-    n = len(consumer)
-    take = [0.0] * n
-    request = [0.0] * n
-    finish = [0.0] * n
-    free = [0.0] * workers  # shared pool: when each worker is free (a heap)
-    for i in range(n):
-        request[i] = 0.0 if i == 0 else take[i - 1] + consumer[i - 1]
-        if i < depth:
-            submitted = 0.0
-        elif free_at_request:
-            submitted = request[i - depth]
-        else:
-            submitted = take[i - depth] + release_delay
-        if round_robin:
-            start = max(submitted, finish[i - workers] if i >= workers else 0.0)
-        else:
-            start = max(submitted, heapq.heappop(free))
-        finish[i] = start + producer[i]
-        if not round_robin:
-            heapq.heappush(free, finish[i])
-        take[i] = max(request[i], finish[i] + arrival_delay)
-    if n - warmup < 2 or take[-1] <= take[warmup]:
-        return 0.0
-    return (n - 1 - warmup) / (take[-1] - take[warmup])
-
-
-def trace_times(trace: Trace, steps: int, warmup: int) -> tuple[list[float], list[float]]:
-    """Producer time of items 0..steps-1 as the trace measured them (the median
-    for an item it does not hold), and the consumer's raw steps after the
-    warm-up (from one hand-over to the next request, without any hand-over
-    time), cycled to ``steps``."""
-    built = {p.index: p.end - p.start for p in trace.produced if p.index is not None}
-    fallback = float(np.median(list(built.values())))
-    producer = [built.get(i, fallback) for i in range(steps)]
-    trimmed = after_warmup(trace, warmup)
-    pairs = zip(trimmed.consumed, trimmed.consumed[1:])
-    raw = [max(0.0, b.requested - a.consumed) for a, b in pairs if a.run == b.run]
-    consumer = [raw[i % len(raw)] for i in range(steps)]
-    return producer, consumer
-
-
-def waits(trace: Trace, warmup: int) -> tuple[list[float], list[float]]:
-    """After the warm-up: the waits of batches already built when the consumer
-    asked (the hand-over), and the times from a batch's end in its worker to its
-    hand-over for batches the consumer was already waiting for (the delivery).
-
-    Batches are matched on the whole trace and the first ``warmup`` consumed
-    ones are left out afterwards: trimming first (``after_warmup`` drops the
-    first produced batches in the order they finished) shifts the first-in,
-    first-out matching of unkeyed consumers such as Keras's callback whenever
-    batches finish out of order."""
-    produced = trace.produced
-    ready: list[float] = []
-    delivered: list[float] = []
-    pairs = list(zip(trace.consumed, match(trace).consumed))
-    for c, j in pairs[warmup:]:
-        if j is None:
-            continue
-        if produced[j].end <= c.requested:
-            ready.append(c.consumed - c.requested)
-        else:
-            delivered.append(c.consumed - produced[j].end)
-    return ready, delivered
-
-
-def _mean(values: list[float]) -> float | None:
-    return float(np.mean(values)) if len(values) >= 3 else None
 
 
 def steady_peak(trace: Trace, warmup: int) -> int:
@@ -406,27 +291,15 @@ def _baseline(
     loader: Loader, workload: Workload, factory: Factory, producer: np.ndarray, steps: int, warmup: int
 ) -> dict[str, Any]:
     """The traced run the model is built from, the model, and a row per setting
-    with the predictions and the replays (measurements are appended later)."""
+    with the predictions (measurements are appended later)."""
     settings = loader.as_settings(*loader.baseline)
     trace, report, rate = run_trial(factory, settings, loader.framework, steps, warmup)
     trimmed = after_warmup(trace, warmup)
     model = PipelineModel.from_trace(trimmed)
-    replay_producer, raw_steps = trace_times(trace, steps, warmup)
-    handover = handover_time(trimmed)  # the model's: the median wait of ready batches
-    ready, delivered = waits(trace, warmup)
-    handover_mean = _mean(ready) or 0.0
-    delivery_mean = _mean(delivered)
-    # The transit the loader's rule adds for worker processes: a batch reaches a
-    # waiting consumer this long after its end, beyond the hand-over in the step.
-    transit = max(0.0, (delivery_mean or handover_mean) - handover_mean) if loader.worker_processes else 0.0
-    as_model = [x + handover for x in raw_steps]
-    with_mean = [x + handover_mean for x in raw_steps]
     rows = []
     for workers, knob in loader.settings:
         depth = loader.depth(workers, knob)
         p = simulate(model, depth, workers=workers)
-        model_rule = (replay_producer, as_model, depth, workers, warmup)
-        times = (replay_producer, with_mean, depth, workers, warmup)
         rows.append(
             {
                 "settings": loader.as_settings(workers, knob),
@@ -435,16 +308,6 @@ def _baseline(
                 "predicted_throughput": p.throughput,
                 "predicted_input_wait_fraction": p.input_wait_fraction,
                 "predicted_peak_built_batches": p.peak_built_batches,
-                "replay_model_rule": replay(*model_rule),
-                "replay_mean_handover": replay(*times),
-                "replay_assignment": replay(*times, round_robin=loader.round_robin),
-                "replay_loader_rule": replay(
-                    *times,
-                    round_robin=loader.round_robin,
-                    free_at_request=loader.free_at_request,
-                    arrival_delay=transit,
-                    release_delay=handover_mean if loader.worker_processes else 0.0,
-                ),
                 "measured": [],
                 "measured_peak_in_flight": [],
                 "measured_steady_peak_in_flight": [],
@@ -469,12 +332,10 @@ def _baseline(
             "producer_mean_ms": model.producer.mean * 1e3,
             "producer_median_ms": float(np.median(model.producer.values)) * 1e3,
             "consumer_mean_ms": model.consumer.mean * 1e3,
-            "handover_ms": handover * 1e3,
-            "handover_mean_ms": handover_mean * 1e3,
-            "delivery_mean_ms": None if delivery_mean is None else delivery_mean * 1e3,
-            "transit_ms": transit * 1e3,
-            "ready_batches": len(ready),
-            "waited_batches": len(delivered),
+            "handover_ms": handover_time(trimmed) * 1e3,
+            "transit_ms": transit_time(trimmed) * 1e3,
+            "assignment": model.assignment,
+            "release": model.release,
             "batch_bytes": model.batch_bytes,
         },
         "rows": rows,
@@ -485,23 +346,12 @@ def _summarise(entry: dict[str, Any]) -> None:
     for row in entry["rows"]:
         measured = statistics.median(row["measured"])
         row["measured_throughput"] = measured
-        for key, name in (
-            ("predicted_throughput", "error"),
-            ("replay_model_rule", "replay_model_rule_error"),
-            ("replay_mean_handover", "replay_mean_handover_error"),
-            ("replay_assignment", "replay_assignment_error"),
-            ("replay_loader_rule", "replay_loader_rule_error"),
-        ):
-            row[name] = row[key] / measured - 1 if measured else None
+        row["error"] = row["predicted_throughput"] / measured - 1 if measured else None
         row["measured_peak_in_flight_batches"] = max(row["measured_peak_in_flight"])
         row["measured_steady_peak_in_flight_batches"] = max(row["measured_steady_peak_in_flight"])
         row["measured_spread"] = (max(row["measured"]) - min(row["measured"])) / measured if measured else None
     entry["max_abs_error"] = max(abs(r["error"]) for r in entry["rows"] if r["error"] is not None)
     entry["within_target"] = entry["max_abs_error"] <= TARGET
-    for name in REPLAYS:
-        entry[f"max_abs_error_{name}"] = max(
-            abs(r[f"{name}_error"]) for r in entry["rows"] if r["measured_throughput"]
-        )
 
 
 def run(
@@ -612,12 +462,11 @@ def table(result: dict[str, Any]) -> str:
             f"{entry['description']}; the {result['steps']} items drawn have mean "
             f"{entry['drawn_producer_mean_ms']:.1f} ms"
         )
-        delivery = "n/a" if m["delivery_mean_ms"] is None else f"{m['delivery_mean_ms']:.2f} ms"
         lines.append(
             f"{'':<6} model: producer mean {m['producer_mean_ms']:.1f} ms (median {m['producer_median_ms']:.1f}), "
-            f"step mean {m['consumer_mean_ms']:.2f} ms incl. hand-over {m['handover_ms']:.2f} ms (median; "
-            f"mean {m['handover_mean_ms']:.2f} ms over {m['ready_batches']} ready batches), "
-            f"delivery to a waiting consumer {delivery} ({m['waited_batches']} batches), {m['workers']} workers; "
+            f"step mean {m['consumer_mean_ms']:.2f} ms incl. hand-over {m['handover_ms']:.2f} ms, "
+            f"transit {m['transit_ms']:.2f} ms, {m['workers']} workers, {m['assignment']} assignment, "
+            f"place freed at the {m['release']}; "
             f"baseline {_settings_text(entry['baseline']['settings'])}: {entry['baseline']['throughput']:.1f} batches/s"
         )
         lines.append("")
@@ -625,38 +474,6 @@ def table(result: dict[str, Any]) -> str:
         "throughput in batches/s; error = predicted/measured - 1; spread = (max - min)/median of the rounds;",
         "peak pred = the model's peak_built_batches; peak meas = highest measured peak_in_flight_batches after "
         "the warm-up (over the whole run in brackets).",
-        "",
-        "Diagnostics: the baseline trace's own item times replayed over the measured items, one change at a time "
-        "(batches/s, error against measured)",
-    ]
-    header = (
-        f"{'loader':<6} {'distribution':<13} {'settings':<12} {'depth':>5} {'measured':>9} "
-        f"{'model rule':>14} {'+mean hand-over':>16} {'+assignment':>14} {'+loader rule':>14}"
-    )
-    lines += [header, "-" * len(header)]
-    for entry in result["results"]:
-        for row in entry["rows"]:
-            cells = " ".join(
-                f"{row[name]:>{w - 7}.1f} {row[name + '_error']:>+6.1%}"
-                for name, w in zip(REPLAYS, (14, 16, 14, 14))
-            )
-            lines.append(
-                f"{entry['loader']:<6} {entry['distribution']:<13} {_settings_text(row['settings']):<12} "
-                f"{row['depth']:>5} {row['measured_throughput']:>9.1f} {cells}"
-            )
-        lines.append(
-            f"{'':<6} max |error|: "
-            + ", ".join(f"{label} {entry['max_abs_error_' + name]:.1%}" for name, label in zip(
-                REPLAYS, ("model rule", "+mean hand-over", "+assignment", "+loader rule")
-            ))
-        )
-    lines += [
-        "model rule = the queue model's rule and step times (shared pool, a place freed at the take, step + "
-        "median hand-over) on the exact item sequence; +mean hand-over = steps with the mean hand-over instead; "
-        "+assignment = the loader's assignment of items to workers (torch round-robin; Keras a shared pool, "
-        "no change); +loader rule = the rest of the loader's rule (torch: a batch reaches a waiting consumer "
-        "after its measured delivery, the next index is sent after the receive; Keras: a place frees when the "
-        "consumer asks).",
     ]
     return "\n".join(lines)
 

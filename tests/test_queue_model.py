@@ -19,6 +19,7 @@ from queuetune.queue_model import (
     simulate,
     tfdata_empty_probability,
     tfdata_expected_wait,
+    transit_time,
 )
 from queuetune.trace import Consumed, Produced, Trace
 
@@ -228,6 +229,91 @@ def test_from_trace_single_worker_name():
     assert PipelineModel.from_trace(trace).workers == 1
 
 
+# --- the loaders' rules: assignment, release, transit ------------------------------------------
+
+
+def test_transit_delays_a_waiting_consumer_until_the_queue_covers_it():
+    # 1 worker, 10 ms builds, 2 ms steps, 3 ms from a worker's end to the consumer.
+    slow = PipelineModel(C(0.010), C(0.002), 1, MiB, transit=0.003)
+    # Depth 1: the next build starts at the take, so each batch costs build + transit.
+    assert simulate(slow, 1).throughput == pytest.approx(1 / 0.013, rel=1e-9)
+    # Depth 2: the worker builds while the last batch travels; transit is hidden.
+    assert simulate(slow, 2).throughput == pytest.approx(100.0, rel=1e-9)
+    assert simulate(model(C(0.010), C(0.002)), 1).throughput == pytest.approx(100.0, rel=1e-9)
+
+
+def test_release_at_request_submits_while_the_consumer_waits():
+    # 2 workers, 10 ms builds, 2 ms steps, depth 1. Freed at the take, one batch
+    # is built at a time: 100/s. Freed at the request (Keras), the next batch is
+    # submitted while the consumer waits: two builds overlap, 2 batches per 12 ms.
+    take = PipelineModel(C(0.010), C(0.002), 2, MiB)
+    request = PipelineModel(C(0.010), C(0.002), 2, MiB, release="request")
+    assert simulate(take, 1).throughput == pytest.approx(100.0, rel=1e-9)
+    assert simulate(request, 1).throughput == pytest.approx(2 / 0.012, rel=1e-9)
+    assert simulate(request, 1).peak_in_flight_batches == 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_round_robin_is_never_faster_than_a_shared_pool(seed):
+    def curve(assignment):
+        m = PipelineModel(Distribution.exponential(0.02), C(0.007), 4, MiB, assignment=assignment)
+        return [simulate(m, d, seed=seed).throughput for d in (2, 4, 8, 16)]
+
+    shared, round_robin = curve("shared"), curve("round_robin")
+    # Up to one batch per worker the two rules start every batch at the same time.
+    assert round_robin[:2] == pytest.approx(shared[:2], rel=1e-12)
+    # Deeper, a long build holds up the batches queued behind it on its worker.
+    for rr, sh in zip(round_robin[2:], shared[2:]):
+        assert rr < sh
+
+
+def test_round_robin_equals_shared_on_constant_times():
+    for depth in (2, 4, 8):
+        rr = PipelineModel(C(0.02), C(0.007), 4, MiB, assignment="round_robin")
+        assert simulate(rr, depth).throughput == pytest.approx(simulate(model(C(0.02), C(0.007), 4), depth).throughput)
+
+
+@pytest.mark.parametrize(
+    "meta, rules",
+    [
+        ({"framework": "torch", "settings": {"num_workers": 2}}, ("round_robin", "take")),
+        ({"framework": "keras", "settings": {"workers": 2, "max_queue_size": 3}}, ("shared", "request")),
+        ({"framework": "queuetune", "settings": {"workers": 2, "mode": "thread"}}, ("shared", "take")),
+        ({}, ("shared", "take")),
+    ],
+)
+def test_from_trace_takes_the_loaders_rules(meta, rules):
+    m = PipelineModel.from_trace(hand_trace(meta))
+    assert (m.assignment, m.release) == rules
+
+
+def test_transit_is_measured_from_waited_batches_or_assumed_for_processes():
+    # hand_trace: batches 0 and 2 were waited for (end after the request).
+    assert transit_time(hand_trace()) == 0.0  # fewer than 3 waited batches, threads
+    processes = hand_trace({"framework": "torch", "settings": {"num_workers": 2}})
+    assert transit_time(processes) == pytest.approx(handover_time(processes))
+    produced = [Produced(r - 0.5, r + 0.1, 1) for r in (1.0, 2.0, 3.0, 4.0)]
+    consumed = [Consumed(r, r + 0.13) for r in (1.0, 2.0, 3.0)] + [Consumed(4.2, 4.21)]
+    waited = Trace(meta={"framework": "torch", "settings": {"num_workers": 1}}, produced=produced, consumed=consumed)
+    # 0.13 - 0.1 from end to hand-over for three waited batches; too few ready ones
+    # for a hand-over time, so the whole trip is transit.
+    assert transit_time(waited) == pytest.approx(0.03)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"assignment": "random"}, ValueError, "assignment must be one of"),
+        ({"release": "never"}, ValueError, "release must be one of"),
+        ({"transit": -1.0}, ValueError, "transit"),
+        ({"transit": "1ms"}, TypeError, "transit"),
+    ],
+)
+def test_bad_rules(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        PipelineModel(C(0.01), C(0.01), 1, MiB, **kwargs)
+
+
 def test_too_short_traces_are_refused():
     short = hand_trace()
     short.produced = short.produced[:4]
@@ -373,15 +459,21 @@ kinds = st.sampled_from(["constant", "exponential"])
     ordered=st.booleans(),
     batches=st.integers(20, 300),
     seed=st.integers(0, 2**32),
+    rules=st.tuples(st.sampled_from(["shared", "round_robin"]), st.sampled_from(["take", "request"])),
+    transit=st.sampled_from([0.0, 0.001, 0.05]),
 )
-def test_invariants(producer, consumer, workers, depth, ordered, batches, seed):
+def test_invariants(producer, consumer, workers, depth, ordered, batches, seed, rules, transit):
     make = {"constant": C, "exponential": Distribution.exponential}
     prod, cons = make[producer[0]](producer[1]), make[consumer[0]](consumer[1])
-    p = simulate(model(prod, cons, workers, 10.0, ordered), depth, batches=batches, seed=seed)
+    m = PipelineModel(prod, cons, workers, 10.0, ordered, assignment=rules[0], release=rules[1], transit=transit)
+    p = simulate(m, depth, batches=batches, seed=seed)
     assert 0.0 <= p.input_wait_fraction <= 1.0
     assert 0.0 <= p.empty_fraction <= 1.0
     assert p.peak_in_flight_batches <= depth + 1
-    assert p.peak_queued_batches <= depth
+    # Freed at the request, the place of the awaited batch is refilled while the
+    # consumer waits: depth + 1 batches can be built and not taken.
+    extra = 1 if rules[1] == "request" else 0
+    assert p.peak_queued_batches <= depth + extra
     assert p.peak_built_batches <= depth + 1
     assert p.mean_queued_batches <= p.mean_built_batches + 1e-9
     assert p.mean_built_batches <= p.mean_in_flight_batches + 1e-9
@@ -395,4 +487,4 @@ def test_invariants(producer, consumer, workers, depth, ordered, batches, seed):
     # Batches taken in the window were built in it (at most workers per shortest
     # build, plus one in progress per worker) or were waiting at its start (at most depth).
     if prod.minimum:
-        assert counted <= workers * (wall / prod.minimum + 1) + depth + 1e-6
+        assert counted <= workers * (wall / prod.minimum + 1) + depth + 1 + 1e-6

@@ -109,3 +109,45 @@ def reachable_depths(knobs: Knobs, workers: int | None, upto: int = 32) -> list[
     [4, 8, 12]
     """
     return [d for d in range(0, upto + 1) if knobs.settings_for(d, workers) is not None]
+
+
+ASSIGNMENTS = ("shared", "round_robin")
+RELEASES = ("take", "request")
+
+
+@dataclass(frozen=True)
+class LoaderRules:
+    """How a loader gives batches to its workers and frees places under its bound.
+
+    ``assignment``: ``"shared"`` (any free worker builds the next batch: Keras's
+    executor, queuetune's prefetcher) or ``"round_robin"`` (batch ``i`` goes to
+    worker ``i mod workers``, after that worker's previous batch: torch's
+    DataLoader). ``release``: a place frees when the consumer ``"take"``s a
+    batch (torch sends the next index after receiving one) or as soon as it
+    ``"request"``s it (Keras's feeder submits the next batch when the consumer
+    removes the head of its queue, before that batch is ready).
+    ``processes``: batches cross from worker processes through a pipe.
+
+    >>> rules_of({"framework": "torch", "settings": {"num_workers": 4}})
+    LoaderRules(assignment='round_robin', release='take', processes=True)
+    >>> rules_of({"framework": "keras", "settings": {"workers": 4}}).release
+    'request'
+    """
+
+    assignment: str = "shared"
+    release: str = "take"
+    processes: bool = False
+
+
+def rules_of(meta: dict[str, Any]) -> LoaderRules:
+    """The rules of the loader a trace's ``meta`` describes (shared, take, threads when unknown)."""
+    framework = meta.get("framework")
+    settings = meta.get("settings")
+    settings = settings if isinstance(settings, dict) else {}
+    if framework == "torch":
+        return LoaderRules("round_robin", "take", int(settings.get("num_workers") or 0) > 0)
+    if framework == "keras":
+        return LoaderRules("shared", "request", bool(settings.get("use_multiprocessing")))
+    if framework == "queuetune":
+        return LoaderRules("shared", "take", settings.get("mode") == "process")
+    return LoaderRules()

@@ -8,30 +8,36 @@ fraction and how many batches (and bytes) the pipeline holds.
 
 The rules the simulation follows:
 
-- Batches are numbered in the order they are submitted. A free worker starts
-  the next batch only while ``building + queued < depth``, where *building*
-  counts batches started and not finished and *queued* counts batches built and
-  not yet taken by the consumer. This is Keras's bound (``max_queue_size + 1``
-  futures started or finished and not taken), torch's (``prefetch_factor ×
-  num_workers`` indices sent to workers and not handed over) and a tf.data
-  prefetch buffer's. Workers share one pool of submitted batches (as Keras's
-  executor does; torch assigns indices to workers round-robin instead, which
-  this model does not reproduce).
-- The consumer asks for a batch, takes it as soon as it is ready (with
-  ``ordered=True`` the next in submission order, even when a later one is done,
-  as Keras's OrderedEnqueuer and torch's DataLoader deliver; with
-  ``ordered=False`` the earliest finished), holds it for one step time, then
-  asks for the next. Asking for the next batch *releases* the one it held.
-- Taking a batch frees its place under the bound at once, so even depth 1
-  overlaps the build of the next batch with the consumer's step.
+- Batches are numbered in the order they are submitted. A batch is submitted
+  while fewer than ``depth`` batches are submitted and not taken by the
+  consumer. This is Keras's bound (``max_queue_size + 1`` futures started or
+  finished and not taken), torch's (``prefetch_factor × num_workers`` indices
+  sent to workers and not handed over) and a tf.data prefetch buffer's.
+- ``assignment="shared"``: any free worker starts the next submitted batch (as
+  Keras's executor does); ``"round_robin"``: batch ``i`` waits for worker
+  ``i mod workers`` (as torch's DataLoader assigns indices).
+- A batch built at ``t`` can be taken at ``t + transit`` (a worker process's
+  pipe; 0 for threads). The consumer asks for a batch, takes it as soon as it
+  is there (with ``ordered=True`` the next in submission order, even when a
+  later one is done, as Keras's OrderedEnqueuer and torch's DataLoader
+  deliver; with ``ordered=False`` the earliest finished), holds it for one
+  step time, then asks for the next. Asking for the next batch *releases* the
+  one it held.
+- ``release="take"``: taking a batch frees its place under the bound (torch
+  sends the next index after receiving a batch), so even depth 1 overlaps the
+  build of the next batch with the consumer's step. ``release="request"``:
+  the place frees when the consumer asks (Keras's feeder submits the next
+  batch as soon as the consumer removes the head of its queue), so while the
+  consumer waits one more batch can be submitted.
 
 Counts, all over time:
 
-- **in flight**: batches started (being built or built) and not yet released by
-  the consumer, i.e. ``building + queued + held``. It never exceeds
-  ``depth + 1`` (the bound plus the batch the consumer holds).
-- **queued**: built and not yet taken, at most ``depth``.
-- **built**: built and not yet released (``queued + held``); this is what
+- **in flight**: batches started (being built, built or in transit) and not
+  yet released by the consumer. It never exceeds ``depth + 1`` (the bound plus
+  the batch the consumer holds).
+- **queued**: built and not yet taken, at most ``depth`` (``depth + 1`` with
+  release at the request).
+- **built**: built and not yet released (in transit, queued or held); this is what
   :func:`queuetune.analysis.analyze` measures as ``peak_in_flight_batches``
   from a trace, where a batch counts from the end of its build.
 
@@ -52,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from .knobs import ASSIGNMENTS, RELEASES, rules_of
 from .trace import Trace
 from .units import nonnegative_int, positive_int
 
@@ -64,6 +71,7 @@ __all__ = [
     "simulate",
     "tfdata_empty_probability",
     "tfdata_expected_wait",
+    "transit_time",
 ]
 
 #: Share of the simulated batches left out of the statistics while the queue fills.
@@ -73,6 +81,7 @@ MIN_STEPS = 3
 # Durations are drawn in blocks of this size, so that batch i gets the same time
 # however many batches a run needs (simulations at different depths share them).
 _BLOCK = 1024
+_BUILT, _ARRIVED = 0, 1
 
 
 def _duration(value: Any, what: str, unit: str = "seconds") -> float:
@@ -219,10 +228,16 @@ class PipelineModel:
     next; ``workers``: batches built concurrently; ``batch_bytes``: bytes of one
     batch; ``ordered``: whether batches are delivered in submission order.
 
+    The loader's rules (see :class:`queuetune.knobs.LoaderRules`):
+    ``assignment`` (``"shared"`` or ``"round_robin"``), ``release`` (a place
+    under the bound frees at the ``"take"`` or at the ``"request"``) and
+    ``transit``: seconds from a batch's end in its worker until a consumer can
+    take it, beyond the hand-over already in the step (a worker process's pipe).
+
     >>> build, step = Distribution.constant(0.02), Distribution.constant(0.002)
     >>> m = PipelineModel(build, step, workers=4, batch_bytes=2**20)
-    >>> m.workers, m.ordered
-    (4, True)
+    >>> m.workers, m.ordered, m.assignment, m.release, m.transit
+    (4, True, 'shared', 'take', 0.0)
     """
 
     producer: Distribution
@@ -230,6 +245,9 @@ class PipelineModel:
     workers: int
     batch_bytes: float
     ordered: bool = True
+    assignment: str = "shared"
+    release: str = "take"
+    transit: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("producer", "consumer"):
@@ -239,6 +257,11 @@ class PipelineModel:
         object.__setattr__(self, "batch_bytes", _duration(self.batch_bytes, "batch_bytes", "bytes"))
         if not isinstance(self.ordered, (bool, np.bool_)):
             raise TypeError(f"ordered must be True or False, got {self.ordered!r}")
+        if self.assignment not in ASSIGNMENTS:
+            raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {self.assignment!r}")
+        if self.release not in RELEASES:
+            raise ValueError(f"release must be one of {', '.join(RELEASES)}, got {self.release!r}")
+        object.__setattr__(self, "transit", _duration(self.transit, "transit"))
 
     @classmethod
     def from_trace(cls, trace: Trace, ordered: bool = True) -> PipelineModel:
@@ -249,23 +272,27 @@ class PipelineModel:
         ``requested`` in the same run, plus :func:`handover_time`; ``workers`` is
         ``meta["settings"]["workers"]`` (Keras) or ``["num_workers"]`` (torch)
         when recorded, else the number of distinct ``worker`` values, at least 1;
-        ``batch_bytes`` is the median ``nbytes`` of the produced batches.
+        ``batch_bytes`` is the median ``nbytes`` of the produced batches; the
+        assignment and release rules are the recorded loader's
+        (:func:`queuetune.knobs.rules_of`), the transit :func:`transit_time`.
 
         >>> from queuetune.trace import Consumed, Produced
         >>> t = Trace(produced=[Produced(i, i + 0.5, 100, worker="w") for i in range(6)],
         ...           consumed=[Consumed(i + 0.5, i + 0.5) for i in range(6)])
         >>> m = PipelineModel.from_trace(t)
-        >>> m.producer.mean, m.consumer.mean, m.workers, m.batch_bytes
-        (0.5, 1.0, 1, 100.0)
+        >>> m.producer.mean, m.consumer.mean, m.workers, m.batch_bytes, m.transit
+        (0.5, 1.0, 1, 100.0, 0.0)
         """
         produced = trace.produced
         if len(produced) < MIN_PRODUCED:
             raise ValueError(
                 f"the trace has {len(produced)} produced batches; the model needs at least {MIN_PRODUCED}"
             )
+        rules = rules_of(trace.meta)
+        ready, delivered = _handover_waits(trace)
+        overhead = _mean_or_zero(ready)
         # Clamped at 0: a request recorded a hair before the previous hand-over
         # (clock resolution) is a step of no time, not a negative one.
-        overhead = handover_time(trace)
         steps = [
             max(0.0, nxt.requested - cur.consumed) + overhead
             for cur, nxt in zip(trace.consumed, trace.consumed[1:])
@@ -287,7 +314,44 @@ class PipelineModel:
             workers=_trace_workers(trace),
             batch_bytes=float(np.median([p.nbytes for p in produced])),
             ordered=ordered,
+            assignment=rules.assignment,
+            release=rules.release,
+            transit=_transit(ready, delivered, rules.processes),
         )
+
+
+def _handover_waits(trace: Trace) -> tuple[list[float], list[float]]:
+    """For the consumed batches matched to a produced one: the waits of those
+    already built when the consumer asked (``consumed - requested``), and for the
+    others the time from their end in the worker to their hand-over."""
+    from .analysis import match
+
+    produced = trace.produced
+    ready: list[float] = []
+    delivered: list[float] = []
+    for c, j in zip(trace.consumed, match(trace).consumed):
+        if j is None:
+            continue
+        if produced[j].end <= c.requested:
+            ready.append(c.consumed - c.requested)
+        else:
+            delivered.append(c.consumed - produced[j].end)
+    return ready, delivered
+
+
+def _mean_or_zero(values: list[float]) -> float:
+    return max(0.0, float(np.mean(values))) if len(values) >= 3 else 0.0
+
+
+def _transit(ready: list[float], delivered: list[float], processes: bool) -> float:
+    handover = _mean_or_zero(ready)
+    if len(delivered) >= 3:
+        return max(0.0, float(np.mean(delivered)) - handover)
+    # No batch was waited for, so the trip cannot be seen: a batch from a worker
+    # process is taken to cost the sender what it costs the receiver (pickling,
+    # unpickling). Measured with torch 2.13 (64 KiB batches, 2 workers): hand-over
+    # 0.9-1.1 ms, waited batches' end-to-hand-over 1.6-2.0 ms.
+    return handover if processes else 0.0
 
 
 def handover_time(trace: Trace) -> float:
@@ -303,15 +367,23 @@ def handover_time(trace: Trace) -> float:
     >>> round(handover_time(t), 6)
     0.01
     """
-    from .analysis import match
+    return _mean_or_zero(_handover_waits(trace)[0])
 
-    produced = trace.produced
-    ready = [
-        c.consumed - c.requested
-        for c, j in zip(trace.consumed, match(trace).consumed)
-        if j is not None and produced[j].end <= c.requested
-    ]
-    return max(0.0, float(np.mean(ready))) if len(ready) >= 3 else 0.0
+
+def transit_time(trace: Trace) -> float:
+    """Seconds from a batch's end in its worker until a waiting consumer can take
+    it, beyond :func:`handover_time`: the mean over the batches the consumer
+    waited for (at least 3), else, when batches come from worker processes, the
+    hand-over time again (sending costs about what receiving does), else 0.
+
+    >>> from queuetune.trace import Consumed, Produced
+    >>> t = Trace(produced=[Produced(r - 0.5, r + 0.1, 1) for r in (1.0, 2.0, 3.0)],
+    ...           consumed=[Consumed(r, r + 0.13) for r in (1.0, 2.0, 3.0)])
+    >>> round(transit_time(t), 6)
+    0.03
+    """
+    ready, delivered = _handover_waits(trace)
+    return _transit(ready, delivered, rules_of(trace.meta).processes)
 
 
 def _trace_workers(trace: Trace) -> int:
@@ -382,16 +454,28 @@ def _draw(dist: Distribution, rng: np.random.Generator, count: int) -> list[floa
 
 
 def _run(
-    producer: list[float], consumer: list[float], depth: int, workers: int, ordered: bool, warmup: int
+    producer: list[float],
+    consumer: list[float],
+    depth: int,
+    workers: int,
+    warmup: int,
+    model: PipelineModel,
 ) -> _Run:
-    """The event loop. Finishing builds are processed before a consumer request
-    at the same instant, so a batch done exactly when asked for is taken without
-    waiting."""
+    """The event loop. Finishing builds and arriving batches are processed before
+    a consumer request at the same instant, so a batch there exactly when asked
+    for is taken without waiting."""
     n = len(consumer)
-    heap: list[tuple[float, int]] = []
+    round_robin = model.assignment == "round_robin"
+    at_request = model.release == "request"
+    transit = model.transit
+    ordered = bool(model.ordered)
+    heap: list[tuple[float, int, int]] = []  # (time, event, batch): _BUILT or _ARRIVED
     done = bytearray(len(producer))
     ready: deque[int] = deque()
-    free, started, building, queued, held = workers, 0, 0, 0, 0
+    # Submitted batches not yet started: one line per worker (round-robin) or one shared line.
+    lines: list[deque[int]] = [deque() for _ in range(workers if round_robin else 1)]
+    idle = [True] * workers
+    submitted, building, moving, queued, held = 0, 0, 0, 0, 0
     taken = 0
     asked_at = 0.0
     request = 0.0
@@ -407,19 +491,37 @@ def _run(
         nonlocal last
         if measuring:
             span = t - last
-            areas[0] += (building + queued + held) * span
+            areas[0] += (building + moving + queued + held) * span
             areas[1] += queued * span
-            areas[2] += (queued + held) * span
+            areas[2] += (moving + queued + held) * span
         last = t
 
+    def begin(t: float, batch: int, worker: int) -> None:
+        nonlocal building
+        idle[worker] = False
+        heapq.heappush(heap, (t + producer[batch], _BUILT, batch * workers + worker))
+        building += 1
+
     def fill(t: float) -> None:
-        nonlocal free, started, building
-        while free and building + queued < depth:
-            heapq.heappush(heap, (t + producer[started], started))
-            started += 1
-            building += 1
-            free -= 1
-        peaks[0] = max(peaks[0], building + queued + held)
+        nonlocal submitted
+        # Places under the bound: batches submitted and not taken; with release at
+        # request, the one the consumer waits for has already left the queue.
+        limit = min(len(producer), taken + depth + (1 if waiting and at_request else 0))
+        while submitted < limit:
+            lines[submitted % len(lines)].append(submitted)
+            submitted += 1
+        if round_robin:
+            for worker, line in enumerate(lines):
+                if idle[worker] and line:
+                    begin(t, line.popleft(), worker)
+        else:
+            line = lines[0]
+            for worker in range(workers):
+                if not line:
+                    break
+                if idle[worker]:
+                    begin(t, line.popleft(), worker)
+        peaks[0] = max(peaks[0], building + moving + queued + held)
 
     def take(t: float) -> None:
         nonlocal queued, held, taken, request
@@ -434,13 +536,23 @@ def _run(
     fill(0.0)
     while True:
         if waiting or (heap and heap[0][0] <= request):
-            t, index = heapq.heappop(heap)
+            t, event, code = heapq.heappop(heap)
             advance(t)
-            building -= 1
+            if event == _BUILT:
+                index, worker = divmod(code, workers)
+                building -= 1
+                idle[worker] = True
+                if transit > 0:
+                    moving += 1
+                    heapq.heappush(heap, (t + transit, _ARRIVED, index))
+                    fill(t)
+                    continue
+            else:
+                index = code
+                moving -= 1
             queued += 1
-            free += 1
             peaks[1] = max(peaks[1], queued)
-            peaks[2] = max(peaks[2], queued + held)
+            peaks[2] = max(peaks[2], moving + queued + held)
             if ordered:
                 done[index] = 1
                 if waiting and index == taken:
@@ -471,6 +583,8 @@ def _run(
             take(t)
         else:
             waiting = True
+            if at_request:
+                fill(t)
     return _Run(
         wall=last - start,
         counted=n - warmup,
@@ -498,10 +612,11 @@ def _simulate(
     producer_seq, consumer_seq = np.random.SeedSequence(seed).spawn(2)
     if depth == 0:
         return _synchronous(model, batches, producer_seq, consumer_seq)
-    # At most depth batches are started and not taken, so the run never starts more than this.
-    producer = _draw(model.producer, np.random.default_rng(producer_seq), batches + depth + 1)
+    # At most depth batches are submitted and not taken (one more while the consumer
+    # waits, with release at request), so the run never starts more than this.
+    producer = _draw(model.producer, np.random.default_rng(producer_seq), batches + depth + 2)
     consumer = _draw(model.consumer, np.random.default_rng(consumer_seq), batches)
-    run = _run(producer, consumer, depth, workers, bool(model.ordered), int(batches * WARMUP))
+    run = _run(producer, consumer, depth, workers, int(batches * WARMUP), model)
     wall, counted = run.wall, run.counted
     wait = float(sum(run.waits))
     per_second = (lambda area: area / wall) if wall > 0 else (lambda area: 0.0)
