@@ -253,6 +253,17 @@ def test_release_at_request_submits_while_the_consumer_waits():
     assert simulate(request, 1).peak_in_flight_batches == 2
 
 
+def test_release_at_the_take_waits_for_the_hand_over():
+    # 1 worker, 10 ms builds, 2 ms steps of which the first 1 ms takes the batch
+    # from the loader: torch sends the next index after that, so at depth 1 a
+    # batch costs 11 ms. Freed at the request (Keras), the hand-over does not delay it.
+    take = PipelineModel(C(0.010), C(0.002), 1, MiB, handover=0.001)
+    assert simulate(take, 1).throughput == pytest.approx(1 / 0.011, rel=1e-9)
+    assert simulate(take, 2).throughput == pytest.approx(100.0, rel=1e-9)
+    request = PipelineModel(C(0.010), C(0.002), 1, MiB, release="request", handover=0.001)
+    assert simulate(request, 1).throughput == pytest.approx(100.0, rel=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_round_robin_is_never_faster_than_a_shared_pool(seed):
     def curve(assignment):
@@ -285,6 +296,7 @@ def test_round_robin_equals_shared_on_constant_times():
 def test_from_trace_takes_the_loaders_rules(meta, rules):
     m = PipelineModel.from_trace(hand_trace(meta))
     assert (m.assignment, m.release) == rules
+    assert m.handover == pytest.approx(handover_time(hand_trace(meta)))
 
 
 def test_transit_is_measured_from_waited_batches_or_assumed_for_processes():
@@ -307,6 +319,7 @@ def test_transit_is_measured_from_waited_batches_or_assumed_for_processes():
         ({"release": "never"}, ValueError, "release must be one of"),
         ({"transit": -1.0}, ValueError, "transit"),
         ({"transit": "1ms"}, TypeError, "transit"),
+        ({"handover": 0.02}, ValueError, "cannot exceed the shortest step"),
     ],
 )
 def test_bad_rules(kwargs, error, message):
@@ -461,11 +474,14 @@ kinds = st.sampled_from(["constant", "exponential"])
     seed=st.integers(0, 2**32),
     rules=st.tuples(st.sampled_from(["shared", "round_robin"]), st.sampled_from(["take", "request"])),
     transit=st.sampled_from([0.0, 0.001, 0.05]),
+    handover=st.sampled_from([0.0, 0.5, 1.0]),
 )
-def test_invariants(producer, consumer, workers, depth, ordered, batches, seed, rules, transit):
+def test_invariants(producer, consumer, workers, depth, ordered, batches, seed, rules, transit, handover):
     make = {"constant": C, "exponential": Distribution.exponential}
     prod, cons = make[producer[0]](producer[1]), make[consumer[0]](consumer[1])
-    m = PipelineModel(prod, cons, workers, 10.0, ordered, assignment=rules[0], release=rules[1], transit=transit)
+    m = PipelineModel(
+        prod, cons, workers, 10.0, ordered, rules[0], rules[1], transit, handover=handover * cons.minimum
+    )
     p = simulate(m, depth, batches=batches, seed=seed)
     assert 0.0 <= p.input_wait_fraction <= 1.0
     assert 0.0 <= p.empty_fraction <= 1.0

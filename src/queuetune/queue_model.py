@@ -81,7 +81,7 @@ MIN_STEPS = 3
 # Durations are drawn in blocks of this size, so that batch i gets the same time
 # however many batches a run needs (simulations at different depths share them).
 _BLOCK = 1024
-_BUILT, _ARRIVED = 0, 1
+_BUILT, _ARRIVED, _RELEASED = 0, 1, 2
 
 
 def _duration(value: Any, what: str, unit: str = "seconds") -> float:
@@ -233,11 +233,14 @@ class PipelineModel:
     under the bound frees at the ``"take"`` or at the ``"request"``) and
     ``transit``: seconds from a batch's end in its worker until a consumer can
     take it, beyond the hand-over already in the step (a worker process's pipe).
+    ``handover``: the first part of each step, taking the batch from the loader
+    (already in ``consumer``); with release at the take, the place frees when
+    it is over (torch sends the next index after unpickling the batch).
 
     >>> build, step = Distribution.constant(0.02), Distribution.constant(0.002)
     >>> m = PipelineModel(build, step, workers=4, batch_bytes=2**20)
-    >>> m.workers, m.ordered, m.assignment, m.release, m.transit
-    (4, True, 'shared', 'take', 0.0)
+    >>> m.workers, m.ordered, m.assignment, m.release, m.transit, m.handover
+    (4, True, 'shared', 'take', 0.0, 0.0)
     """
 
     producer: Distribution
@@ -248,6 +251,7 @@ class PipelineModel:
     assignment: str = "shared"
     release: str = "take"
     transit: float = 0.0
+    handover: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("producer", "consumer"):
@@ -262,6 +266,12 @@ class PipelineModel:
         if self.release not in RELEASES:
             raise ValueError(f"release must be one of {', '.join(RELEASES)}, got {self.release!r}")
         object.__setattr__(self, "transit", _duration(self.transit, "transit"))
+        object.__setattr__(self, "handover", _duration(self.handover, "handover"))
+        if self.handover > self.consumer.minimum:
+            raise ValueError(
+                f"handover ({self.handover} s) is part of every step, so it cannot exceed the shortest "
+                f"step ({self.consumer.minimum} s)"
+            )
 
     @classmethod
     def from_trace(cls, trace: Trace, ordered: bool = True) -> PipelineModel:
@@ -317,6 +327,7 @@ class PipelineModel:
             assignment=rules.assignment,
             release=rules.release,
             transit=_transit(ready, delivered, rules.processes),
+            handover=overhead,
         )
 
 
@@ -468,15 +479,16 @@ def _run(
     round_robin = model.assignment == "round_robin"
     at_request = model.release == "request"
     transit = model.transit
+    delay = 0.0 if at_request else model.handover
     ordered = bool(model.ordered)
-    heap: list[tuple[float, int, int]] = []  # (time, event, batch): _BUILT or _ARRIVED
+    heap: list[tuple[float, int, int]] = []  # (time, event, batch): _BUILT, _ARRIVED or _RELEASED
     done = bytearray(len(producer))
     ready: deque[int] = deque()
     # Submitted batches not yet started: one line per worker (round-robin) or one shared line.
     lines: list[deque[int]] = [deque() for _ in range(workers if round_robin else 1)]
     idle = [True] * workers
     submitted, building, moving, queued, held = 0, 0, 0, 0, 0
-    taken = 0
+    taken = freed = 0
     asked_at = 0.0
     request = 0.0
     waiting = False
@@ -504,9 +516,10 @@ def _run(
 
     def fill(t: float) -> None:
         nonlocal submitted
-        # Places under the bound: batches submitted and not taken; with release at
-        # request, the one the consumer waits for has already left the queue.
-        limit = min(len(producer), taken + depth + (1 if waiting and at_request else 0))
+        # Places under the bound: batches submitted and not freed (taken, or with a
+        # hand-over, taken and unpacked); with release at the request, the one the
+        # consumer waits for has already left the queue.
+        limit = min(len(producer), freed + depth + (1 if waiting and at_request else 0))
         while submitted < limit:
             lines[submitted % len(lines)].append(submitted)
             submitted += 1
@@ -524,20 +537,28 @@ def _run(
         peaks[0] = max(peaks[0], building + moving + queued + held)
 
     def take(t: float) -> None:
-        nonlocal queued, held, taken, request
+        nonlocal queued, held, taken, freed, request
         queued -= 1
         held = 1
         if taken >= warmup:
             waits.append(t - asked_at)
         taken += 1
         request = t + consumer[taken - 1]
-        fill(t)
+        if delay > 0:
+            heapq.heappush(heap, (t + delay, _RELEASED, 0))
+        else:
+            freed += 1
+            fill(t)
 
     fill(0.0)
     while True:
         if waiting or (heap and heap[0][0] <= request):
             t, event, code = heapq.heappop(heap)
             advance(t)
+            if event == _RELEASED:
+                freed += 1
+                fill(t)
+                continue
             if event == _BUILT:
                 index, worker = divmod(code, workers)
                 building -= 1
