@@ -171,7 +171,7 @@ def _is_watched(obj: Any) -> bool:
 def _with_loader_meta(meta: dict[str, Any], loader: Any) -> dict[str, Any]:
     meta.setdefault("framework", "python")
     meta["type"] = type(loader).__qualname__
-    meta["depth"] = 1
+    meta["depth"] = 0  # a plain loader reads nothing ahead (knobs: depth 0)
     try:
         meta["num_batches"] = len(loader)
     except TypeError:

@@ -9,6 +9,7 @@ from . import require
 
 keras = require("keras", "keras")
 
+from ..knobs import KERAS  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
 from ..prefetcher import Prefetcher  # noqa: E402
 from ..recorder import Channel, Recorder, clock, key_of  # noqa: E402
@@ -72,13 +73,6 @@ def settings(dataset: Any) -> dict[str, Any]:
     }
 
 
-def depth(workers: int, use_multiprocessing: bool, max_queue_size: int) -> int:
-    """Batches Keras can have started or finished and not consumed."""
-    if workers > 1 or (workers > 0 and use_multiprocessing):
-        return max_queue_size + 1
-    return 1
-
-
 def watch_pydataset(
     dataset: Any, meta: dict[str, Any], sample_memory: bool
 ) -> tuple[WatchedPyDataset, Recorder]:
@@ -92,7 +86,7 @@ def watch_pydataset(
         framework="keras",
         type=type(dataset).__qualname__,
         settings=knobs,
-        depth=depth(**knobs),
+        depth=KERAS.depth(knobs),
         num_batches=count,
         match_scope="run",
         pre_run_consumes=1,

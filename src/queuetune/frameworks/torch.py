@@ -27,6 +27,7 @@ torch = require("torch", "torch")
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
+from ..knobs import TORCH  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
 from ..recorder import Channel, Recorder, clock, key_of  # noqa: E402
 
@@ -393,17 +394,6 @@ def settings(loader: DataLoader) -> dict[str, Any]:
     }
 
 
-def depth(num_workers: int, prefetch_factor: int | None) -> int:
-    """Batches a DataLoader can have requested from its workers and not handed over.
-
-    >>> depth(4, 2), depth(0, None)
-    (8, 1)
-    """
-    if num_workers > 0:
-        return (2 if prefetch_factor is None else prefetch_factor) * num_workers
-    return 1
-
-
 def _num_batches(loader: DataLoader) -> int | None:
     dataset = loader.dataset
     if isinstance(dataset, IterableDataset):
@@ -445,7 +435,7 @@ def watch_dataloader(
         framework="torch",
         type=type(dataset).__qualname__,
         settings=knobs,
-        depth=depth(loader.num_workers, knobs["prefetch_factor"]),
+        depth=TORCH.depth(knobs),
         versions={"torch": torch.__version__},
         # Every pass starts its workers' queues afresh: a batch built before a
         # pass began is never handed over in it.
