@@ -44,7 +44,71 @@ def test_never_past_max_depth_or_when_it_cannot_grow():
     assert [c.observe(waited=True, full=False, can_grow=False) for _ in range(5)] == [None] * 5
 
 
-@pytest.mark.parametrize("kwargs", [{"depth": 0}, {"max_depth": 0}, {"depth": 5, "max_depth": 4}, {"grow_after": 0}])
+STEP = 0.003  # the consumer's typical step in the scripted observations below
+
+
+def stall(controller, wait, **kwargs):
+    """One request that waited ``wait`` seconds, the consumer's step being STEP."""
+    return controller.observe(waited=True, full=False, wait=wait, step=STEP, **kwargs)
+
+
+def test_one_long_wait_deepens_at_once_by_the_steps_it_cost():
+    c = DepthController(depth=3)
+    assert stall(c, 0.030) == 3 + 10  # 30 ms at 3 ms a step: 10 more batches under way
+    assert c.depth == 13
+    assert feed(c, "." * 5) == []  # the ready batches after the stall change nothing
+
+
+def test_short_waits_still_need_two_in_a_row():
+    c = DepthController(depth=3)
+    # Just under the long-wait threshold (4 steps): one alone does nothing.
+    assert stall(c, 3.9 * STEP) is None
+    assert feed(c, ".") == []
+    assert stall(c, 3.9 * STEP) is None
+    assert stall(c, 3.9 * STEP) == 4
+    # Without a step estimate (the first requests) a long wait is a short one.
+    c = DepthController(depth=3)
+    assert c.observe(waited=True, full=False, wait=1.0, step=None) is None
+    assert c.observe(waited=True, full=False, wait=1.0, step=None) == 4
+
+
+def test_a_long_wait_never_deepens_past_max_depth_the_budget_or_when_it_cannot_grow():
+    c = DepthController(depth=3, max_depth=10)
+    assert stall(c, 1.0) == 10
+    assert stall(c, 1.0) is None
+    c = DepthController(depth=3)
+    assert stall(c, 1.0, limit=16) == 16  # the budget holds 16 batches
+    assert stall(c, 1.0, limit=16) is None
+    assert feed(c, "ww") == [17]  # only what the caller allows: here no limit passed
+    c = DepthController(depth=3)
+    assert stall(c, 1.0, limit=2) is None  # the budget already holds fewer than the depth
+    assert c.depth == 3
+    assert stall(c, 1.0, can_grow=False) is None
+    assert c.depth == 3
+
+
+def test_stalls_do_not_swing_the_depth():
+    """Deepened by a stall, shallowed by a calm with the queue full, and a stall
+    soon after: the depth it left becomes the floor, and stays."""
+    c = DepthController(depth=2, shrink_after=8)
+    assert stall(c, 0.1, limit=12) == 12
+    assert feed(c, "f" * 8) == [11]
+    assert stall(c, 0.1, limit=12) == 12
+    assert c.floor == 12
+    changes = []
+    for _ in range(20):  # stalls now and then, long calms between them
+        changes += feed(c, "f" * 30)
+        new = stall(c, 0.1, limit=12)
+        if new is not None:
+            changes.append(new)
+    assert changes == []
+    assert c.depth == 12
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"depth": 0}, {"max_depth": 0}, {"depth": 5, "max_depth": 4}, {"grow_after": 0}, {"long_wait": 1}],
+)
 def test_bad_settings(kwargs):
     with pytest.raises(ValueError):
         DepthController(**kwargs)

@@ -2,6 +2,7 @@
 again when the queue stays full and the consumer never waits, with hysteresis."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .units import positive_int
@@ -12,21 +13,30 @@ class DepthController:
     """Decides the depth (batches being built or ready) from what each request saw.
 
     - ``grow_after`` requests in a row that found the next batch not ready: one deeper.
+    - One wait of at least ``long_wait`` typical consumer steps (a stall: one long
+      wait, then ready batches): deeper at once by about the steps the wait cost
+      (``ceil(wait / step)``), so that as many more batches are under way when the
+      next stall comes.
     - ``shrink_after`` requests in a row that found it ready with the queue full:
       one shallower. A wait soon after shrinking makes the depth it left a floor,
       so the controller does not swing between two depths.
+    - Never deeper than ``max_depth``, nor than the ``limit`` (the depth the byte
+      budget allows) passed with an observation.
 
     >>> c = DepthController()
     >>> [c.observe(waited=True, full=False) for _ in range(4)]
     [None, 2, None, 3]
+    >>> c.observe(waited=True, full=False, wait=0.100, step=0.003, limit=16)
+    16
     >>> c.depth
-    3
+    16
     """
 
     depth: int = 1
     max_depth: int = 64
     grow_after: int = 2
     shrink_after: int = 32
+    long_wait: float = 4.0
     floor: int = 1
     _waits: int = field(default=0, repr=False)
     _calm: int = field(default=0, repr=False)
@@ -37,15 +47,29 @@ class DepthController:
         self.max_depth = positive_int(self.max_depth, "max depth")
         self.grow_after = positive_int(self.grow_after, "grow_after")
         self.shrink_after = positive_int(self.shrink_after, "shrink_after")
+        if not self.long_wait > 1:
+            raise ValueError(f"long_wait must be more than 1 step, got {self.long_wait}")
         if self.depth > self.max_depth:
             raise ValueError(f"depth {self.depth} is above max depth {self.max_depth}")
 
-    def observe(self, waited: bool, full: bool, can_grow: bool = True) -> int | None:
+    def observe(
+        self,
+        waited: bool,
+        full: bool,
+        can_grow: bool = True,
+        wait: float | None = None,
+        step: float | None = None,
+        limit: int | None = None,
+    ) -> int | None:
         """Note one request; return the new depth if it changes, else None.
 
         ``waited``: the next batch was not ready; ``full``: as many batches as the
-        depth allows were built and waiting; ``can_grow``: the byte budget has
-        room for one more batch.
+        depth allows were built and waiting; ``can_grow``: deepening can help (a
+        worker sits idle for the lack of depth) and the byte budget has room for
+        one more batch. ``wait``: seconds the request waited; ``step``: the
+        consumer's typical step in seconds (time from taking a batch to asking for
+        the next); both needed for the long-wait rule. ``limit``: the deepest
+        depth the byte budget allows.
         """
         if self._since_shrink is not None:
             self._since_shrink += 1
@@ -55,7 +79,12 @@ class DepthController:
         if waited:
             self._calm = 0
             self._waits += 1
-            if self._waits >= self.grow_after and can_grow and self.depth < self.max_depth:
+            top = self.max_depth if limit is None else min(self.max_depth, limit)
+            if not can_grow or self.depth >= top:
+                return None
+            if wait is not None and step is not None and step > 0 and wait >= self.long_wait * step:
+                return self._set(min(top, self.depth + math.ceil(wait / step)))
+            if self._waits >= self.grow_after:
                 return self._set(self.depth + 1)
             return None
         self._waits = 0
