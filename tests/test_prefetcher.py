@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import queuetune
 from helpers import assert_nothing_left_running
 from queuetune import BudgetExceeded, Prefetcher
+from queuetune.nbytes import nbytes
 
 
 class Recorded:
@@ -68,6 +69,11 @@ class Recorded:
 
     def builds(self):
         return [i for kind, i, _ in self.log if kind == "start"]
+
+
+def batch_bytes(size):
+    """What the prefetcher counts for one of Recorded's batches of ``size`` bytes."""
+    return nbytes({"i": 0, "x": np.zeros(size, dtype=np.uint8)})
 
 
 def consume(prefetcher, source, limit=None):
@@ -237,7 +243,82 @@ def test_adaptive_depth_grows_while_the_consumer_waits_but_not_past_the_budget()
         source.takes_from(p.trace())
     assert depths[0] == 1
     assert max(depths) >= 2  # deepened while the consumer waited
+    assert max(depths) <= 5000 // batch_bytes(1000)  # never deeper than the budget holds
     assert source.peak_bytes() <= 5000  # the budget, not the depth, bounds the bytes
+
+
+def stalled_run(ordered):
+    """40 batches of 1000 bytes, loads of 2 ms and one of 400 ms (batch 20), a
+    consumer step of 5 ms: the depth marks, the budget's depth, the peak held."""
+    delays = [0.002] * 40
+    delays[20] = 0.400
+    source = Recorded([1000] * 40, delays)
+    budget = 12_000
+    with Prefetcher(source, max_bytes=budget, workers=4, ordered=ordered, sample_memory=False) as p:
+        for batch in p:
+            source.taken(batch["i"])
+            time.sleep(0.005)
+        trace = p.trace()
+        source.takes_from(trace)
+        limit = budget // batch_bytes(1000)
+    return [m.value for m in trace.marks if m.kind == "depth"], limit, source.peak_bytes()
+
+
+@pytest.mark.timeout(60)
+def test_one_stall_deepens_at_once_in_order_within_the_budget():
+    depths, limit, peak = stalled_run(ordered=True)
+    jumps = [b - a for a, b in zip(depths, depths[1:])]
+    # The workers outpace the consumer, so the depth had no reason to grow
+    # before the stall; 400 ms held up everything behind it, at 5 ms a step:
+    # deeper by more than one batch in one decision, stopped by the budget.
+    assert max(jumps) > 1
+    assert max(depths) == limit
+    assert peak <= 12_000
+
+
+@pytest.mark.timeout(60)
+def test_out_of_order_a_stall_is_no_reason_to_deepen_by_more_than_one():
+    depths, limit, peak = stalled_run(ordered=False)
+    assert all(b - a in (1, -1) for a, b in zip(depths, depths[1:]))
+    assert max(depths) <= limit
+    assert peak <= 12_000
+
+
+@pytest.mark.timeout(60)
+def test_a_steady_slow_load_deepens_one_batch_at_a_time_up_to_what_the_workers_use():
+    """Loads of 20 ms on 4 workers for a 2 ms step: the waits are long, but the
+    workers cannot keep up, so no batch ever waits behind another for long:
+    the depth grows one at a time while a worker is idle, and stops there."""
+    source = Recorded([1000] * 80, [0.020])
+    with Prefetcher(source, max_bytes=100_000, workers=4, sample_memory=False) as p:
+        for batch in p:
+            source.taken(batch["i"])
+            time.sleep(0.002)
+        depths = [m.value for m in p.trace().marks if m.kind == "depth"]
+    assert all(b - a in (1, -1) for a, b in zip(depths, depths[1:]))
+    assert max(depths) <= 4 + 1  # every worker building, and one more
+
+
+@pytest.mark.timeout(60)
+def test_a_pause_makes_no_depth_decision_and_holds_no_more_than_the_depth():
+    source = Recorded([10_000] * 60, [0.001])
+    with Prefetcher(source, max_bytes=200_000, workers=4, sample_memory=False) as p:
+        it = iter(p)
+        for _ in range(20):
+            source.taken(next(it)["i"])
+            time.sleep(0.002)
+        paused = time.monotonic()
+        time.sleep(0.3)
+        resumed = time.monotonic()
+        for batch in it:
+            source.taken(batch["i"])
+        trace = p.trace()
+        source.takes_from(trace)
+    marks = [m for m in trace.marks if m.kind == "depth"]
+    assert not [m for m in marks if paused < m.t < resumed]
+    # Started and not yet taken: never more than the deepest depth, pause or not
+    # (plus one: a batch leaves the account just before its hand-over is stamped).
+    assert source.peak_bytes() <= (max(m.value for m in marks) + 1) * 10_000
 
 
 @pytest.mark.timeout(60)

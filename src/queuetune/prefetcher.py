@@ -13,8 +13,10 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import random
+import statistics
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +29,8 @@ from .trace import Trace
 from .units import format_bytes, parse_bytes, positive_int
 
 MODES = ("thread", "process")
+# Steps of the consumer the typical step (their median) is taken over.
+STEP_WINDOW = 16
 
 
 class BudgetExceeded(ValueError):
@@ -39,9 +43,22 @@ class _Task:
     indices: Any
     reserved: int
     future: cf.Future | None = None
+    submitted_at: float = 0.0
     size: int | None = None
     taken: bool = False
     accounted: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class _Seen:
+    """What a request found: the next batch not ready, the queue full, a worker
+    idle for the lack of depth, the deepest depth the byte budget allows (as many
+    of the largest batch so far as fit)."""
+
+    waited: bool
+    full: bool
+    can_grow: bool
+    limit: int | None
 
 
 class Prefetcher:
@@ -242,6 +259,8 @@ class _Epoch:
         )
         self.tasks: dict[int, _Task] = {}
         self.submitted = 0
+        # Seconds from submitting a batch to its being built, of the latest batches.
+        self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
         self.delivered = 0
         self.ready = 0
         self.held = 0
@@ -301,7 +320,7 @@ class _Epoch:
         while self._can_start():
             position = self.submitted
             indices = self.plan[position] if self.plan is not None else None
-            task = _Task(position, indices, self._estimate())
+            task = _Task(position, indices, self._estimate(), submitted_at=clock())
             self.tasks[position] = task
             self.reserved += task.reserved
             self.submitted += 1
@@ -347,6 +366,7 @@ class _Epoch:
                 self.exhausted = True
                 task.size = 0
                 return
+            self.builds.append(clock() - task.submitted_at)
             if self.owner.mode == "process":
                 from . import shm
 
@@ -383,25 +403,32 @@ class _Epoch:
         try:
             with self.lock:
                 self._fill()
+            steps: deque[float] = deque(maxlen=STEP_WINDOW)
+            got = None
             while True:
                 asked = clock()
-                task = self._next_task()
-                if task is None:
+                if got is not None:
+                    steps.append(asked - got)
+                found = self._next_task()
+                if found is None:
                     return
-                with self.lock:
-                    waited = not task.future.done()  # type: ignore[union-attr]
-                    full = self.ready >= self.controller.depth
-                    # Depth helps only while a worker sits idle for the lack of it.
-                    building = sum(1 for t in self.tasks.values() if not t.future.done())  # type: ignore[union-attr]
-                    idle = building < self._workers()
-                    room = self.held + self.reserved + 2 * self._estimate() <= self.owner.max_bytes
-                    changed = self.controller.observe(waited, full, can_grow=idle and room)
-                    if changed is not None:
-                        recorder.mark("depth", changed)
+                task, seen = found
                 batch = self._take(task)
                 if batch is _END:
                     return
                 got = clock()
+                step = statistics.median(steps) if steps else None
+                with self.lock:
+                    # A stall leaves the workers idle while it lasts, even when
+                    # they were all busy when it was asked for.
+                    stalled = self._stalled(step)
+                    changed = self.controller.observe(
+                        seen.waited, seen.full, can_grow=seen.can_grow or stalled, limit=seen.limit,
+                        wait=got - asked if stalled else None,
+                        step=step,
+                    )
+                    if changed is not None:
+                        recorder.mark("depth", changed)
                 samples = task.indices if isinstance(task.indices, list) else None
                 recorder.consumed(asked, got, nbytes=task.size, key=_key(task), samples=samples)
                 with self.lock:
@@ -416,7 +443,25 @@ class _Epoch:
             self.stop()
             recorder.run_end()
 
-    def _next_task(self) -> _Task | None:
+    def _stalled(self, step: float | None) -> bool:
+        """Whether the batch just handed over was a stall that more depth can cover.
+
+        It alone held up the ones behind it: in order, with every batch behind
+        it (if any) already built (a stall, not a depth too small for the load). And the
+        other workers outpace the consumer (typical build < (workers - 1) x
+        step), so batches can pile up behind the next stall; otherwise the
+        queue never fills and more depth is memory the workers cannot use. Out
+        of order, the others are handed over meanwhile: a wait says nothing.
+        """
+        if not (self.owner.ordered and self.owner._indexable) or step is None or not self.builds:
+            return False
+        if statistics.median(self.builds) >= (self._workers() - 1) * step:
+            return False
+        behind = [t for t in self.tasks.values() if not t.taken]
+        return all(t.future.done() for t in behind)  # type: ignore[union-attr]
+
+    def _next_task(self) -> tuple[_Task, _Seen] | None:
+        """The task to hand over next, and what the request found before waiting."""
         with self.lock:
             if self.total is not None and self.delivered >= self.total:
                 return None
@@ -432,10 +477,21 @@ class _Epoch:
                 if self.exhausted:
                     return None
                 raise RuntimeError("prefetcher has nothing to wait for before the end of the epoch")
-        if len(pending) == 1:
-            return pending[0]
+            ready = [t for t in pending if t.future.done()]  # type: ignore[union-attr]
+            # Depth helps only while a worker sits idle for the lack of it.
+            building = sum(1 for t in self.tasks.values() if not t.future.done())  # type: ignore[union-attr]
+            estimate = self._estimate()
+            seen = _Seen(
+                waited=not ready,
+                full=self.ready >= self.controller.depth,
+                can_grow=building < self._workers(),
+                # Before the first batch is built its size is unknown: no deeper yet.
+                limit=self.owner.max_bytes // estimate if estimate else 1,
+            )
+        if ready:
+            return ready[0], seen
         done, _ = cf.wait([t.future for t in pending], return_when=cf.FIRST_COMPLETED)  # type: ignore[misc]
-        return next(t for t in pending if t.future in done)
+        return next(t for t in pending if t.future in done), seen
 
     def _take(self, task: _Task) -> Any:
         future = task.future
