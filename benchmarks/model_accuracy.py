@@ -352,6 +352,17 @@ def _summarise(entry: dict[str, Any]) -> None:
         row["measured_spread"] = (max(row["measured"]) - min(row["measured"])) / measured if measured else None
     entry["max_abs_error"] = max(abs(r["error"]) for r in entry["rows"] if r["error"] is not None)
     entry["within_target"] = entry["max_abs_error"] <= TARGET
+    drift(entry)
+
+
+def drift(entry: dict[str, Any]) -> None:
+    """What the machine did between the baseline run and the rounds: the baseline's
+    throughput against the rounds' median at its own setting, and the model's
+    prediction there against the baseline run it was built from."""
+    base = entry["baseline"]
+    row = next(r for r in entry["rows"] if r["settings"] == base["settings"])
+    entry["baseline_drift"] = base["throughput"] / row["measured_throughput"] - 1
+    entry["error_against_baseline"] = row["predicted_throughput"] / base["throughput"] - 1
 
 
 def run(
@@ -461,6 +472,13 @@ def table(result: dict[str, Any]) -> str:
             f"({'within' if entry['within_target'] else 'MISSES'} the {result['target_abs_error']:.0%} target); "
             f"{entry['description']}; the {result['steps']} items drawn have mean "
             f"{entry['drawn_producer_mean_ms']:.1f} ms"
+        )
+        if "baseline_drift" not in entry:  # results saved before these were kept
+            drift(entry)
+        lines.append(
+            f"{'':<6} the baseline run the model comes from: {entry['baseline']['throughput']:.1f} batches/s, "
+            f"{entry['baseline_drift']:+.1%} against the rounds' median at its setting; the prediction there is "
+            f"{entry['error_against_baseline']:+.1%} from the baseline run"
         )
         lines.append(
             f"{'':<6} model: producer mean {m['producer_mean_ms']:.1f} ms (median {m['producer_median_ms']:.1f}), "
