@@ -290,3 +290,17 @@ def test_paired_rounds_decide_over_round_to_round_noise():
     assert [round(c.share(summary), 3) for c in summary] == [0.99, 1.0]
     assert decide(summary, 0.02, None).settings == {"buffer": 1}
     assert decide(summary, 0.005, None).settings == {"buffer": 4}
+
+
+def test_the_startup_backlog_is_what_was_built_before_the_first_request():
+    from queuetune.trace import Consumed, Produced, Trace
+    from queuetune.tune import startup_backlog, throughput
+
+    # Three batches built before the first request, taken at once; then one every 0.2 s.
+    produced = [Produced(0.0, t, 1) for t in (0.1, 0.2, 0.3, 1.3, 1.5, 1.7)]
+    consumed = [Consumed(t, t) for t in (1.0, 1.05, 1.1, 1.3, 1.5, 1.7)]
+    trace = Trace(produced=produced, consumed=consumed)
+    assert startup_backlog(trace) == 3
+    assert startup_backlog(Trace(produced=produced)) == 0
+    assert throughput(trace, startup_backlog(trace)) == pytest.approx(5.0)
+    assert throughput(trace, 0) == pytest.approx(5 / 0.7)  # what the backlog would add

@@ -274,7 +274,8 @@ def run_trial(
     warmup: int,
 ) -> tuple[Trace, Report, float]:
     """Build the job for ``settings``, consume ``steps`` batches under the probe,
-    and return the trace, its report and the throughput after ``warmup`` batches."""
+    and return the trace, its report and the throughput after ``warmup`` batches
+    and after the :func:`startup_backlog`."""
     job = build(factory, framework, settings)
     if framework == "python":
         trace = _run_prefetched(job, settings["buffer"], steps)
@@ -287,7 +288,7 @@ def run_trial(
             trace = probe.trace()
         finally:
             probe.close()
-    return trace, analyze(trace), throughput(trace, warmup)
+    return trace, analyze(trace), throughput(trace, max(warmup, startup_backlog(trace)))
 
 
 def _consume(job: Job, watched: Any, probe: Any, steps: int) -> None:
@@ -371,6 +372,23 @@ def after_warmup(trace: Trace, warmup: int) -> Trace:
         marks=trace.marks,
         memory=trace.memory,
     )
+
+
+def startup_backlog(trace: Trace) -> int:
+    """Batches already built when the consumer first asked (Keras builds twice its
+    depth while ``fit`` builds the model). A trial counts throughput only after
+    the consumer has taken them: they cost the timed window nothing, so a deeper
+    queue would look faster in a short run than it is.
+
+    >>> from queuetune.trace import Consumed, Produced
+    >>> startup_backlog(Trace(produced=[Produced(0, t, 1) for t in (0.5, 0.8, 1.5)],
+    ...                       consumed=[Consumed(1.0, 1.0)]))
+    2
+    """
+    if not trace.consumed:
+        return 0
+    first = trace.consumed[0].requested
+    return sum(1 for p in trace.produced if p.end <= first)
 
 
 def throughput(trace: Trace, warmup: int = 0) -> float:
