@@ -9,8 +9,8 @@ fraction and how many batches (and bytes) the pipeline holds.
 The rules the simulation follows:
 
 - Batches are numbered in the order they are submitted. A batch is submitted
-  while fewer than ``depth`` batches are submitted and not taken by the
-  consumer. This is Keras's bound (``max_queue_size + 1`` futures started or
+  while fewer than ``depth`` batches are submitted and their places not freed
+  (see ``release`` below). This is Keras's bound (``max_queue_size + 1`` futures started or
   finished and not taken), torch's (``prefetch_factor × num_workers`` indices
   sent to workers and not handed over) and a tf.data prefetch buffer's.
 - ``assignment="shared"``: any free worker starts the next submitted batch (as
@@ -23,8 +23,9 @@ The rules the simulation follows:
   deliver; with ``ordered=False`` the earliest finished), holds it for one
   step time, then asks for the next. Asking for the next batch *releases* the
   one it held.
-- ``release="take"``: taking a batch frees its place under the bound (torch
-  sends the next index after receiving a batch), so even depth 1 overlaps the
+- ``release="take"``: taking a batch frees its place under the bound once the
+  ``handover`` is over (torch sends the next index after receiving and
+  unpickling a batch), so even depth 1 overlaps the
   build of the next batch with the consumer's step. ``release="request"``:
   the place frees when the consumer asks (Keras's feeder submits the next
   batch as soon as the consumer removes the head of its queue), so while the
@@ -284,7 +285,8 @@ class PipelineModel:
         when recorded, else the number of distinct ``worker`` values, at least 1;
         ``batch_bytes`` is the median ``nbytes`` of the produced batches; the
         assignment and release rules are the recorded loader's
-        (:func:`queuetune.knobs.rules_of`), the transit :func:`transit_time`.
+        (:func:`queuetune.knobs.rules_of`), the transit :func:`transit_time`,
+        the hand-over :func:`handover_time`.
 
         >>> from queuetune.trace import Consumed, Produced
         >>> t = Trace(produced=[Produced(i, i + 0.5, 100, worker="w") for i in range(6)],
