@@ -328,7 +328,7 @@ class PipelineModel:
             ordered=ordered,
             assignment=rules.assignment,
             release=rules.release,
-            transit=_transit(ready, delivered, rules.processes),
+            transit=_transit(overhead, delivered, rules.processes),
             handover=overhead,
         )
 
@@ -356,8 +356,7 @@ def _mean_or_zero(values: list[float]) -> float:
     return max(0.0, float(np.mean(values))) if len(values) >= 3 else 0.0
 
 
-def _transit(ready: list[float], delivered: list[float], processes: bool) -> float:
-    handover = _mean_or_zero(ready)
+def _transit(handover: float, delivered: list[float], processes: bool) -> float:
     if len(delivered) >= 3:
         return max(0.0, float(np.mean(delivered)) - handover)
     # No batch was waited for, so the trip cannot be seen: a batch from a worker
@@ -396,7 +395,7 @@ def transit_time(trace: Trace) -> float:
     0.03
     """
     ready, delivered = _handover_waits(trace)
-    return _transit(ready, delivered, rules_of(trace.meta).processes)
+    return _transit(_mean_or_zero(ready), delivered, rules_of(trace.meta).processes)
 
 
 def _trace_workers(trace: Trace) -> int:
