@@ -26,18 +26,25 @@ What is measured, and how:
 - Three producer distributions: constant (20 ms), exponential (mean 20 ms) and
   heavy-tailed (12 ms, plus 120 ms with probability 0.04: mostly short with
   rare long stalls).
-- For each loader and distribution, one traced baseline run (torch
-  ``num_workers=4, prefetch_factor=2``, Keras ``workers=4, max_queue_size=7``:
-  depth 8 both) through ``queuetune.tune.run_trial``; the model is
-  ``PipelineModel.from_trace(after_warmup(trace, warmup))`` and the prediction
-  for each tested setting is ``simulate(model, depth, workers=k)``. Settings
-  tested: depths 2 (2 workers), 4, 8, 16 and 24 (4 workers).
 - Measured: every setting of every distribution and loader is run ``rounds``
-  times, interleaved (A B C ... A B C ...) in this one process; the measured
-  throughput is the median of the rounds' consumer throughput after the
-  warm-up batches (``run_trial``'s third value). A discarded run per loader
-  comes first (imports, first fork, first model build).
-- Error = predicted / measured - 1. The target: within 5 % for every depth.
+  times, interleaved in this one process (A B C, then B C A, ...: each
+  round starts one setting later); the measured throughput is the median of
+  the rounds' consumer throughput after the warm-up batches (``run_trial``'s
+  third value). A discarded run per loader comes first (imports, first fork,
+  first model build). Settings tested: depths 2 (2 workers), 4, 8, 16 and 24
+  (4 workers).
+- Predicted: in each round, the traced run at the baseline setting (torch
+  ``num_workers=4, prefetch_factor=2``, Keras ``workers=4, max_queue_size=7``:
+  depth 8 both) gives a model, ``PipelineModel.from_trace(after_warmup(trace,
+  warmup))``, and its prediction for each setting is ``simulate(model, depth,
+  workers=k)``. Each prediction comes from one run, as in the tuner; taking
+  the baseline run from every round, next to the runs it predicts, keeps what
+  the machine did between rounds out of the comparison (a single baseline run
+  before the rounds was 0.5-10.5 % slower than the rounds' median at its own
+  setting, and every prediction carried that offset).
+- Error = the median prediction / the median measurement - 1; the target:
+  within 5 % for every depth. Each round's prediction against the same
+  round's measurement is shown too.
 - Peaks: the model's ``peak_built_batches`` beside the highest measured
   ``peak_in_flight_batches`` of the rounds (batches built and not yet
   released by the step), after the warm-up and over the whole run (Keras
@@ -287,47 +294,41 @@ def versions(loaders: list[Loader]) -> dict[str, str]:
 
 
 
-def _baseline(
-    loader: Loader, workload: Workload, factory: Factory, producer: np.ndarray, steps: int, warmup: int
-) -> dict[str, Any]:
-    """The traced run the model is built from, the model, and a row per setting
-    with the predictions (measurements are appended later)."""
-    settings = loader.as_settings(*loader.baseline)
-    trace, report, rate = run_trial(factory, settings, loader.framework, steps, warmup)
-    trimmed = after_warmup(trace, warmup)
-    model = PipelineModel.from_trace(trimmed)
-    rows = []
-    for workers, knob in loader.settings:
-        depth = loader.depth(workers, knob)
-        p = simulate(model, depth, workers=workers)
-        rows.append(
-            {
-                "settings": loader.as_settings(workers, knob),
-                "workers": workers,
-                "depth": depth,
-                "predicted_throughput": p.throughput,
-                "predicted_input_wait_fraction": p.input_wait_fraction,
-                "predicted_peak_built_batches": p.peak_built_batches,
-                "measured": [],
-                "measured_peak_in_flight": [],
-                "measured_steady_peak_in_flight": [],
-                "measured_input_bound_fraction": [],
-            }
-        )
+def _entry(loader: Loader, workload: Workload, producer: np.ndarray) -> dict[str, Any]:
+    """A loader and distribution: a row per setting, and room for each round's
+    model and predictions."""
+    rows = [
+        {
+            "settings": loader.as_settings(workers, knob),
+            "workers": workers,
+            "depth": loader.depth(workers, knob),
+            "predicted": [],
+            "predicted_input_wait_fraction": [],
+            "predicted_peak_built": [],
+            "measured": [],
+            "measured_peak_in_flight": [],
+            "measured_steady_peak_in_flight": [],
+            "measured_input_bound_fraction": [],
+        }
+        for workers, knob in loader.settings
+    ]
     return {
         "loader": loader.framework,
         "distribution": workload.name,
         "description": workload.description,
         "drawn_producer_mean_ms": float(np.mean(producer)) * 1e3,
-        "baseline": {
-            "settings": settings,
-            "depth": loader.depth(*loader.baseline),
-            "throughput": rate,
-            "peak_in_flight_batches": report.peak_in_flight_batches,
-            "steady_peak_in_flight_batches": steady_peak(trace, warmup),
-            "input_bound_fraction": report.input_bound_fraction,
-        },
-        "model": {
+        "baseline": {"settings": loader.as_settings(*loader.baseline), "depth": loader.depth(*loader.baseline)},
+        "models": [],
+        "rows": rows,
+    }
+
+
+def _predict_round(entry: dict[str, Any], trace: Trace, warmup: int) -> None:
+    """The model of this round's baseline run, and its prediction for every setting."""
+    trimmed = after_warmup(trace, warmup)
+    model = PipelineModel.from_trace(trimmed)
+    entry["models"].append(
+        {
             "workers": model.workers,
             "producer_mean_ms": model.producer.mean * 1e3,
             "producer_median_ms": float(np.median(model.producer.values)) * 1e3,
@@ -337,32 +338,37 @@ def _baseline(
             "assignment": model.assignment,
             "release": model.release,
             "batch_bytes": model.batch_bytes,
-        },
-        "rows": rows,
-    }
+        }
+    )
+    for row in entry["rows"]:
+        p = simulate(model, row["depth"], workers=row["workers"])
+        row["predicted"].append(p.throughput)
+        row["predicted_input_wait_fraction"].append(p.input_wait_fraction)
+        row["predicted_peak_built"].append(p.peak_built_batches)
 
 
 def _summarise(entry: dict[str, Any]) -> None:
     for row in entry["rows"]:
         measured = statistics.median(row["measured"])
+        predicted = statistics.median(row["predicted"])
         row["measured_throughput"] = measured
-        row["error"] = row["predicted_throughput"] / measured - 1 if measured else None
+        row["predicted_throughput"] = predicted
+        row["predicted_peak_built_batches"] = max(row["predicted_peak_built"])
+        row["error"] = predicted / measured - 1 if measured else None
+        row["round_errors"] = [p / m - 1 for p, m in zip(row["predicted"], row["measured"]) if m]
         row["measured_peak_in_flight_batches"] = max(row["measured_peak_in_flight"])
         row["measured_steady_peak_in_flight_batches"] = max(row["measured_steady_peak_in_flight"])
         row["measured_spread"] = (max(row["measured"]) - min(row["measured"])) / measured if measured else None
     entry["max_abs_error"] = max(abs(r["error"]) for r in entry["rows"] if r["error"] is not None)
     entry["within_target"] = entry["max_abs_error"] <= TARGET
-    drift(entry)
-
-
-def drift(entry: dict[str, Any]) -> None:
-    """What the machine did between the baseline run and the rounds: the baseline's
-    throughput against the rounds' median at its own setting, and the model's
-    prediction there against the baseline run it was built from."""
-    base = entry["baseline"]
-    row = next(r for r in entry["rows"] if r["settings"] == base["settings"])
-    entry["baseline_drift"] = base["throughput"] / row["measured_throughput"] - 1
-    entry["error_against_baseline"] = row["predicted_throughput"] / base["throughput"] - 1
+    entry["max_abs_round_error"] = max(abs(e) for r in entry["rows"] for e in r["round_errors"])
+    models = entry["models"]
+    entry["model"] = {  # the rounds' medians
+        key: statistics.median(m[key] for m in models) if isinstance(value, float) else value
+        for key, value in models[0].items()
+    }
+    base = next(r for r in entry["rows"] if r["settings"] == entry["baseline"]["settings"])
+    entry["error_at_baseline"] = base["error"]
 
 
 def run(
@@ -382,26 +388,22 @@ def run(
         warm = factories[(loader.framework, WORKLOADS[0].name)]
         run_trial(warm, loader.as_settings(*loader.baseline), loader.framework, min(steps, 100), min(warmup, 10))
     log(f"warm-up runs done ({time.perf_counter() - started:.0f} s)")
-    entries: list[dict[str, Any]] = []
-    for loader in loaders:
-        for w in WORKLOADS:
-            entry = _baseline(loader, w, factories[(loader.framework, w.name)], producers[w.name], steps, warmup)
-            entries.append(entry)
-            log(
-                f"baseline {loader.framework} {w.name}: {entry['baseline']['throughput']:.1f} batches/s "
-                f"({time.perf_counter() - started:.0f} s)"
-            )
+    entries = [_entry(loader, w, producers[w.name]) for loader in loaders for w in WORKLOADS]
     by_framework = {loader.framework: loader for loader in loaders}
     for round_ in range(rounds):
         for entry in entries:
             loader = by_framework[entry["loader"]]
             factory = factories[(loader.framework, entry["distribution"])]
-            for row in entry["rows"]:
+            # each round starts one setting later, so no setting always runs first
+            shift = round_ % len(entry["rows"])
+            for row in entry["rows"][shift:] + entry["rows"][:shift]:
                 trace, report, rate = run_trial(factory, row["settings"], loader.framework, steps, warmup)
                 row["measured"].append(rate)
                 row["measured_peak_in_flight"].append(report.peak_in_flight_batches)
                 row["measured_steady_peak_in_flight"].append(steady_peak(trace, warmup))
                 row["measured_input_bound_fraction"].append(report.input_bound_fraction)
+                if row["settings"] == entry["baseline"]["settings"]:
+                    _predict_round(entry, trace, warmup)
         log(f"round {round_ + 1}/{rounds} done ({time.perf_counter() - started:.0f} s)")
     for entry in entries:
         _summarise(entry)
@@ -410,8 +412,8 @@ def run(
         "workload": (
             f"sleep-timed items of 64 KiB float32, step sleeps uniform "
             f"{CONSUMER_LOW * 1e3:.0f}-{CONSUMER_HIGH * 1e3:.0f} ms (seeded); {steps} steps per run, "
-            f"throughput after {warmup}; {rounds} interleaved rounds; the model comes from one traced "
-            f"run per loader and distribution"
+            f"throughput after {warmup}; {rounds} interleaved rounds; each round's model comes from that "
+            f"round's traced run at the baseline setting"
         ),
         "loaders": {
             loader.framework: {
@@ -454,16 +456,17 @@ def table(result: dict[str, Any]) -> str:
     lines.append("")
     header = (
         f"{'loader':<6} {'distribution':<13} {'settings':<12} {'depth':>5} {'predicted':>9} {'measured':>9} "
-        f"{'error':>7} {'spread':>6} {'peak pred':>9} {'peak meas':>10}"
+        f"{'error':>7} {'rounds':>15} {'spread':>6} {'peak pred':>9} {'peak meas':>10}"
     )
     lines += [header, "-" * len(header)]
     for entry in result["results"]:
         for row in entry["rows"]:
             peak = f"{row['measured_steady_peak_in_flight_batches']} ({row['measured_peak_in_flight_batches']})"
+            rounds = f"{min(row['round_errors']):+.1%}..{max(row['round_errors']):+.1%}"
             lines.append(
                 f"{entry['loader']:<6} {entry['distribution']:<13} {_settings_text(row['settings']):<12} "
                 f"{row['depth']:>5} {row['predicted_throughput']:>9.1f} {row['measured_throughput']:>9.1f} "
-                f"{row['error']:>+7.1%} {row['measured_spread']:>6.1%} "
+                f"{row['error']:>+7.1%} {rounds:>15} {row['measured_spread']:>6.1%} "
                 f"{row['predicted_peak_built_batches']:>9} {peak:>10}"
             )
         m = entry["model"]
@@ -473,23 +476,23 @@ def table(result: dict[str, Any]) -> str:
             f"{entry['description']}; the {result['steps']} items drawn have mean "
             f"{entry['drawn_producer_mean_ms']:.1f} ms"
         )
-        if "baseline_drift" not in entry:  # results saved before these were kept
-            drift(entry)
         lines.append(
-            f"{'':<6} the baseline run the model comes from: {entry['baseline']['throughput']:.1f} batches/s, "
-            f"{entry['baseline_drift']:+.1%} against the rounds' median at its setting; the prediction there is "
-            f"{entry['error_against_baseline']:+.1%} from the baseline run"
+            f"{'':<6} each round's prediction against the same round's measurement: worst "
+            f"{entry['max_abs_round_error']:.1%}; at the baseline setting the model was fitted to: "
+            f"{entry['error_at_baseline']:+.1%}"
         )
         lines.append(
             f"{'':<6} model: producer mean {m['producer_mean_ms']:.1f} ms (median {m['producer_median_ms']:.1f}), "
             f"step mean {m['consumer_mean_ms']:.2f} ms incl. hand-over {m['handover_ms']:.2f} ms, "
             f"transit {m['transit_ms']:.2f} ms, {m['workers']} workers, {m['assignment']} assignment, "
-            f"place freed at the {m['release']}; "
-            f"baseline {_settings_text(entry['baseline']['settings'])}: {entry['baseline']['throughput']:.1f} batches/s"
+            f"place freed at the {m['release']}; fitted to {_settings_text(entry['baseline']['settings'])} "
+            f"(medians over the rounds)"
         )
         lines.append("")
     lines += [
-        "throughput in batches/s; error = predicted/measured - 1; spread = (max - min)/median of the rounds;",
+        "throughput in batches/s; error = predicted/measured - 1, both medians of the rounds; rounds = each "
+        "round's prediction against that round's measurement;",
+        "spread = (max - min)/median of the measured rounds;",
         "peak pred = the model's peak_built_batches; peak meas = highest measured peak_in_flight_batches after "
         "the warm-up (over the whole run in brackets).",
     ]

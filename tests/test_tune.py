@@ -71,6 +71,37 @@ def test_decide_prefers_the_shallower_queue_when_memory_ties():
     assert decide([cand(4, 101.0, 2), cand(2, 100.0, 2)], 0.02, None).depth == 2
 
 
+def test_a_setting_the_model_backs_is_kept_when_it_is_short_by_no_more_than_the_noise():
+    default = cand(11, 100.0, 12, default=True)
+    backed = Candidate({"buffer": 2}, 2, 95.0, 3, 30, None, None, 3, predicted_share=1.0)
+    assert decide([default, backed], 0.02, None).depth == 11  # no noise: 95 % is too slow
+    assert decide([default, backed], 0.02, None, margin=0.05).depth == 2
+    assert decide([default, backed], 0.02, None, margin=0.02).depth == 11  # short by more than the noise
+    unbacked = Candidate({"buffer": 2}, 2, 95.0, 3, 30, None, None, 3, predicted_share=0.9)
+    unknown = Candidate({"buffer": 2}, 2, 95.0, 3, 30, None, None, 3)
+    assert decide([default, unbacked], 0.02, None, margin=0.05).depth == 11
+    assert decide([default, unknown], 0.02, None, margin=0.05).depth == 11
+
+
+def test_trial_noise_is_what_rounds_and_settings_do_not_explain():
+    import math
+
+    from queuetune.tune import Trial, trial_noise
+
+    def t(q, r, rate):
+        return Trial({"q": q}, q, r, 50, rate, q, q, None, None)
+
+    # each round and each setting its own level: no noise left
+    assert trial_noise([t(1, 0, 100.0), t(2, 0, 90.0), t(1, 1, 50.0), t(2, 1, 45.0)]) == pytest.approx(0.0)
+    # one cell 0.2 (in log) off its row and column levels: residuals of +-0.05, one degree of freedom
+    rates = [t(1, 0, 100.0), t(1, 1, 100.0), t(2, 0, 100.0), t(2, 1, 100.0 * math.exp(0.2))]
+    assert trial_noise(rates) == pytest.approx(0.1)
+    # a round in which not every setting ran does not count; one round is no estimate
+    assert trial_noise(rates + [t(1, 2, 500.0)]) == pytest.approx(0.1)
+    assert trial_noise([t(1, 0, 100.0), t(2, 0, 50.0)]) == 0.0
+    assert trial_noise([]) == 0.0
+
+
 def prediction(depth, rate, built):
     return {"depth": depth, "workers": 1, "throughput": rate, "peak_built_bytes": built, "settings": {"buffer": depth}}
 
@@ -142,12 +173,23 @@ def slow_generator_factory(build=0.01, step=0.01):
 def test_tune_a_generator_reads_ahead_when_building_and_training_can_overlap():
     factory = slow_generator_factory()
     seen = []
-    result = tune(factory, steps=25, warmup=3, rounds=2, progress=lambda done, total, label: seen.append((done, total)))
+    labels = []
+
+    def progress(done, total, label):
+        seen.append((done, total))
+        labels.append(label)
+
+    result = tune(factory, steps=25, warmup=3, rounds=2, progress=progress)
     assert result.framework == "python"
     assert result.default is not None and result.default.settings == {"buffer": 0}
     assert len(result.trials) == 2 * len(result.candidates)
     assert all(c.trials == 2 for c in result.candidates)
-    assert seen[-1][0] == seen[-1][1] == 1 + len(result.trials)
+    assert seen[-1][0] == seen[-1][1] == 2 + len(result.trials)  # a warm-up run, the baseline, the trials
+    assert [label for label in labels[:2]] == ["warm-up", "baseline"]
+    # each round starts one setting later
+    n = len(result.candidates)
+    first, second = [t.settings for t in result.trials[:n]], [t.settings for t in result.trials[n:]]
+    assert second == first[1:] + first[:1]
     # building (10 ms) and training (10 ms) overlap only with read-ahead: about 2x
     assert result.chosen.settings["buffer"] >= 1
     assert result.kwargs() == {"buffer": result.chosen.settings["buffer"]}

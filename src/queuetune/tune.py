@@ -5,10 +5,14 @@ curve over depths, then short measured trials of the few settings the model
 ranks best, interleaved in one process so that machine noise hits them alike.
 The decision: the least peak in-flight memory whose throughput is at least
 ``(1 - tolerance)`` times the best measured, optionally under a byte budget.
+The trials confirm the model rather than overrule it on noise: a setting the
+model predicts to keep throughput is refused only when it measured slower than
+the tolerance by more than the trials' own noise (:func:`trial_noise`).
 """
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import types
 from collections.abc import Callable, Iterable
@@ -169,6 +173,7 @@ class Candidate:
     predicted_peak_in_flight_batches: float | None = None
     is_default: bool = False
     relative: float | None = None
+    predicted_share: float | None = None
 
     def share(self, candidates: list[Candidate]) -> float:
         """Its throughput as a share of the best: the median over rounds of its
@@ -205,6 +210,7 @@ class TuneResult:
     explanation: list[str]
     trials: list[Trial] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    margin: float = 0.0
 
     def kwargs(self) -> dict[str, Any]:
         """The chosen settings as keyword arguments for the factory."""
@@ -453,7 +459,7 @@ def tune(
     default_workers = knobs.workers(default) if knobs.workers_knob else None
     worker_counts = workers or [default_workers]
 
-    total = 1 + candidates * rounds
+    total = 2 + candidates * rounds
     done = 0
 
     def tick(label: str) -> None:
@@ -462,21 +468,28 @@ def tune(
         if progress is not None:
             progress(done, total, label)
 
+    # The first run in a process pays for imports, compilation and cold caches.
+    run_trial(factory, default, framework, steps, warmup)
+    tick("warm-up")
     base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
     tick("baseline")
     predictions = _predict(after_warmup(base_trace, warmup), knobs, worker_counts, max_depth, seed)
     chosen_settings = _candidates(predictions, knobs, default, tolerance, limit, candidates)
-    total = 1 + len(chosen_settings) * rounds
+    total = 2 + len(chosen_settings) * rounds
 
     trials: list[Trial] = []
     for round_ in range(rounds):
-        for settings in chosen_settings:
+        # Each round starts one setting later, so no setting always runs first
+        # while the machine warms up.
+        shift = round_ % len(chosen_settings)
+        for settings in chosen_settings[shift:] + chosen_settings[:shift]:
             _, report, rate = run_trial(factory, settings, framework, steps, warmup)
             trials.append(_trial(settings, knobs, framework, round_, report, rate))
             tick(", ".join(f"{k}={v}" for k, v in settings.items()))
 
     summary = _summarise(trials, knobs, default, predictions)
-    chosen = decide(summary, tolerance, limit)
+    margin = trial_noise(trials) * math.sqrt(2 / rounds)
+    chosen = decide(summary, tolerance, limit, margin)
     result = TuneResult(
         framework=framework,
         default_settings=default,
@@ -489,6 +502,7 @@ def tune(
         explanation=[],
         trials=trials,
         versions=dict(base_trace.meta.get("versions") or {}),
+        margin=margin,
     )
     result.explanation = explain(result, knobs, base_report)
     return result
@@ -585,6 +599,7 @@ def _summarise(
     round_best: dict[int, float] = {}
     for t in trials:
         round_best[t.round] = max(round_best.get(t.round, 0.0), t.throughput)
+    best_predicted = max((p["throughput"] for p in predictions), default=0.0)
     summary = []
     for group in groups.values():
         settings = group[0].settings
@@ -607,29 +622,74 @@ def _summarise(
                 relative=statistics.median(
                     t.throughput / round_best[t.round] if round_best[t.round] else 0.0 for t in group
                 ),
+                predicted_share=predicted["throughput"] / best_predicted if predicted and best_predicted else None,
             )
         )
     return sorted(summary, key=lambda c: c.depth)
 
 
-def decide(candidates: list[Candidate], tolerance: float, budget: int | None) -> Candidate | None:
-    """The least peak in-flight memory among candidates within ``tolerance`` of the
-    best measured throughput (and under ``budget``); ties go to the shallower queue.
-    Throughput is compared round by round where the trials were paired (see
-    :meth:`Candidate.share`).
+def trial_noise(trials: list[Trial]) -> float:
+    """How much one trial's throughput varies, as a fraction: the standard
+    deviation of log throughput left over once each setting's and each round's
+    own level are taken out (a two-way fit over the rounds in which every
+    setting ran). 0 with fewer than two settings or two such rounds.
+
+    >>> from queuetune.tune import Trial
+    >>> def t(q, r, rate): return Trial({"q": q}, q, r, 50, rate, q, q, None, None)
+    >>> round(trial_noise([t(1, 0, 100.0), t(2, 0, 110.0), t(1, 1, 200.0), t(2, 1, 230.0)]), 3)
+    0.022
+    """
+    table: dict[str, dict[int, float]] = {}
+    for t in trials:
+        if t.throughput > 0:
+            table.setdefault(json.dumps(t.settings, sort_keys=True), {})[t.round] = math.log(t.throughput)
+    rows = list(table.values())
+    complete = sorted(set.intersection(*(set(row) for row in rows))) if rows else []
+    if len(rows) < 2 or len(complete) < 2:
+        return 0.0
+    y = [[row[r] for r in complete] for row in rows]
+    row_mean = [statistics.fmean(values) for values in y]
+    col_mean = [statistics.fmean(column) for column in zip(*y)]
+    grand = statistics.fmean(row_mean)
+    squares = sum(
+        (v - row_mean[i] - col_mean[j] + grand) ** 2 for i, values in enumerate(y) for j, v in enumerate(values)
+    )
+    return math.sqrt(squares / ((len(rows) - 1) * (len(complete) - 1)))
+
+
+def decide(
+    candidates: list[Candidate], tolerance: float, budget: int | None, margin: float = 0.0
+) -> Candidate | None:
+    """The least peak in-flight memory among candidates that keep throughput (and
+    fit ``budget``); ties go to the shallower queue.
+
+    A candidate keeps throughput when its measured share of the best (compared
+    round by round where the trials were paired, see :meth:`Candidate.share`)
+    is at least ``1 - tolerance``; or, when the model predicted it to keep
+    throughput, when its share is short of that by no more than ``margin``,
+    the trials' noise on a difference between two settings (a fraction on
+    a log scale, see :func:`trial_noise`): the trials cannot tell it apart from keeping.
 
     >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
     >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
     >>> decide([a, b], 0.02, None).settings
     {'q': 2}
+    >>> c = Candidate({"q": 1}, 2, 95.0, 2, 200, None, None, 3, predicted_share=1.0)
+    >>> decide([a, b, c], 0.02, None, margin=0.05).settings
+    {'q': 1}
     """
     if not candidates:
         return None
-    keeping = [
-        c
-        for c in candidates
-        if c.share(candidates) >= 1 - tolerance and (budget is None or c.peak_in_flight_bytes <= budget)
-    ]
+    floor = 1 - tolerance
+
+    def keeps(c: Candidate) -> bool:
+        share = c.share(candidates)
+        if share >= floor:
+            return True
+        predicted = c.predicted_share is not None and c.predicted_share >= floor
+        return predicted and share >= floor * math.exp(-margin)
+
+    keeping = [c for c in candidates if keeps(c) and (budget is None or c.peak_in_flight_bytes <= budget)]
     if not keeping:
         return None
     return min(keeping, key=lambda c: (c.peak_in_flight_bytes, c.depth, -c.throughput))
@@ -647,11 +707,24 @@ def explain(result: TuneResult, knobs: Knobs, baseline: Report) -> list[str]:
         )
     candidates = result.candidates
     for c in candidates:
+        predicted = f"; predicted {c.predicted_share:.1%}" if c.predicted_share is not None else ""
         lines.append(
             f"{c.label(knobs)}{' (default)' if c.is_default else ''}: {c.throughput:.1f} batches/s "
-            f"({c.share(candidates):.1%} of the best, round by round), peak {c.peak_in_flight_batches} batches / "
-            f"{format_bytes(c.peak_in_flight_bytes)} in flight over {c.trials} trial(s)"
+            f"({c.share(candidates):.1%} of the best, round by round{predicted}), peak "
+            f"{c.peak_in_flight_batches} batches / {format_bytes(c.peak_in_flight_bytes)} in flight "
+            f"over {c.trials} trial(s)"
         )
+    if result.margin:
+        lines.append(
+            f"Trial noise: {result.margin:.1%} on the difference between two settings. A setting the model "
+            f"predicts to keep throughput counts as keeping it unless it measured more than that below "
+            f"{1 - result.tolerance:.0%} of the best."
+        )
+        if result.margin > result.tolerance:
+            lines.append(
+                "The trials could not tell settings apart within the tolerance: the decision leans on "
+                "the model's prediction (more rounds or steps would measure it more finely)."
+            )
     chosen, default = result.chosen, result.default
     if chosen is None:
         limit = f" under the budget of {format_bytes(result.budget)}" if result.budget else ""
