@@ -1,0 +1,302 @@
+"""Fault injection over the probe (``queuetune.watch``) and the tuner's trial runner
+(``queuetune.tune.run_trial``), for each loader the probe watches: a generator, a
+plain iterable, a torch DataLoader (in the main process and in worker processes),
+a Keras PyDataset under ``fit`` (threads and processes) and a tf.data Dataset.
+
+Each case checks that the original error reaches the caller, that the trace up to
+the fault is kept and reads back from disk, and (through the autouse fixture in
+conftest.py) that no queuetune thread and no child process is left running.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import queuetune
+from helpers import assert_nothing_left_running
+from queuetune import Trace
+
+pytestmark = [pytest.mark.faults]
+
+ROWS, WIDTH = 4, 3
+SEEDS = [3, 11]
+
+
+class Injected(Exception):
+    """The fault: a type of its own, so a test can tell it is the original."""
+
+
+def batch_of(i: int, rows: int = ROWS) -> np.ndarray:
+    return np.full((rows, WIDTH), i, dtype="float32")
+
+
+def bytes_of(rows: int) -> int:
+    return rows * WIDTH * 4
+
+
+def fault_at(seed: int, n: int) -> int:
+    """A random batch index, never the first nor the last."""
+    return random.Random(seed).randrange(1, n - 1)
+
+
+def ident(batch) -> int:
+    """The index of the item a batch was built from (every row holds it)."""
+    return int(np.asarray(batch)[0, 0])
+
+
+def saved(probe, tmp_path: Path) -> Trace:
+    """The probe's trace, written to disk and read back."""
+    path = tmp_path / "trace.json"
+    probe.trace().save(path)
+    return Trace.load(path)
+
+
+def marks(trace: Trace, kind: str) -> list:
+    return [m.value for m in trace.marks if m.kind == kind]
+
+
+# --- the loaders -----------------------------------------------------------------------
+
+
+class Plan:
+    """What a loader does for item ``i``: how many rows, whether it fails, whether it is slow."""
+
+    def __init__(self, n: int, fail_at: int | None = None, rows=None, slow_from: int | None = None,
+                 delay: float = 0.0, item=None) -> None:
+        self.n, self.fail_at, self.rows = n, fail_at, rows or (lambda i: ROWS)
+        self.slow_from, self.delay, self.item = slow_from, delay, item
+
+    def get(self, i: int):
+        if i == self.fail_at:
+            raise Injected(f"injected at batch {i}")
+        if self.slow_from is not None and i >= self.slow_from:
+            time.sleep(self.delay)
+        if self.item is not None:
+            return self.item(i)
+        return batch_of(i, self.rows(i))
+
+
+class Source:
+    """A plain iterable (not an iterator) over a plan."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def __iter__(self):
+        return (self.plan.get(i) for i in range(self.plan.n))
+
+    def __len__(self) -> int:
+        return self.plan.n
+
+
+def torch_loader(plan: Plan, workers: int, **options):
+    torch = pytest.importorskip("torch")
+
+    class Items(torch.utils.data.Dataset):
+        def __len__(self):
+            return plan.n
+
+        def __getitem__(self, i):
+            return plan.get(i)
+
+    # batch_size=None: each item is one batch, so batch i is item i
+    return torch.utils.data.DataLoader(Items(), batch_size=None, num_workers=workers, **options)
+
+
+def tf_dataset(plan: Plan):
+    tf = pytest.importorskip("tensorflow")
+
+    def gen():
+        for i in range(plan.n):
+            yield plan.get(i)
+
+    return tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec((None, WIDTH), tf.float32))
+
+
+LOOP_KINDS = [
+    "generator",
+    "iterable",
+    pytest.param("torch-0", marks=pytest.mark.torch),
+    pytest.param("torch-2", marks=pytest.mark.torch),
+    pytest.param("tfdata", marks=pytest.mark.tf),
+]
+
+
+def loader(kind: str, plan: Plan, **options):
+    """The unwatched loader of one integration that a plain loop consumes."""
+    if kind == "generator":
+        return (plan.get(i) for i in range(plan.n))
+    if kind == "iterable":
+        return Source(plan)
+    if kind == "torch-0":
+        return torch_loader(plan, 0, **options)
+    if kind == "torch-2":
+        return torch_loader(plan, 2, **options)
+    if kind == "tfdata":
+        return tf_dataset(plan)
+    raise AssertionError(kind)
+
+
+def expected_error(kind: str) -> type[BaseException]:
+    """What the loop sees when the loader raises ``Injected``: tf.data turns a
+    Python error into its own UnknownError, naming the original."""
+    if kind == "tfdata":
+        import tensorflow as tf
+
+        return tf.errors.UnknownError
+    return Injected
+
+
+def loop(watched, on_batch=None) -> tuple[list[int], BaseException | None]:
+    """Consume ``watched`` in a plain loop: the items seen and what was raised.
+
+    The exception comes back without its traceback, whose frames would keep the
+    loader's iterator (and so its pass) alive.
+    """
+    got: list[int] = []
+    try:
+        for batch in watched:
+            got.append(ident(batch))
+            if on_batch is not None and on_batch(len(got)) == "break":
+                break
+    except BaseException as exc:  # noqa: BLE001 - the caller checks what arrived
+        return got, exc.with_traceback(None)
+    return got, None
+
+
+def close(watched) -> None:
+    gc.collect()
+    queuetune.probe_of(watched).close()
+
+
+# --- 1. the loader raises at a random batch ---------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_a_loader_error_reaches_the_loop_and_the_batches_before_it_are_kept(kind, seed, tmp_path):
+    n = 12
+    k = fault_at(seed, n)
+    watched = queuetune.watch(loader(kind, Plan(n, fail_at=k)))
+    got, error = loop(watched)
+    assert type(error) is expected_error(kind)
+    assert f"injected at batch {k}" in str(error)
+    assert got == list(range(k))
+    gc.collect()
+    probe = queuetune.probe_of(watched)
+    probe.settle(quiet=0.1)
+    trace = saved(probe, tmp_path)
+    assert len(trace.consumed) == k
+    assert [c.nbytes for c in trace.consumed] == [bytes_of(ROWS)] * k
+    if kind.startswith("torch"):
+        assert [c.samples for c in trace.consumed] == [[i] for i in range(k)]
+    built = sorted(p.index if p.index is not None else p.key for p in trace.produced)
+    if kind == "torch-2":
+        # the other worker may have built batches past the fault; the failed one was never built
+        assert set(range(k)) <= set(built) and k not in built
+    else:
+        assert len(trace.produced) == k
+    errors = marks(trace, "error")
+    assert len(errors) == 1 and f"injected at batch {k}" in errors[0]
+    assert errors[0].startswith(expected_error(kind).__name__ + ":")
+    assert marks(trace, "run_end") == [0]  # the pass ended with the error
+    close(watched)
+
+
+# --- 2. a worker process killed mid-epoch ------------------------------------------------
+
+
+def worker_pids() -> list[int]:
+    import psutil
+
+    return [c.pid for c in psutil.Process().children(recursive=True)]
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_a_torch_worker_killed_mid_epoch_gives_torchs_error_and_keeps_the_trace(tmp_path):
+    watched = queuetune.watch(loader("torch-2", Plan(200, slow_from=0, delay=0.01)))
+    got, victim = [], None
+    with pytest.raises(RuntimeError) as info:
+        for batch in watched:
+            got.append(ident(batch))
+            if len(got) == 3:
+                victim = worker_pids()[0]
+                os.kill(victim, signal.SIGKILL)
+                time.sleep(30)  # torch's SIGCHLD handler raises here, or the next batch does
+    message = str(info.value)
+    assert "DataLoader worker" in message and str(victim) in message
+    assert 3 <= len(got) < 200
+    assert got == list(range(len(got)))
+    gc.collect()
+    assert_nothing_left_running(threads=False)  # torch stopped the other worker
+    probe = queuetune.probe_of(watched)
+    trace = saved(probe, tmp_path)
+    assert [c.samples for c in trace.consumed] == [[i] for i in got]
+    assert marks(trace, "run_end") == [0]
+    close(watched)
+
+
+# --- 3. the consumer raises, breaks out, is interrupted ---------------------------------
+
+
+class StepError(Exception):
+    pass
+
+
+def interrupt(how: str) -> None:
+    """Fault the consumer the way ``how`` says, from inside its step."""
+    if how == "raise":
+        raise StepError("the step failed")
+    if how == "keyboard":
+        raise KeyboardInterrupt
+    if how == "sigint":
+        signal.raise_signal(signal.SIGINT)
+        for _ in range(3000):  # the handler runs at the next bytecode; never gets far
+            time.sleep(0.01)
+        raise AssertionError("SIGINT did not interrupt the step")
+    raise AssertionError(how)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["raise", "keyboard", "sigint", "break"])
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_a_consumer_that_raises_breaks_or_is_interrupted(kind, how, tmp_path):
+    n, stop = 20, 5
+    watched = queuetune.watch(loader(kind, Plan(n)))
+
+    def step(count: int):
+        if count == stop:
+            return "break" if how == "break" else interrupt(how)
+
+    got, raised = loop(watched, step)
+    expected = {"raise": StepError, "keyboard": KeyboardInterrupt, "sigint": KeyboardInterrupt}
+    if how == "break":
+        assert raised is None
+    else:
+        assert type(raised) is expected[how]
+    assert got == list(range(stop))
+    if kind == "generator":
+        # the caller still holds the generator, which could go on: its pass
+        # ends when it is closed (or collected)
+        assert marks(queuetune.probe_of(watched).trace(), "run_end") == []
+        watched.close()
+    gc.collect()
+    probe = queuetune.probe_of(watched)
+    # the pass ended when the loop let go of it, before the probe was closed
+    assert marks(probe.trace(), "run_end") == [0]
+    assert_nothing_left_running(threads=False)
+    probe.settle(quiet=0.1)
+    trace = saved(probe, tmp_path)
+    assert len(trace.consumed) == stop
+    assert marks(trace, "error") == []  # the loader did not fail
+    close(watched)
