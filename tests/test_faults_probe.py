@@ -300,3 +300,96 @@ def test_a_consumer_that_raises_breaks_or_is_interrupted(kind, how, tmp_path):
     assert len(trace.consumed) == stop
     assert marks(trace, "error") == []  # the loader did not fail
     close(watched)
+
+
+# --- the tuner's trial runner ------------------------------------------------------------
+
+
+def kept_trace(error: BaseException) -> Trace:
+    """The trace a failed trial saved, from the note it added to the error."""
+    import re
+
+    notes = [n for n in getattr(error, "__notes__", []) if n.startswith("queuetune:")]
+    assert len(notes) == 1, notes
+    found = re.search(r"saved in (\S+\.json)$", notes[0])
+    assert found, notes[0]
+    path = Path(found.group(1))
+    assert path.name.startswith(f"queuetune-trial-{os.getpid()}-")
+    try:
+        return Trace.load(path)
+    finally:
+        path.unlink()
+
+
+def python_factory(plan: Plan, step):
+    def make():
+        return (plan.get(i) for i in range(plan.n)), step
+
+    return make
+
+
+def torch_factory(plan: Plan, step):
+    def make(num_workers=2, prefetch_factor=2):
+        return torch_loader(plan, num_workers, prefetch_factor=prefetch_factor), step
+
+    return make
+
+
+TRIAL_KINDS = [
+    ("python", {"buffer": 0}),
+    ("python", {"buffer": 2}),
+    pytest.param("torch", {"num_workers": 2, "prefetch_factor": 2}, marks=pytest.mark.torch),
+    pytest.param("torch", {"num_workers": 0, "prefetch_factor": None}, marks=pytest.mark.torch),
+]
+
+
+def trial_factory(framework: str, plan: Plan, step):
+    return (python_factory if framework == "python" else torch_factory)(plan, step)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("framework,settings", TRIAL_KINDS)
+def test_a_trial_whose_loader_raises_keeps_its_trace(framework, settings, seed):
+    from queuetune.tune import run_trial
+
+    n = 12
+    k = fault_at(seed, n)
+    taken = []
+    factory = trial_factory(framework, Plan(n, fail_at=k), lambda b: taken.append(ident(b)))
+    with pytest.raises(Injected, match=f"injected at batch {k}") as info:
+        run_trial(factory, settings, framework, steps=n, warmup=0)
+    assert taken == list(range(k))
+    trace = kept_trace(info.value)
+    assert len(trace.consumed) == k
+    assert len(marks(trace, "error")) == 1 and f"injected at batch {k}" in marks(trace, "error")[0]
+    assert marks(trace, "run_end") == [0]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["raise", "keyboard", "sigint"])
+@pytest.mark.parametrize("framework,settings", TRIAL_KINDS)
+def test_a_trial_whose_consumer_fails_keeps_its_trace(framework, settings, how):
+    from queuetune.tune import run_trial
+
+    stop, taken = 4, []
+
+    def step(batch):
+        taken.append(ident(batch))
+        if len(taken) == stop:
+            try:
+                interrupt(how)
+            except BaseException as exc:
+                raised.append(exc)
+                raise
+
+    raised: list[BaseException] = []
+    factory = trial_factory(framework, Plan(20), step)
+    with pytest.raises(StepError if how == "raise" else KeyboardInterrupt) as info:
+        run_trial(factory, settings, framework, steps=20, warmup=0)
+    assert info.value is raised[0]  # the very exception the step raised
+    assert taken == list(range(stop))
+    trace = kept_trace(info.value)
+    assert len(trace.consumed) == stop
+    assert marks(trace, "run_end") == [0]
+    assert marks(trace, "error") == []

@@ -281,7 +281,28 @@ def run_trial(
 ) -> tuple[Trace, Report, float]:
     """Build the job for ``settings``, consume ``steps`` batches under the probe,
     and return the trace, its report and the throughput after ``warmup`` batches
-    and after the :func:`startup_backlog`."""
+    and after the :func:`startup_backlog`.
+
+    If the trial fails (the loader or the consumer raises, or it is interrupted),
+    the exception reaches the caller unchanged, with one note added: the file in
+    the system's temporary directory where the trace recorded up to the fault
+    was saved (``queuetune-trial-<pid>-<random>.json``, read it with
+    :meth:`Trace.load`).
+
+    >>> def make():
+    ...     def batches():
+    ...         yield from range(3)
+    ...         raise OSError("disk gone")
+    ...     return batches(), lambda batch: None
+    >>> import os
+    >>> try:
+    ...     run_trial(make, {"buffer": 0}, "python", steps=10, warmup=0)
+    ... except OSError as exc:
+    ...     path = exc.__notes__[0].split()[-1]
+    >>> len(Trace.load(path).consumed)
+    3
+    >>> os.remove(path)
+    """
     job = build(factory, framework, settings)
     if framework == "python":
         trace = _run_prefetched(job, settings["buffer"], steps)
@@ -292,6 +313,10 @@ def run_trial(
             _consume(job, watched, probe, steps)
             probe.settle(quiet=0.05, timeout=2.0)
             trace = probe.trace()
+        except BaseException as exc:
+            probe.close()
+            _keep_partial(probe.trace(), exc)
+            raise
         finally:
             probe.close()
     return trace, analyze(trace), throughput(trace, max(warmup, startup_backlog(trace)))
@@ -334,6 +359,7 @@ def _run_prefetched(job: Job, buffer: int, steps: int) -> Trace:
     recorder.consumer = "loop"
     outer = prefetch(inner, buffer) if buffer > 0 else inner
     recorder.run_begin()
+    failure: BaseException | None = None
     try:
         for seq in range(steps):
             asked = clock()
@@ -343,12 +369,35 @@ def _run_prefetched(job: Job, buffer: int, steps: int) -> Trace:
                 break
             recorder.consumed(asked, clock(), nbytes=nbytes(batch), key=seq)
             job.step(batch)
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
-        outer.close()  # type: ignore[union-attr]
-        recorder.run_end()
-        trace = probe.trace()
-        probe.close()
+        try:
+            outer.close()  # type: ignore[union-attr]
+        finally:
+            recorder.run_end()
+            trace = probe.trace()
+            probe.close()
+            if failure is not None:
+                _keep_partial(trace, failure)
     return trace
+
+
+def _keep_partial(trace: Trace, exc: BaseException) -> None:
+    """Save the trace of a failed trial to a temporary file and name it in a note
+    on ``exc``; saving never replaces the trial's own error."""
+    import os
+    import tempfile
+
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"queuetune-trial-{os.getpid()}-", suffix=".json")
+        with os.fdopen(fd, "w") as file:
+            file.write(trace.to_json())
+    except Exception as error:  # noqa: BLE001 - the trial's own error matters more
+        exc.add_note(f"queuetune: the trial's trace could not be saved ({error})")
+        return
+    exc.add_note(f"queuetune: the trace recorded up to the fault is saved in {path}")
 
 
 def after_warmup(trace: Trace, warmup: int) -> Trace:
