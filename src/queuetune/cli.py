@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any, NoReturn
 from queuetune import __version__
 from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
 from queuetune.render.json import dumps
-from queuetune.units import nonnegative_int, parse_bytes, positive_int, unit_factor
+from queuetune.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
 
 __all__ = ["Command", "COMMANDS", "build_parser", "main"]
 
@@ -57,11 +58,17 @@ def _arg(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+
+
 def _int(text: str) -> int:
-    try:
-        return int(text.strip(), 10)
-    except ValueError:
-        raise ValueError(f"expected an integer, got {text!r}") from None
+    # ASCII digits only, as in shapes and byte sizes: int() would also take "1_000" and "\u0663".
+    stripped = text.strip()
+    if not _INT_RE.fullmatch(stripped):
+        raise ValueError(f"expected an integer, got {_shown(text)}")
+    if len(stripped.lstrip("+-").lstrip("0")) > 19 or abs(int(stripped)) >= 2**63:
+        raise ValueError(f"integer {_shown(text)} is too large (2^63 or more)")
+    return int(stripped, 10)
 
 
 def _positive(what: str) -> Callable[[str], int]:
@@ -82,18 +89,20 @@ def _int_list(what: str) -> Callable[[str], list[int]]:
 
 def _float(text: str) -> float:
     try:
+        if not text.isascii():
+            raise ValueError
         return float(text)
     except ValueError:
-        raise ValueError(f"expected a number, got {text!r}") from None
+        raise ValueError(f"expected a number, got {_shown(text)}") from None
 
 
 def _labels(text: str) -> int | str:
     if text.strip() == "int":
         return "int"
     try:
-        classes = int(text.strip(), 10)
+        classes = _int(text)
     except ValueError:
-        raise ValueError(f"expected a number of classes or 'int', got {text!r}") from None
+        raise ValueError(f"expected a number of classes or 'int', got {_shown(text)}") from None
     return positive_int(classes, "number of classes")
 
 
@@ -259,7 +268,7 @@ def _configure_tune(parser: argparse.ArgumentParser) -> None:
 def _fraction(text: str) -> float:
     value = _float(text)
     if not 0 <= value < 1:
-        raise ValueError(f"expected a number from 0 up to 1, got {text!r}")
+        raise ValueError(f"expected a number from 0 up to 1, got {_shown(text)}")
     return value
 
 
@@ -267,7 +276,10 @@ def _run_tune(args: argparse.Namespace) -> int:
     from queuetune.render.console import print_tune, tune_progress
     from queuetune.tune import detect_framework, load_factory, tune
 
-    factory = load_factory(args.factory)
+    try:
+        factory = load_factory(args.factory)
+    except SyntaxError as exc:
+        raise ValueError(f"cannot import {args.factory}: {exc.msg} (line {exc.lineno})") from None
     if args.framework is not None:
         from queuetune.tune import as_job
 

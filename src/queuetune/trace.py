@@ -144,7 +144,9 @@ class Trace:
         try:
             text = Path(path).read_text()
         except OSError as exc:
-            raise ValueError(f"cannot read trace {str(path)!r}: {exc.strerror}") from None
+            raise ValueError(f"cannot read trace {str(path)!r}: {exc.strerror or exc}") from None
+        except ValueError as exc:  # a path with a NUL byte, or a file that is not UTF-8
+            raise ValueError(f"cannot read trace {str(path)!r}: {exc}") from None
         return cls.from_json(text)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import warnings
 from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
@@ -135,8 +136,15 @@ def check_bytes(nbytes: int, what: str = "size") -> int:
     ValueError: batch (9223372036854775808 bytes) exceeds 2^63 bytes
     """
     if nbytes >= BYTES_LIMIT:
-        raise ValueError(f"{what} ({nbytes} bytes) exceeds 2^63 bytes")
+        raise ValueError(f"{what} ({_byte_count(nbytes)} bytes) exceeds 2^63 bytes")
     return nbytes
+
+
+def _byte_count(nbytes: int) -> str:
+    """An integer byte count, as a power of two once its digits would flood a message."""
+    if nbytes < 10**24:
+        return str(nbytes)
+    return f"about 2^{int(nbytes).bit_length() - 1}"
 
 
 def product(factors: Iterable[int], what: str = "size") -> int:
@@ -321,7 +329,9 @@ def dtype_name(dtype: Any) -> str:
         if dtype in _ITEMSIZES:
             return dtype
         try:
-            resolved = np.dtype(dtype)
+            with warnings.catch_warnings():  # numpy warns of deprecated aliases such as 'a'
+                warnings.simplefilter("ignore")
+                resolved = np.dtype(dtype)
         except Exception:  # numpy raises TypeError, ValueError or SyntaxError for odd strings
             raise ValueError(_unknown_dtype(dtype)) from None
     elif isinstance(dtype, np.dtype):
