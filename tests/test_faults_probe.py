@@ -393,3 +393,157 @@ def test_a_trial_whose_consumer_fails_keeps_its_trace(framework, settings, how):
     assert len(trace.consumed) == stop
     assert marks(trace, "run_end") == [0]
     assert marks(trace, "error") == []
+
+
+# --- Keras: a PyDataset under fit ---------------------------------------------------------
+
+KERAS_KINDS = [
+    pytest.param({"workers": 1}, id="keras-1", marks=pytest.mark.keras),
+    pytest.param({"workers": 2}, id="keras-2-threads", marks=pytest.mark.keras),
+    pytest.param({"workers": 2, "use_multiprocessing": True}, id="keras-2-processes", marks=pytest.mark.keras),
+]
+
+
+def keras_dataset(plan: Plan, **options):
+    keras = pytest.importorskip("keras")
+
+    class Items(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__(max_queue_size=3, **options)
+
+        @property
+        def num_batches(self):
+            return plan.n
+
+        def __getitem__(self, i):
+            x = plan.get(i)
+            return x, np.zeros((len(x), 1), "float32")
+
+    return Items()
+
+
+def keras_model(on_step=None):
+    """A model that notes the item of every batch a training step receives
+    (the ground truth of consumption) and calls ``on_step`` with the count."""
+    keras = pytest.importorskip("keras")
+    seen: list[int] = []
+
+    class Recording(keras.Model):
+        def train_step(self, data):
+            seen.append(int(data[0][0, 0]))
+            if on_step is not None:
+                on_step(len(seen))
+            return super().train_step(data)
+
+    inp = keras.Input((WIDTH,))
+    model = Recording(inp, keras.layers.Dense(1)(inp))
+    model.compile("sgd", "mse")
+    return model, seen
+
+
+def fit(model, watched, callbacks=()) -> BaseException | None:
+    """``model.fit`` over the watched dataset with the probe's callback last; what it raised."""
+    probe = queuetune.probe_of(watched)
+    try:
+        model.fit(watched, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[*callbacks, probe.keras_callback(print_report=False)])
+    except BaseException as exc:  # noqa: BLE001 - the caller checks what arrived
+        return exc.with_traceback(None)
+    return None
+
+
+def stop_keras_enqueuers() -> int:
+    """Stop the Keras enqueuers still running (Keras leaves one running when fit
+    raises); return how many there were."""
+    stopped = 0
+    for thread in threading.enumerate():
+        enqueuer = getattr(getattr(thread, "_target", None), "__self__", None)
+        if type(enqueuer).__name__ == "OrderedEnqueuer" and enqueuer.is_running():
+            enqueuer.stop(drain_queue_and_join=True)
+            stopped += 1
+    return stopped
+
+
+def has_enqueuer(options) -> bool:
+    return options["workers"] > 1 or options.get("use_multiprocessing", False)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("options", KERAS_KINDS)
+def test_a_pydataset_error_reaches_fit_and_the_steps_before_it_are_kept(options, seed, tmp_path):
+    n = 12
+    k = fault_at(seed, n)
+    watched = queuetune.watch(keras_dataset(Plan(n, fail_at=k), **options))
+    model, seen = keras_model()
+    error = fit(model, watched)
+    assert type(error) is Injected and str(error) == f"injected at batch {k}"
+    assert stop_keras_enqueuers() == 0  # Keras stops its workers on a loader error
+    probe = queuetune.probe_of(watched)
+    probe.settle(quiet=0.1)
+    trace = saved(probe, tmp_path)
+    assert len(trace.consumed) == len(seen)  # every step that ran, counted once
+    # Keras serves the batches its model build read ahead first, so steps may
+    # repeat an item; none reached a step past the fault
+    assert all(i < k for i in seen)
+    built = {p.index for p in trace.produced}
+    assert set(range(k)) <= built and k not in built
+    if options.get("use_multiprocessing"):
+        # the batch failed in a worker process: only fit sees the error
+        assert marks(trace, "error") == []
+    else:
+        assert marks(trace, "error") == [f"Injected: injected at batch {k}"]
+    close(watched)
+    # Keras may meet the error while building the model, before fit's run begins
+    assert marks(probe.trace(), "run_end") == marks(probe.trace(), "run_begin")
+
+
+class CallbackError(Exception):
+    pass
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["raise", "callback", "keyboard", "sigint", "stop_training"])
+@pytest.mark.parametrize("options", KERAS_KINDS)
+def test_a_training_step_or_callback_that_fails_or_stops(options, how, tmp_path):
+    keras = pytest.importorskip("keras")
+    stop, raised = 5, []
+
+    def on_step(count: int) -> None:
+        if count == stop and how in ("raise", "keyboard", "sigint"):
+            try:
+                interrupt(how)
+            except BaseException as exc:
+                raised.append(exc)
+                raise
+
+    class Stopper(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch + 1 == stop:
+                if how == "callback":
+                    raised.append(CallbackError("the callback failed"))
+                    raise raised[-1]
+                if how == "stop_training":
+                    self.model.stop_training = True
+
+    watched = queuetune.watch(keras_dataset(Plan(40), **options))
+    model, seen = keras_model(on_step)
+    error = fit(model, watched, callbacks=[Stopper()])
+    if how == "stop_training":
+        assert error is None
+    else:
+        assert error is raised[0]  # the very exception, unchanged
+    assert len(seen) == stop
+    # Keras leaves its enqueuer (worker threads or processes) running when fit
+    # raises, and also when a callback stops training early
+    assert stop_keras_enqueuers() == (1 if has_enqueuer(options) else 0)
+    probe = queuetune.probe_of(watched)
+    trace = saved(probe, tmp_path)
+    assert len(trace.consumed) == stop
+    if how == "stop_training":
+        assert marks(trace, "run_end") == [0]  # on_train_end ran
+    else:
+        assert marks(trace, "run_end") == []  # no callback sees fit fail
+    close(watched)
+    assert marks(probe.trace(), "run_end") == [0]  # closing the probe ends the run
+    assert_nothing_left_running()

@@ -18,7 +18,7 @@ from ..recorder import Channel, Recorder, clock, key_of  # noqa: E402
 class WatchedPyDataset(keras.utils.PyDataset):
     """A PyDataset that records each batch where it is built, then returns it unchanged."""
 
-    def __init__(self, inner: Any, channel: Channel) -> None:
+    def __init__(self, inner: Any, channel: Channel, recorder: Recorder | None = None) -> None:
         super().__init__(
             workers=inner.workers,
             use_multiprocessing=inner.use_multiprocessing,
@@ -26,10 +26,23 @@ class WatchedPyDataset(keras.utils.PyDataset):
         )
         self._inner = inner
         self._channel = channel
+        self._recorder = recorder
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A worker process gets the channel, not the recorder and its threads.
+        return {**self.__dict__, "_recorder": None}
 
     def __getitem__(self, index: int) -> Any:
         start = clock()
-        batch = self._inner[index]
+        try:
+            batch = self._inner[index]
+        except Exception as exc:
+            # The callback never sees the error: note it where the batch failed
+            # (in this process; a worker process's error reaches fit only).
+            if self._recorder is not None and os.getpid() == self._pid:
+                self._recorder.error(exc)
+            raise
         end = clock()
         self._channel.emit(
             (start, end, nbytes(batch), index, key_of(index), os.getpid(), _thread_id())
@@ -95,7 +108,7 @@ def watch_pydataset(
     processes = bool(knobs["use_multiprocessing"]) and knobs["workers"] > 0
     recorder = Recorder(meta, processes=processes, sample_memory=sample_memory)
     recorder.consumer = "callback"
-    return WatchedPyDataset(dataset, recorder.channel), recorder
+    return WatchedPyDataset(dataset, recorder.channel, recorder), recorder
 
 
 class ProbeCallback(keras.callbacks.Callback):
@@ -223,7 +236,11 @@ class KerasPrefetcher(Prefetcher, keras.utils.PyDataset):
                 self._warned = True
             return self.build_now(index)
         self._next_index += 1
-        return next(self._stream)
+        try:
+            return next(self._stream)
+        except BaseException:
+            self._end_stream()  # a failed stream is over: the next request starts afresh
+            raise
 
     def on_epoch_begin(self) -> None:
         hook = getattr(self._source, "on_epoch_begin", None)
