@@ -547,3 +547,183 @@ def test_a_training_step_or_callback_that_fails_or_stops(options, how, tmp_path)
     close(watched)
     assert marks(probe.trace(), "run_end") == [0]  # closing the probe ends the run
     assert_nothing_left_running()
+
+
+# --- 4. batches whose size changes mid-run -----------------------------------------------
+
+
+def growing(i: int) -> int:
+    return 2 if i < 6 else 200
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_batches_that_grow_mid_run_are_counted_at_their_real_size(kind):
+    n = 12
+    watched = queuetune.watch(loader(kind, Plan(n, rows=growing)))
+    got, error = loop(watched)
+    assert error is None and got == list(range(n))
+    probe = queuetune.probe_of(watched)
+    probe.settle(quiet=0.1)
+    trace = probe.trace()
+    assert [c.nbytes for c in trace.consumed] == [bytes_of(growing(i)) for i in range(n)]
+    assert sorted(p.nbytes for p in trace.produced) == sorted(bytes_of(growing(i)) for i in range(n))
+    report = probe.report()
+    big = bytes_of(200)
+    assert report.peak_in_flight_bytes >= big
+    assert report.peak_in_flight_bytes <= (trace.meta["depth"] + 2) * big
+    close(watched)
+
+
+@pytest.mark.keras
+@pytest.mark.timeout(120)
+def test_batches_that_grow_mid_run_under_keras_fit():
+    n = 12
+    watched = queuetune.watch(keras_dataset(Plan(n, rows=growing), workers=2))
+    model, seen = keras_model()
+    assert fit(model, watched) is None
+    probe = queuetune.probe_of(watched)
+    probe.settle(quiet=0.1)
+    sizes = {p.index: p.nbytes for p in probe.trace().produced}
+    # each batch is (x, y): y holds one float32 per row
+    assert sizes == {i: bytes_of(growing(i)) + 4 * growing(i) for i in range(n)}
+    assert probe.report().peak_in_flight_bytes >= bytes_of(200)
+    close(watched)
+
+
+# --- 5. batches that are not arrays ------------------------------------------------------
+
+
+class Opaque:
+    """An object with no ``nbytes``, no shape and no dtype."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+ODD = [
+    ("a string", 0),
+    ({"x": batch_of(1), "y": np.zeros(2, "int64")}, bytes_of(ROWS) + 16),
+    (None, 0),
+    (((batch_of(3), (batch_of(3, rows=1),)), "label"), bytes_of(ROWS) + bytes_of(1)),
+    (Opaque(4), 0),
+    ([b"raw", 7, 2.5], 3),
+]
+
+ODD_KINDS = [
+    "generator",
+    "iterable",
+    pytest.param("torch-0", marks=pytest.mark.torch),
+    pytest.param("torch-2", marks=pytest.mark.torch),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ODD_KINDS)
+def test_batches_that_are_not_arrays_are_handed_over_and_counted_where_they_can_be(kind, tmp_path):
+    plan = Plan(len(ODD), item=lambda i: ODD[i][0])
+    watched = queuetune.watch(loader(kind, plan))
+    got = list(watched)
+    assert len(got) == len(ODD)
+    assert got[0] == "a string" and got[2] is None
+    probe = queuetune.probe_of(watched)
+    probe.settle(quiet=0.1)
+    trace = saved(probe, tmp_path)
+    assert [c.nbytes for c in trace.consumed] == [size for _, size in ODD]
+    assert sorted(p.nbytes for p in trace.produced) == sorted(size for _, size in ODD)
+    report = probe.report()
+    assert report.produced_batches == report.consumed_batches == len(ODD)
+    report.to_json()
+    close(watched)
+
+
+# --- 6. an epoch of zero batches ---------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_an_epoch_of_zero_batches_gives_an_empty_report(kind, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    watched = queuetune.watch(loader(kind, Plan(0)))
+    got, error = loop(watched)
+    assert error is None and got == []
+    probe = queuetune.probe_of(watched)
+    trace = saved(probe, tmp_path)
+    assert trace.produced == [] and trace.consumed == []
+    report = probe.report()
+    assert report.produced_batches == 0 and report.consumed_batches == 0
+    assert report.peak_in_flight_batches == 0 and report.peak_in_flight_bytes == 0
+    assert report.input_bound_fraction in (None, 0.0)
+    report.to_json()
+    out = io.StringIO()
+    report.print(Console(file=out, width=120))
+    assert "0 batches" in out.getvalue()
+    close(watched)
+
+
+@pytest.mark.keras
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("options", [{"workers": 1}, {"workers": 2}])
+def test_an_empty_pydataset_is_refused_by_keras_and_the_probe_stays_empty(options):
+    watched = queuetune.watch(keras_dataset(Plan(0), **options))
+    model, seen = keras_model()
+    error = fit(model, watched)
+    # Keras itself refuses a dataset of no batches; what it raises is its own
+    assert error is not None and not isinstance(error, (KeyboardInterrupt, AssertionError))
+    assert seen == []
+    report = queuetune.report(watched)
+    assert report.produced_batches == 0
+    stop_keras_enqueuers()
+    close(watched)
+
+
+# --- 7. a very slow producer -------------------------------------------------------------
+
+
+class TooSlow(Exception):
+    pass
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_a_consumer_gives_up_on_a_slow_producer_and_nothing_waits_for_it(kind, tmp_path):
+    # batch 2 on takes 2 s; the consumer gives up after waiting more than 0.5 s for one
+    watched = queuetune.watch(loader(kind, Plan(50, slow_from=2, delay=2.0)))
+    last = [time.monotonic()]
+
+    def step(count: int):
+        now = time.monotonic()
+        waited, last[0] = now - last[0], now
+        if count > 1 and waited > 0.5:
+            raise TooSlow(f"waited for batch {count - 1}")
+
+    got, error = loop(watched, step)
+    assert type(error) is TooSlow
+    assert got == [0, 1, 2]
+    if kind == "generator":
+        watched.close()
+    gc.collect()
+    probe = queuetune.probe_of(watched)
+    probe.close()  # must not wait for the producer
+    trace = saved(probe, tmp_path)
+    assert len(trace.consumed) == 3 and marks(trace, "run_end") == [0]
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_a_torch_loader_timeout_gives_up_on_a_stuck_worker(tmp_path):
+    # from batch 2 on, a worker takes a minute: torch's own timeout gives up first
+    watched = queuetune.watch(loader("torch-2", Plan(20, slow_from=2, delay=60.0), timeout=2))
+    got, error = loop(watched)
+    assert type(error) is RuntimeError and "DataLoader timed out" in str(error)
+    assert got == [0, 1]
+    gc.collect()
+    assert_nothing_left_running(threads=False)  # torch stopped the stuck workers
+    probe = queuetune.probe_of(watched)
+    probe.close()
+    trace = saved(probe, tmp_path)
+    assert len(trace.consumed) == 2
+    assert marks(trace, "error") == [f"RuntimeError: {error}"]
