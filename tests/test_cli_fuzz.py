@@ -273,54 +273,56 @@ JSON_LEAVES = st.one_of(
     st.text(max_size=6),
 )
 JSON_VALUES = st.recursive(
-    JSON_LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    JSON_LEAVES,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
     max_leaves=8,
 )
 
 
-def _number() -> st.SearchStrategy:
-    return st.one_of(st.floats(-10, 10), st.integers(-3, 3), JSON_VALUES)
-
-
 @st.composite
 def trace_records(draw) -> dict:
-    """Near-valid version-1 traces: the right keys, with values that may be wrong."""
+    """Version-1 traces with the right keys; in about half of them, values that may be wrong."""
+    corrupt = draw(st.booleans())
+
+    def maybe(good: st.SearchStrategy) -> st.SearchStrategy:
+        return st.one_of(good, JSON_VALUES) if corrupt else good
+
+    number = maybe(st.one_of(st.floats(-10, 10), st.integers(-3, 3), st.just(float("nan"))))
+    count = maybe(st.integers(0, 3))
+    key = st.one_of(st.none(), st.integers(0, 5), st.lists(st.integers(0, 5), max_size=2))
     produced = draw(st.lists(st.fixed_dictionaries(
-        {"start": _number(), "end": _number(), "nbytes": st.one_of(st.integers(-1, 10**6), JSON_VALUES)},
-        optional={"index": st.one_of(st.none(), st.integers(-1, 5), JSON_VALUES), "key": JSON_VALUES,
-                  "worker": JSON_VALUES, "extra": JSON_VALUES},
-    ), max_size=4))
+        {"start": number, "end": number, "nbytes": maybe(st.integers(-1, 10**6))},
+        optional={"index": maybe(st.one_of(st.none(), st.integers(-1, 5))), "key": maybe(key),
+                  "worker": maybe(st.sampled_from(["", "123"])), "extra": JSON_VALUES},
+    ), max_size=6))
     consumed = draw(st.lists(st.fixed_dictionaries(
-        {"requested": _number(), "consumed": _number()},
-        optional={"run": st.one_of(st.integers(0, 2), JSON_VALUES), "epoch": st.one_of(st.integers(0, 2), JSON_VALUES),
-                  "nbytes": st.one_of(st.none(), st.integers(0, 10**6), JSON_VALUES), "key": JSON_VALUES,
-                  "samples": st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3), JSON_VALUES)},
-    ), max_size=4))
+        {"requested": number, "consumed": number},
+        optional={"run": count, "epoch": count, "nbytes": maybe(st.one_of(st.none(), st.integers(0, 10**6))),
+                  "key": maybe(key), "samples": maybe(st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3)))},
+    ), max_size=6))
     marks = draw(st.lists(st.fixed_dictionaries(
-        {"t": _number(), "kind": st.one_of(st.sampled_from(["run_begin", "run_end", "epoch_begin", "epoch_end",
-                                                            "error", "pause"]), JSON_VALUES)},
-        optional={"value": JSON_VALUES},
-    ), max_size=4))
+        {"t": number, "kind": maybe(st.sampled_from(["run_begin", "run_end", "epoch_begin", "epoch_end", "error",
+                                                     "pause_begin", "pause_end", "depth"]))},
+        optional={"value": maybe(st.one_of(st.integers(0, 3), st.text(max_size=5)))},
+    ), max_size=6))
     memory = draw(st.lists(st.fixed_dictionaries(
-        {"t": _number(), "rss": st.one_of(st.integers(0, 10**9), JSON_VALUES)},
-        optional={"children": JSON_VALUES, "n_children": JSON_VALUES},
+        {"t": number, "rss": maybe(st.integers(0, 10**9))},
+        optional={"children": count, "n_children": count},
     ), max_size=2))
-    meta = draw(st.one_of(
-        st.fixed_dictionaries({}, optional={
-            "framework": st.sampled_from(["python", "keras", "torch"]), "depth": _number(),
-            "num_batches": st.one_of(st.none(), st.integers(0, 5), JSON_VALUES),
-            "num_samples": st.one_of(st.none(), st.integers(0, 5), JSON_VALUES),
-            "match_scope": st.sampled_from(["run", "all", 3]), "pre_run_consumes": _number(),
-            "settings": JSON_VALUES,
-        }),
-        JSON_VALUES,
-    ))
-    record = {"format": "queuetune-trace", "version": draw(st.sampled_from([1, 1, 1, 2, 0, "1", 1.0, None])),
-              "meta": meta, "start": _number(), "end": _number(),
+    meta = draw(st.fixed_dictionaries({}, optional={
+        "framework": st.sampled_from(["python", "keras", "torch"]), "depth": number,
+        "num_batches": st.one_of(st.none(), count), "num_samples": st.one_of(st.none(), count),
+        "match_scope": maybe(st.sampled_from(["run", "all"])), "pre_run_consumes": maybe(count),
+        "settings": maybe(st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
+    }))
+    record = {"format": "queuetune-trace", "version": 1, "meta": meta, "start": draw(number), "end": draw(number),
               "produced": produced, "consumed": consumed, "marks": marks, "memory": memory}
-    record["start"], record["end"] = draw(_number()), draw(_number())
-    drop = draw(st.lists(st.sampled_from(sorted(record)), max_size=2))
-    return {key: value for key, value in record.items() if key not in drop}
+    if corrupt:
+        record["version"] = draw(st.sampled_from([1, 1, 1, 2, 0, "1", 1.0, None]))
+        record["meta"] = draw(st.one_of(st.just(meta), JSON_VALUES))
+        drop = draw(st.lists(st.sampled_from(sorted(record)), max_size=2))
+        record = {k: v for k, v in record.items() if k not in drop}
+    return record
 
 
 @pytest.fixture(scope="module")
@@ -331,9 +333,17 @@ def trace_dir(tmp_path_factory) -> Path:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(record=trace_records(), as_json=st.booleans())
 def test_report_trace_content_fuzz(trace_dir, record, as_json):
+    from queuetune.trace import Trace
+
     path = trace_dir / "trace.json"
     path.write_text(json.dumps(record))
-    check(["report", str(path), "--json"] if as_json else ["report", str(path)])
+    code, _, err = check(["report", str(path), "--json"] if as_json else ["report", str(path)])
+    try:
+        Trace.from_dict(json.loads(path.read_text()))
+    except ValueError:
+        assert code == 2 and "version 1" in err
+    else:
+        assert code == 0  # what loads, the report prints
 
 
 # a mixed command line, as a user might type it
@@ -447,3 +457,18 @@ def test_console_script_exit_codes(argv, tmp_path):
     assert result.returncode == 2
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(ERROR_PREFIX)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=trace_records())
+def test_trace_loads_or_fails_clearly_and_what_loads_analyses(record):
+    from queuetune.analysis import analyze
+    from queuetune.trace import Trace
+
+    try:
+        trace = Trace.from_dict(json.loads(json.dumps(record)))
+    except ValueError as exc:
+        assert "version 1" in str(exc)
+        return
+    report = analyze(trace)
+    assert report.produced_batches == len(trace.produced)

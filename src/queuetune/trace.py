@@ -7,7 +7,7 @@ compare directly.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -107,27 +107,56 @@ class Trace:
 
     @classmethod
     def from_dict(cls, data: Any) -> Trace:
-        """Build a trace from plain data; a clear ValueError if it is not one."""
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError("not a queuetune trace (no 'format': 'queuetune-trace' key)")
-        version = data.get("version")
-        if version != VERSION:
+        """Build a trace from plain data; a ValueError naming the version found if it is not one we read.
+
+        Every version-1 file loads, whichever queuetune saved it: a record's
+        fields missing from older files take their defaults.
+
+        >>> Trace.from_dict({"format": FORMAT, "version": 2})
+        Traceback (most recent call last):
+        ...
+        ValueError: trace format version 2 is not supported by this queuetune (it reads version 1); it was saved by a newer queuetune
+        """
+        if not isinstance(data, dict):
             raise ValueError(
-                f"trace format version {version!r} is not supported by this queuetune "
-                f"(it reads version {VERSION})"
+                f"not a queuetune trace: expected a JSON object with 'format': {FORMAT!r}, "
+                f"got {type(data).__name__} (this queuetune reads version {VERSION})"
+            )
+        found = data.get("format")
+        if found != FORMAT:
+            raise ValueError(
+                f"not a queuetune trace: 'format' is {_shown(found)}, expected {FORMAT!r} "
+                f"(this queuetune reads version {VERSION})"
+            )
+        if "version" not in data:
+            raise ValueError(f"trace format version is missing; this queuetune reads version {VERSION}")
+        version = data["version"]
+        if type(version) is not int or version != VERSION:
+            newer = "; it was saved by a newer queuetune" if type(version) is int and version > VERSION else ""
+            raise ValueError(
+                f"trace format version {_shown(version)} is not supported by this queuetune "
+                f"(it reads version {VERSION}){newer}"
             )
         try:
+            meta = data.get("meta") or {}
+            if not isinstance(meta, dict):
+                raise _Malformed(f"'meta' must be an object, got {_shown(meta)}")
+            for name, annotation in _META.items():
+                if name in meta:
+                    _convert(annotation, meta[name], f"meta.{name}")
             return cls(
-                meta=dict(data.get("meta") or {}),
-                start=float(data.get("start", 0.0)),
-                end=float(data.get("end", 0.0)),
-                produced=[_build(Produced, p) for p in data.get("produced", [])],
-                consumed=[_build(Consumed, c) for c in data.get("consumed", [])],
-                marks=[_build(Mark, m) for m in data.get("marks", [])],
-                memory=[_build(MemorySample, m) for m in data.get("memory", [])],
+                meta=dict(meta),
+                start=_convert("float", data.get("start", 0.0), "start"),
+                end=_convert("float", data.get("end", 0.0), "end"),
+                produced=_records(Produced, data, "produced"),
+                consumed=_records(Consumed, data, "consumed"),
+                marks=_records(Mark, data, "marks"),
+                memory=_records(MemorySample, data, "memory"),
             )
-        except (TypeError, KeyError, AttributeError) as exc:
-            raise ValueError(f"malformed queuetune trace: {exc}") from None
+        except _Malformed as exc:
+            raise ValueError(
+                f"malformed queuetune trace (version {VERSION}; this queuetune reads version {VERSION}): {exc}"
+            ) from None
 
     @classmethod
     def from_json(cls, text: str) -> Trace:
@@ -157,9 +186,90 @@ def _plain(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _build(kind: type, data: Any) -> Any:
-    names = {f.name for f in fields(kind)}
-    record = kind(**{k: v for k, v in data.items() if k in names})
-    if isinstance(getattr(record, "key", None), list):
-        record.key = tuple(record.key)
+class _Malformed(Exception):
+    """A version-1 trace whose content does not fit the format."""
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# The record fields' annotations (strings, as the module defers them) and what JSON value each takes.
+_CHECKS: dict[str, tuple[str, Any]] = {
+    "float": ("a number", _is_number),
+    "int": ("an integer", _is_int),
+    "int | None": ("an integer or null", lambda v: v is None or _is_int(v)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "dict | None": ("an object or null", lambda v: v is None or isinstance(v, dict)),
+    "list[int] | None": ("a list of integers or null", lambda v: v is None or (
+        isinstance(v, list) and all(_is_int(x) for x in v))),
+}
+
+
+# The entries of ``meta`` that the analysis and the report read.
+_META = {
+    "name": "str", "type": "str", "loader": "str", "framework": "str", "match_scope": "str",
+    "settings": "dict | None", "num_batches": "int | None", "num_samples": "int | None",
+    "pre_run_consumes": "int | None",
+}
+
+
+def _convert(annotation: str, value: Any, where: str) -> Any:
+    check = _CHECKS.get(annotation)
+    if check is None:
+        return value
+    what, ok = check
+    if not ok(value):
+        raise _Malformed(f"{where} must be {what}, got {_shown(value)}")
+    return float(value) if annotation == "float" else value
+
+
+def _records(kind: type, data: dict[str, Any], name: str) -> list[Any]:
+    items = data.get(name, [])
+    if not isinstance(items, list):
+        raise _Malformed(f"{name!r} must be a list, got {_shown(items)}")
+    return [_build(kind, item, f"{name}[{i}]") for i, item in enumerate(items)]
+
+
+def _build(kind: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise _Malformed(f"{where} must be an object, got {_shown(data)}")
+    values = {}
+    for f in fields(kind):
+        if f.name in data:
+            values[f.name] = _convert(str(f.type), data[f.name], f"{where}.{f.name}")
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise _Malformed(f"{where} has no {f.name!r}")
+    # Keys a later version adds are left out: they carry nothing this version reads.
+    record = kind(**values)
+    if "key" in values:
+        if not _is_key(record.key):
+            raise _Malformed(f"{where}.key must be a number, string, list or null, got {_shown(record.key)}")
+        if isinstance(record.key, list):
+            record.key = _tuple(record.key)
+    if kind is Mark and record.kind in _COUNTED_MARKS and not _is_int(record.value):
+        raise _Malformed(f"{where}.value of a {record.kind!r} mark must be an integer, got {_shown(record.value)}")
     return record
+
+
+_COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end")
+
+
+def _is_key(value: Any) -> bool:
+    # Keys match produced batches to consumed ones, so they must be hashable once lists become tuples.
+    if isinstance(value, list):
+        return all(_is_key(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _tuple(value: list[Any]) -> tuple[Any, ...]:
+    return tuple(_tuple(v) if isinstance(v, list) else v for v in value)
