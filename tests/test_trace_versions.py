@@ -120,11 +120,12 @@ def test_report_command_refuses_unsupported_trace_in_one_line(name):
         ({"meta": [1, 2]}, "'meta' must be an object"),
         ({"produced": {"start": 1}}, "'produced' must be a list"),
         ({"consumed": [3]}, "consumed[0] must be an object"),
-        ({"consumed": [{"requested": 1.0, "consumed": "2"}]}, "consumed[0].consumed must be a number"),
+        ({"consumed": [{"requested": 1.0, "consumed": "2"}]}, "consumed[0].consumed must be a finite number"),
         ({"marks": [{"t": 1.0, "kind": 3}]}, "marks[0].kind must be a string"),
         ({"memory": [{"t": 1.0, "rss": 1.5}]}, "memory[0].rss must be an integer"),
         ({"produced": [{"start": 1, "end": 2, "nbytes": True}]}, "produced[0].nbytes must be an integer"),
-        ({"start": "0"}, "start must be a number"),
+        ({"start": "0"}, "start must be a finite number"),
+        ({"consumed": [{"requested": float("nan"), "consumed": 1.0}]}, "consumed[0].requested must be a finite number"),
         # found by tests/test_cli_fuzz.py: each loaded, then the analysis or the report failed
         ({"consumed": [{"requested": 0.0, "consumed": 0.0, "key": {}}]}, "consumed[0].key must be"),
         ({"marks": [{"t": 0.0, "kind": "run_begin", "value": []}]}, "'run_begin' mark must be an integer"),
@@ -132,6 +133,7 @@ def test_report_command_refuses_unsupported_trace_in_one_line(name):
         ({"consumed": [{"requested": 0.0, "consumed": 0.0, "samples": [[]]}]}, "samples must be a list of integers"),
         ({"meta": {"match_scope": "run", "pre_run_consumes": "abc"}}, "meta.pre_run_consumes must be an integer"),
         ({"meta": {"settings": [1]}}, "meta.settings must be an object"),
+        ({"produced": [{"start": 0.0, "end": 0.0, "nbytes": -1}]}, "produced[0].nbytes must be >= 0"),
     ],
 )
 def test_malformed_version_1_content_names_the_field(change, fragment):
@@ -148,3 +150,17 @@ def test_fields_a_later_version_adds_are_ignored():
     data["pauses"] = []
     trace = Trace.from_dict(data)
     assert analyze(trace).produced_batches == 5
+
+
+def test_consumed_batches_without_recorded_production_report_no_negative_counts(tmp_path):
+    # Found by tests/test_cli_fuzz.py: the in-flight count went to -1 and the report failed to print.
+    # A trace cut short by a fault can hold a consumed batch whose production record never arrived.
+    data = {"format": FORMAT, "version": VERSION, "consumed": [{"requested": 0.0, "consumed": 0.5, "nbytes": 8}]}
+    path = tmp_path / "cut.json"
+    path.write_text(json.dumps(data))
+    report = analyze(Trace.load(path))
+    assert report.consumed_batches == 1 and report.produced_batches == 0
+    assert report.peak_in_flight_batches == 0 and report.peak_in_flight_bytes == 0
+    assert report.read_ahead_batches == 0
+    code, out, err = run(["report", str(path)])
+    assert (code, err) == (0, "") and out

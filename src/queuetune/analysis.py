@@ -140,8 +140,10 @@ def analyze(trace: Trace) -> Report:
         floors = _run_floors(runs, bool(trace.meta.get("pre_run_consumes")))
         other_releases += _dropped_with_run(unmatched, runs, floors)
     times, batches, held = _in_flight(trace, releases, consumed_bytes, other_releases)
-    peak_batches = int(max(batches, default=0))
-    peak_bytes = int(max(held, default=0))
+    # The step functions start at 0 before their first change; a consumed batch whose
+    # production was not recorded (a trace cut short by a fault) must not take them below it.
+    peak_batches = int(max([0, *batches]))
+    peak_bytes = int(max([0, *held]))
     mean_batches = _time_mean(times, batches, trace.start, trace.end)
 
     waits = [c.consumed - c.requested for c in consumed]
@@ -160,7 +162,7 @@ def analyze(trace: Trace) -> Report:
         produced_batches=len(produced),
         consumed_batches=len(consumed) if has_consumer else None,
         consumed_outside_steps=len(matching.hidden),
-        read_ahead_batches=len(produced) - len(consumed) - len(matching.hidden) if has_consumer else None,
+        read_ahead_batches=max(0, len(produced) - len(consumed) - len(matching.hidden)) if has_consumer else None,
         read_ahead_bytes=sum(p.nbytes for p in unmatched) if has_consumer else None,
         peak_in_flight_batches=peak_batches,
         peak_in_flight_bytes=peak_bytes,

@@ -7,6 +7,7 @@ compare directly.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,7 @@ def _is_int(value: Any) -> bool:
 
 # The record fields' annotations (strings, as the module defers them) and what JSON value each takes.
 _CHECKS: dict[str, tuple[str, Any]] = {
-    "float": ("a number", _is_number),
+    "float": ("a finite number", lambda v: _is_number(v) and math.isfinite(v)),
     "int": ("an integer", _is_int),
     "int | None": ("an integer or null", lambda v: v is None or _is_int(v)),
     "str": ("a string", lambda v: isinstance(v, str)),
@@ -247,6 +248,8 @@ def _build(kind: type, data: Any, where: str) -> Any:
     for f in fields(kind):
         if f.name in data:
             values[f.name] = _convert(str(f.type), data[f.name], f"{where}.{f.name}")
+            if f.name in _SIZES and values[f.name] is not None and values[f.name] < 0:
+                raise _Malformed(f"{where}.{f.name} must be >= 0, got {values[f.name]}")
         elif f.default is MISSING and f.default_factory is MISSING:
             raise _Malformed(f"{where} has no {f.name!r}")
     # Keys a later version adds are left out: they carry nothing this version reads.
@@ -261,6 +264,7 @@ def _build(kind: type, data: Any, where: str) -> Any:
     return record
 
 
+_SIZES = ("nbytes", "rss", "children", "n_children")
 _COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end")
 
 
