@@ -22,10 +22,12 @@ OLD = {
     "2e2d073-generator.json": (5, 5, []),
     "2e2d073-iterable.json": (6, 6, []),
     "2e2d073-error.json": (3, 3, ["RuntimeError: batch 3 cannot be read"]),
+    "2e2d073-keras.json": (4, 4, []),
     "829e633-torch0.json": (4, 4, []),
     "829e633-torch2.json": (4, 4, []),
     "af51450-generator.json": (5, 5, []),
     "af51450-torch0.json": (4, 4, []),
+    "af51450-keras.json": (4, 4, []),
 }
 # file: what the message must say besides the version this queuetune reads
 UNSUPPORTED = {
@@ -90,6 +92,9 @@ def test_old_plain_loaders_recorded_a_depth_of_one_and_later_ones_zero():
     assert depths["2e2d073-generator.json"] == depths["829e633-torch0.json"] == 1
     assert depths["af51450-generator.json"] == depths["af51450-torch0.json"] == 0
     assert depths["829e633-torch2.json"] == 4
+    # The Keras probe's meta gained pre_run_consumes after 2e2d073; older files read as 0.
+    assert "pre_run_consumes" not in Trace.load(TRACES / "2e2d073-keras.json").meta
+    assert Trace.load(TRACES / "af51450-keras.json").meta["pre_run_consumes"] == 1
 
 
 @pytest.mark.parametrize("name", sorted(UNSUPPORTED))

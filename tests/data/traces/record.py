@@ -82,6 +82,24 @@ def torch_workers(path: Path, workers: int) -> None:
     probe.close()
 
 
+def keras_predict(path: Path) -> None:
+    import keras
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int):
+            return np.full((4, 8), i, dtype=np.float32)
+
+    watched = queuetune.watch(Batches(workers=1), name="keras")
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    probe = queuetune.probe_of(watched)
+    model.predict(watched, verbose=0, callbacks=[probe.keras_callback(print_report=False)])
+    probe.trace().save(path)
+    probe.close()
+
+
 def main(tag: str) -> None:
     recordings = {"generator": generator, "iterable": iterable, "error": error}
     try:
@@ -91,6 +109,12 @@ def main(tag: str) -> None:
     else:
         recordings["torch0"] = lambda path: torch_workers(path, 0)
         recordings["torch2"] = lambda path: torch_workers(path, 2)
+    try:
+        import queuetune.frameworks.keras  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        recordings["keras"] = keras_predict
     for what, record in recordings.items():
         path = HERE / f"{tag}-{what}.json"
         record(path)
