@@ -7,14 +7,26 @@ reservation becomes its real size; when the consumer takes it, its bytes leave
 the budget. So the bytes of batches built or being built and not yet taken
 stay within ``max_bytes`` as long as no batch outgrows every batch before it;
 one that does, and would break the budget, is a :class:`BudgetExceeded` error.
+
+Faults end the epoch with a clear error and nothing left behind (workers
+stopped, shared memory removed): a worker's exception reaches the consumer
+unchanged; a worker process that dies is a :class:`WorkerDied`; a batch not
+ready within ``timeout`` seconds is a ``TimeoutError``; :meth:`Prefetcher.close`
+from another thread wakes a waiting consumer with :class:`PrefetcherClosed`.
+The next ``for`` loop starts new workers.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
+import math
 import os
 import random
+import signal
 import statistics
+import sys
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -31,10 +43,23 @@ from .units import format_bytes, parse_bytes, positive_int
 MODES = ("thread", "process")
 # Steps of the consumer the typical step (their median) is taken over.
 STEP_WINDOW = 16
+# Seconds between checks that the worker processes are alive, while the consumer waits.
+LIVENESS = 0.5
 
 
 class BudgetExceeded(ValueError):
     """A batch does not fit in the prefetcher's byte budget."""
+
+
+class WorkerDied(BrokenProcessPool):
+    """A worker process died mid-epoch (killed, out of memory, crashed).
+
+    The epoch stops; the next ``for`` loop over the prefetcher starts new workers.
+    """
+
+
+class PrefetcherClosed(RuntimeError):
+    """The epoch was stopped (``close()``, or a new epoch) while its consumer waited."""
 
 
 @dataclass
@@ -75,11 +100,29 @@ class Prefetcher:
     grows while the consumer waits and shrinks when the queue stays full; it
     never passes ``max_bytes``. With ``adaptive=False`` it is fixed at ``depth``.
 
+    ``timeout``: seconds the consumer waits for one batch before a ``TimeoutError``
+    naming the batch (the epoch then stops its workers; in thread mode a build
+    that never returns keeps its thread until it does, so use ``mode="process"``
+    for builds that can hang). ``close()`` from another thread wakes a waiting
+    consumer with :class:`PrefetcherClosed`.
+
     >>> import numpy as np
     >>> batches = [np.full(1000, i) for i in range(6)]
     >>> with Prefetcher(batches, max_bytes="1MiB") as p:
     ...     [int(b[0]) for b in p]
     [0, 1, 2, 3, 4, 5]
+
+    A consumer that must not wait forever for a stuck source:
+
+    >>> release = threading.Event()
+    >>> class Stuck:
+    ...     def __len__(self): return 3
+    ...     def __getitem__(self, i): release.wait(10) if i == 1 else None; return np.zeros(10)
+    >>> with Prefetcher(Stuck(), max_bytes="1MiB", workers=1, timeout=0.5) as p:
+    ...     for batch in p: pass
+    Traceback (most recent call last):
+    TimeoutError: batch 1 of the epoch (index 1) was not ready within timeout=0.5 s; the epoch is stopped
+    >>> release.set()
     """
 
     def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> Prefetcher:
@@ -106,8 +149,10 @@ class Prefetcher:
         seed: int | None = None,
         drop_last: bool = False,
         sample_memory: bool = True,
+        timeout: float | None = None,
     ) -> None:
         self.max_bytes = parse_bytes(max_bytes)
+        self.timeout = _check_timeout(timeout)
         self.num_workers = positive_int(workers, "workers")
         if mode not in MODES:
             raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
@@ -162,6 +207,8 @@ class Prefetcher:
             if self.batch_size is not None:
                 self.recorder.meta["num_samples"] = _length(source)
         self._largest = 0
+        # Whether a batch's size was learned (it may be 0: no arrays in it).
+        self._sized = False
         self._epoch: _Epoch | None = None
         self._closed = False
         self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid())
@@ -184,9 +231,9 @@ class Prefetcher:
         self._epoch = epoch
         return epoch.run()
 
-    def _end_epoch(self) -> None:
+    def _end_epoch(self, reason: str = "a new epoch began", wait: bool = True) -> None:
         if self._epoch is not None:
-            self._epoch.stop()
+            self._epoch.stop(reason, wait=wait)
             self._epoch = None
 
     def _plan(self) -> list[Any]:
@@ -232,10 +279,19 @@ class Prefetcher:
         return analyze(self.trace())
 
     def close(self) -> None:
-        """Stop the workers of the current epoch and the helper threads (idempotent)."""
+        """Stop the workers of the current epoch and the helper threads (idempotent).
+
+        Called from another thread while the consumer waits for a batch, it wakes
+        the consumer with :class:`PrefetcherClosed` at once; a build still running
+        in a worker thread finishes in the background and is dropped.
+        """
         self._closed = True
-        self._end_epoch()
-        self._finalizer()
+        epoch = self._epoch
+        elsewhere = epoch is not None and epoch.consumer not in (None, threading.get_ident())
+        self._end_epoch("close() was called", wait=not elsewhere)
+        if not (elsewhere and epoch.running):  # type: ignore[union-attr]
+            self._finalizer()
+        # else the consumer, woken, closes the recorder as it leaves the epoch
 
     def __enter__(self) -> Prefetcher:
         return self
@@ -268,6 +324,13 @@ class _Epoch:
         self.error: BaseException | None = None
         self.stopped = False
         self.exhausted = False
+        self.reason = ""
+        # Done when the epoch is stopped: wakes a consumer waiting for a batch.
+        self.wakeup: cf.Future = cf.Future()
+        self.consumer: int | None = None
+        self.running = False
+        # The worker processes, kept to name the one that died.
+        self.processes: dict[int, Any] = {}
         if owner._indexable:
             self.plan: list[Any] | None = owner._plan()
             self.total: int | None = len(self.plan)
@@ -312,7 +375,7 @@ class _Epoch:
         if outstanding >= self.controller.depth:
             return False
         estimate = self._estimate()
-        if estimate == 0:  # nothing built yet: learn the size from one batch
+        if not self.owner._sized:  # nothing built yet: learn the size from one batch
             return outstanding == 0
         return self.held + self.reserved + estimate <= self.owner.max_bytes
 
@@ -330,7 +393,13 @@ class _Epoch:
     def _submit(self, indices: Any) -> cf.Future:
         owner = self.owner
         if owner.mode == "process" and owner._indexable:
-            return self.executor.submit(_build_in_process, indices)
+            try:
+                future = self.executor.submit(_build_in_process, indices)
+            except BrokenProcessPool as exc:  # a worker died: this batch fails like the others
+                future = cf.Future()
+                future.set_exception(exc)
+            self.processes.update(getattr(self.executor, "_processes", None) or {})
+            return future
         if owner._indexable:
             return self.executor.submit(
                 _build, owner._source, indices, owner.batch_size, owner.collate_fn, self.recorder.channel
@@ -392,12 +461,16 @@ class _Epoch:
                     f"would be in flight, over max_bytes={format_bytes(owner.max_bytes)}"
                 )
             owner._largest = max(owner._largest, size)
+            owner._sized = True
             self._fill()
 
     # --- the consumer ------------------------------------------------------------------
 
     def run(self) -> Iterator[Any]:
         recorder = self.recorder
+        self.consumer = threading.get_ident()
+        self.running = True
+        abandoned = False
         recorder.run_begin()
         recorder.mark("depth", self.controller.depth)
         try:
@@ -438,10 +511,15 @@ class _Epoch:
             raise
         except BaseException as exc:
             recorder.error(exc)
+            abandoned = True
             raise
         finally:
-            self.stop()
+            # After a fault, do not wait for builds still running in worker threads.
+            self.stop("the epoch ended", wait=not abandoned)
             recorder.run_end()
+            self.running = False
+            if self.owner._closed:
+                self.owner._finalizer()
 
     def _stalled(self, step: float | None) -> bool:
         """Whether the batch just handed over was a stall that more depth can cover.
@@ -463,6 +541,8 @@ class _Epoch:
     def _next_task(self) -> tuple[_Task, _Seen] | None:
         """The task to hand over next, and what the request found before waiting."""
         with self.lock:
+            if self.stopped:
+                raise self._closed_error()
             if self.total is not None and self.delivered >= self.total:
                 return None
             self._fill()
@@ -486,17 +566,89 @@ class _Epoch:
                 full=self.ready >= self.controller.depth,
                 can_grow=building < self._workers(),
                 # Before the first batch is built its size is unknown: no deeper yet.
-                limit=self.owner.max_bytes // estimate if estimate else 1,
+                limit=self.owner.max_bytes // estimate if estimate else (None if self.owner._sized else 1),
             )
         if ready:
             return ready[0], seen
-        done, _ = cf.wait([t.future for t in pending], return_when=cf.FIRST_COMPLETED)  # type: ignore[misc]
+        timeout = self.owner.timeout
+        futures = [t.future for t in pending]
+        deadline = None if timeout is None else clock() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - clock())
+            # In slices, to see a dead worker process even if the pool does not.
+            piece = left if self.owner.mode != "process" else min(left if left is not None else LIVENESS, LIVENESS)
+            done, _ = cf.wait([*futures, self.wakeup], timeout=piece, return_when=cf.FIRST_COMPLETED)  # type: ignore[list-item]
+            if self.wakeup.done():
+                raise self._closed_error()
+            if done or (deadline is not None and clock() >= deadline):
+                break
+            if any(process.exitcode is not None for process in list(self.processes.values())):
+                raise self._died(pending[0])
+        if not done:
+            if len(pending) == 1:
+                what = f"{_describe(pending[0])} was"
+            else:
+                what = "none of batches " + ", ".join(str(t.position) for t in pending) + " was"
+            raise TimeoutError(f"{what} not ready within timeout={timeout:g} s; the epoch is stopped")
         return next(t for t in pending if t.future in done), seen
+
+    def _closed_error(self) -> PrefetcherClosed:
+        return PrefetcherClosed(
+            f"the epoch was stopped while its consumer was reading it ({self.reason}); "
+            f"{self.delivered} batches had been delivered"
+        )
+
+    def _died(self, task: _Task) -> WorkerDied:
+        dead = []
+        for pid, process in list(self.processes.items()):
+            process.join(timeout=1)
+            code = process.exitcode
+            # The pool's thread may be reaping it at this moment: then the code comes a moment later.
+            for _ in range(100):
+                if code is not None:
+                    break
+                time.sleep(0.01)
+                code = process.exitcode
+            if code is None or code == 0 or code == -signal.SIGTERM:  # the pool's own shutdown
+                continue
+            if code < 0:
+                try:
+                    how = f"killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"killed by signal {-code}"
+            else:
+                how = f"exit code {code}"
+            dead.append(f"pid {pid}, {how}")
+        who = "; ".join(dead) if dead else "its pid and exit code are unknown"
+        return WorkerDied(
+            f"a worker process of the prefetcher died ({who}) while {_describe(task)} was being "
+            "built or queued; the epoch is stopped and its workers are gone (the next for loop "
+            "starts new ones)"
+        )
+
+    def _failed(self, task: _Task, exc: BaseException) -> BaseException | None:
+        """Our clearer error for a worker process's fault, or None to re-raise it."""
+        if isinstance(exc, BrokenProcessPool):
+            return self._died(task)
+        if self.owner.mode == "process" and "in _sendback_result" in str(exc.__cause__ or ""):
+            return TypeError(
+                f"{_describe(task)} could not be sent back from its worker process ({type(exc).__name__}: "
+                f"{exc}): with mode='process' a batch must be picklable; use mode='thread'"
+            )
+        return None
 
     def _take(self, task: _Task) -> Any:
         future = task.future
         assert future is not None
-        batch = future.result()
+        if self.stopped or future.cancelled():
+            raise self._closed_error()
+        try:
+            batch = future.result()
+        except Exception as exc:
+            ours = self._failed(task, exc)
+            if ours is None:
+                raise
+            raise ours from exc
         task.accounted.wait()
         # The future's callback holds the task: let go of the future, or the
         # batch lives on in that cycle until the garbage collector runs.
@@ -504,6 +656,8 @@ class _Epoch:
         with self.lock:
             if self.error is not None:
                 raise self.error
+            if self.stopped:
+                raise self._closed_error()
             task.taken = True
             del self.tasks[task.position]
             if batch is _END:
@@ -511,23 +665,31 @@ class _Epoch:
             self.delivered += 1
             self.ready -= 1
             self.held -= task.size or 0
-        if self.owner.mode == "process":
-            from . import shm
+            if self.owner.mode == "process":
+                from . import shm
 
-            batch = shm.adopt(batch)
+                # Under the lock: a stop() from another thread sweeps the files.
+                batch = shm.adopt(batch)
         return batch
 
-    def stop(self) -> None:
-        """Cancel what is not started, drop what is built, stop the workers."""
+    def stop(self, reason: str = "the epoch ended", wait: bool = True) -> None:
+        """Cancel what is not started, drop what is built, stop the workers.
+
+        ``wait=False``: do not wait for builds running in worker threads (they
+        finish in the background and are dropped); worker processes are always
+        stopped and waited for.
+        """
         with self.lock:
             if self.stopped:
                 return
             self.stopped = True
+            self.reason = reason
             tasks = list(self.tasks.values())
+        self.wakeup.set_result(None)
         for task in tasks:
             if task.future is not None:
                 task.future.cancel()
-        _shutdown(self.executor)
+        _shutdown(self.executor, wait)
         if self.owner.mode == "process":
             from . import shm
 
@@ -547,6 +709,25 @@ class _EndMarker:
 
 
 _END = _EndMarker()
+
+
+def _describe(task: _Task) -> str:
+    """A batch as its position in the epoch and what it is made of."""
+    if isinstance(task.indices, int):
+        return f"batch {task.position} of the epoch (index {task.indices})"
+    if isinstance(task.indices, list) and task.indices:
+        return f"batch {task.position} of the epoch (samples {task.indices[0]}, ...)"
+    return f"batch {task.position} of the epoch"
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
+    return float(timeout)
 
 
 def _key(task: _Task) -> Any:
@@ -582,6 +763,11 @@ _WORKER: dict[str, Any] = {}
 
 def _init_process(source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, owner: int) -> None:
     _WORKER.update(source=source, batch_size=batch_size, collate_fn=collate_fn, channel=channel, owner=owner)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        # As torch's own DataLoader workers do: a forked child that uses the intra-op
+        # thread pool the parent already started hangs.
+        torch.set_num_threads(1)
 
 
 def _build_in_process(indices: Any) -> Any:
@@ -639,7 +825,7 @@ def default_collate(items: list[Any]) -> Any:
     return np.stack([np.asarray(item) for item in items])
 
 
-def _shutdown(executor: cf.Executor) -> None:
+def _shutdown(executor: cf.Executor, wait: bool = True) -> None:
     if isinstance(executor, cf.ProcessPoolExecutor):
         processes = list((getattr(executor, "_processes", None) or {}).values())
         executor.shutdown(wait=False, cancel_futures=True)
@@ -650,7 +836,7 @@ def _shutdown(executor: cf.Executor) -> None:
             process.join(timeout=5)
         executor.shutdown(wait=True)
     else:
-        executor.shutdown(wait=True, cancel_futures=True)
+        executor.shutdown(wait=wait, cancel_futures=True)
 
 
 def _close_all(recorder: Recorder, pid: int) -> None:
