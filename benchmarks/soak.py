@@ -32,9 +32,11 @@ What is measured, and how:
   each epoch: at its end they are gone), after close, and the peak
   of the prefetcher's own sampler (every 50 ms: process RSS + children USS).
   Growth is the last epoch's process RSS minus the one in epoch ``--settle``
-  - 1; the trace the prefetcher keeps grows by design (its records of every
-  batch), so the table also gives those records' size, measured with
-  tracemalloc on the same number of records.
+  - 1. The prefetcher's trace keeps its latest 16 epochs (``trace_epochs``),
+  so its records grow until then and no further; the table gives the size of
+  the records added after settling, measured with tracemalloc on the same
+  number of records. The byte peaks and depth decisions are read from the
+  trace at the end of every epoch.
 - After ``close()``: shared-memory files left for this process, child
   processes left, prefetcher threads left.
 - The depth the adaptive controller settled at: its last decision, its
@@ -62,7 +64,7 @@ import psutil
 import queuetune
 from queuetune import Prefetcher, shm
 from queuetune.recorder import key_of
-from queuetune.trace import Consumed
+from queuetune.trace import Consumed, Trace
 from common import machine  # noqa: E402
 
 MiB = 1024 * 1024
@@ -132,6 +134,18 @@ def peaks(trace: Any, max_bytes: int) -> dict[str, int]:
     return {"built": peak(built), "started": peak(started), "unmatched": unmatched, "max_bytes": max_bytes}
 
 
+def last_epoch(trace: Trace) -> Trace:
+    """The trace's last epoch: its hand-overs, and the batches built since it began."""
+    begin = max(m.t for m in trace.marks if m.kind == "run_begin")
+    run = max(c.run for c in trace.consumed) if trace.consumed else None
+    return Trace(
+        meta=trace.meta, start=begin, end=trace.end,
+        produced=[p for p in trace.produced if p.start >= begin],
+        consumed=[c for c in trace.consumed if c.run == run],
+        marks=[m for m in trace.marks if m.t >= begin],
+    )
+
+
 def record_bytes(batches: int) -> int:
     """Bytes the recorder keeps for ``batches`` batches (a produced tuple and a
     Consumed record each), measured with tracemalloc."""
@@ -153,6 +167,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     p = Prefetcher(data, max_bytes=max_bytes, workers=args.workers, mode=args.mode, shuffle=True, seed=args.seed)
     epochs = []
+    bytes_peaks = {"built": 0, "started": 0, "unmatched": 0, "max_bytes": max_bytes}
+    depths: list[int] = []
+    errors: list[str] = []
     for epoch in range(args.epochs):
         counts: Counter[int] = Counter()
         bad = 0
@@ -170,6 +187,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(args.step_ms / 1000)
         seconds = time.monotonic() - t0
         once = all(counts[i] == 1 for i in range(args.batches)) and sum(counts.values()) == args.batches
+        # The prefetcher's trace keeps its latest epochs only: each epoch is read as it ends.
+        window = last_epoch(p.trace())
+        found = peaks(window, max_bytes)
+        bytes_peaks["built"] = max(bytes_peaks["built"], found["built"])
+        bytes_peaks["started"] = max(bytes_peaks["started"], found["started"])
+        bytes_peaks["unmatched"] += found["unmatched"]
+        depths += [m.value for m in window.marks if m.kind == "depth"]
+        errors += [m.value for m in window.marks if m.kind == "error"]
         epochs.append({
             "epoch": epoch, "seconds": seconds, "delivered": sum(counts.values()),
             "distinct": len(counts), "exactly_once": once, "bad_batches": bad, "memory": middle or memory(),
@@ -179,8 +204,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"epoch {epoch}: {sum(counts.values())} batches, exactly once: {once}, "
               f"{seconds:.1f} s, RSS {epochs[-1]['memory']['rss'] / MiB:.1f} MiB", file=sys.stderr, flush=True)
     trace = p.trace()
-    depths = [m.value for m in trace.marks if m.kind == "depth"]
-    errors = [m.value for m in trace.marks if m.kind == "error"]
+    kept = p.recorder.keep_runs or args.epochs
     p.close()
     time.sleep(0.5)
     samples["end"] = epochs[-1]["memory"] if epochs else memory()
@@ -212,14 +236,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "epochs_exactly_once": sum(e["exactly_once"] for e in epochs),
         "bad_batches": sum(e["bad_batches"] for e in epochs),
         "errors": errors,
-        "bytes": peaks(trace, max_bytes),
+        "bytes": bytes_peaks,
         "memory": {
             "samples": samples,
             "peak_rss": peak_rss,
             "peak_rss_plus_children_uss": peak_total,
             "growth_after_settle": samples["end"]["rss"] - settled["rss"],
             "trace_records": len(trace.produced) + len(trace.consumed),
-            "trace_records_bytes": record_bytes(total_batches - args.settle * args.batches),
+            "trace_epochs_kept": kept,
+            "trace_records_bytes": record_bytes(
+                (min(args.epochs, kept) - min(args.settle, kept)) * args.batches
+            ),
         },
         "depth": {"last": depths[-1] if depths else None, "deepest": max(depths, default=None),
                   "decisions": len(depths), "budget_allows": max_bytes // batch_bytes},
@@ -255,7 +282,8 @@ def table(r: dict[str, Any]) -> str:
                                   f"USS {mib(s['end']['children_uss'])}"),
         ("RSS after close", f"{mib(s['after_close']['rss'])}; children {s['after_close']['children']}"),
         ("peak RSS (sampler)", f"{mib(m['peak_rss'])}; with workers' USS {mib(m['peak_rss_plus_children_uss'])}"),
-        ("growth after settling", f"{m['growth_after_settle'] / MiB:+.1f} MiB; the trace's records of those batches: "
+        ("growth after settling", f"{m['growth_after_settle'] / MiB:+.1f} MiB; the trace's records added since "
+                                  f"(it keeps {m.get('trace_epochs_kept', w['epochs'])} epochs): "
                                   f"{mib(m['trace_records_bytes'])} ({'noise' if growth_ok else 'GROWTH'})"),
         ("left after close", ", ".join(f"{k} {v}" for k, v in r["left_after_close"].items())),
         ("depth", f"settled at {r['depth']['last']} (deepest {r['depth']['deepest']}, {r['depth']['decisions']} "

@@ -341,6 +341,8 @@ def test_plain_iterables_and_batching_samples():
         ({"max_bytes": "lots"}, ValueError, "lots"),
         ({"max_bytes": 100, "workers": 0}, ValueError, "workers"),
         ({"max_bytes": 100, "mode": "fiber"}, ValueError, "mode"),
+        ({"max_bytes": 100, "trace_epochs": 0}, ValueError, "trace epochs"),
+        ({"max_bytes": 100, "trace_epochs": "2"}, TypeError, "trace epochs"),
         ({"max_bytes": 100, "depth": 0, "adaptive": False}, ValueError, "depth"),
         ({"max_bytes": 100, "depth": 100}, ValueError, "max_depth"),
         ({"max_bytes": 100, "collate_fn": list}, ValueError, "batch_size"),
@@ -442,3 +444,34 @@ def test_a_batch_is_freed_as_soon_as_the_consumer_lets_go_of_it():
             it.close()
     finally:
         gc.enable()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_the_trace_keeps_the_latest_epochs_only(mode):
+    from queuetune.analysis import analyze
+    from queuetune.trace import Trace
+
+    batches = [np.full(1000, i, dtype=np.float32) for i in range(7)]
+    with Prefetcher(batches, max_bytes="1MiB", workers=2, mode=mode, trace_epochs=2) as p:
+        for _ in range(5):
+            assert [int(b[0]) for b in p] == list(range(7))
+        trace = p.trace()
+    assert {c.run for c in trace.consumed} == {3, 4}
+    assert len(trace.consumed) == len(trace.produced) == 14
+    assert trace.meta["forgotten_runs"] == 3
+    assert [m.value for m in trace.marks if m.kind == "run_begin"] == [3, 4]
+    report = analyze(Trace.from_json(trace.to_json()))
+    assert report.consumed_batches == report.produced_batches == 14
+    assert report.read_ahead_batches == 0
+
+
+@pytest.mark.timeout(60)
+def test_without_a_limit_the_trace_keeps_every_epoch():
+    batches = [np.zeros(10) for _ in range(3)]
+    with Prefetcher(batches, max_bytes="1MiB", trace_epochs=None) as p:
+        for _ in range(20):
+            assert sum(1 for _ in p) == 3
+        trace = p.trace()
+    assert len(trace.consumed) == len(trace.produced) == 60
+    assert "forgotten_runs" not in trace.meta

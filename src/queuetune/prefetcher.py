@@ -106,6 +106,10 @@ class Prefetcher:
     for builds that can hang). ``close()`` from another thread wakes a waiting
     consumer with :class:`PrefetcherClosed`.
 
+    ``trace_epochs``: how many of the latest epochs :meth:`trace` keeps (each
+    batch's record costs a few hundred bytes, which over weeks of epochs would
+    grow without end); ``None`` keeps them all.
+
     >>> import numpy as np
     >>> batches = [np.full(1000, i) for i in range(6)]
     >>> with Prefetcher(batches, max_bytes="1MiB") as p:
@@ -150,9 +154,12 @@ class Prefetcher:
         drop_last: bool = False,
         sample_memory: bool = True,
         timeout: float | None = None,
+        trace_epochs: int | None = 16,
     ) -> None:
         self.max_bytes = parse_bytes(max_bytes)
         self.timeout = _check_timeout(timeout)
+        if trace_epochs is not None:
+            trace_epochs = positive_int(trace_epochs, "trace epochs")
         self.num_workers = positive_int(workers, "workers")
         if mode not in MODES:
             raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
@@ -200,6 +207,7 @@ class Prefetcher:
             },
             processes=mode == "process",
             sample_memory=sample_memory,
+            keep_runs=trace_epochs,
         )
         self.recorder.consumer = "prefetcher"
         if self._indexable:

@@ -216,6 +216,12 @@ class MemorySampler:
 class Recorder:
     """Collects produced and consumed events and consumer marks for one loader.
 
+    With ``keep_runs=N`` only the last N runs are kept: when a run begins, the
+    records from before the oldest kept run are let go (``meta["forgotten_runs"]``
+    counts the runs dropped), so a loader that runs for weeks does not grow its
+    records without end. Runs must then follow one another, as a prefetcher's
+    epochs do.
+
     >>> rec = Recorder({"loader": "demo"}, sample_memory=False)
     >>> rec.run_begin(); t = clock(); rec.produced(t, t, 8, index=0)
     >>> rec.consumed(t, t, nbytes=8); rec.run_end()
@@ -231,7 +237,11 @@ class Recorder:
         processes: bool = False,
         sample_memory: bool = True,
         memory_interval: float = 0.05,
+        keep_runs: int | None = None,
     ) -> None:
+        if keep_runs is not None and (not isinstance(keep_runs, int) or isinstance(keep_runs, bool) or keep_runs < 1):
+            raise ValueError(f"keep_runs must be a positive integer or None, got {keep_runs!r}")
+        self.keep_runs = keep_runs
         self.meta = dict(meta)
         self.start = clock()
         self._produced: list[tuple] = []
@@ -285,6 +295,8 @@ class Recorder:
         self.run += 1
         self._active += 1
         self.mark("run_begin", self.run, t)
+        if self.keep_runs is not None and self._active == 1:
+            self._forget(self.keep_runs)
         if self._sampler is not None:
             self._sampler.start()
 
@@ -309,6 +321,27 @@ class Recorder:
         if self._epoch_open:
             self._epoch_open = False
             self.mark("epoch_end", self.epoch, t)
+
+    def _forget(self, keep: int) -> None:
+        """Let go of what was recorded before the last ``keep`` runs began."""
+        begins = [m for m in self._marks if m.kind == "run_begin"]
+        if len(begins) <= keep:
+            return
+        oldest = begins[-keep]
+        cutoff = oldest.t
+        self.channel.flush()
+        # Each list is in the order it was recorded and earlier runs have ended:
+        # what goes is a prefix, cut with `del` so a concurrent append is not lost.
+        for records, when in (
+            (self._produced, lambda r: r[0]),
+            (self._consumed, lambda c: c.requested),
+            (self._memory, lambda m: m.t),
+        ):
+            cut = next((i for i, r in enumerate(records) if when(r) >= cutoff), len(records))
+            del records[:cut]
+        self._marks[:] = [m for m in self._marks if m.t >= cutoff]
+        self.meta["forgotten_runs"] = int(oldest.value)
+        self.start = cutoff
 
     def produced_count(self) -> int:
         """Batches recorded as built so far (records still in the pipe included)."""
