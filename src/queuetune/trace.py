@@ -6,11 +6,17 @@ compare directly.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from . import units
+from .units import _is_int
+
+_shown = functools.partial(units._shown, limit=40)
 
 FORMAT = "queuetune-trace"
 VERSION = 1
@@ -191,17 +197,8 @@ class _Malformed(Exception):
     """A version-1 trace whose content does not fit the format."""
 
 
-def _shown(value: Any, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # The record fields' annotations (strings, as the module defers them) and what JSON value each takes.

@@ -637,12 +637,17 @@ def _trial(
     )
 
 
+def _setting_key(settings: dict[str, Any]) -> str:
+    """One setting's trials group under this key (settings are dicts, not hashable)."""
+    return json.dumps(settings, sort_keys=True)
+
+
 def _summarise(
     trials: list[Trial], knobs: Knobs, default: dict[str, Any], predictions: list[dict[str, Any]]
 ) -> list[Candidate]:
     groups: dict[str, list[Trial]] = {}
     for t in trials:
-        groups.setdefault(json.dumps(t.settings, sort_keys=True), []).append(t)
+        groups.setdefault(_setting_key(t.settings), []).append(t)
     # Trials of one round ran back to back: comparing within a round cancels
     # what the machine did between rounds.
     round_best: dict[int, float] = {}
@@ -691,7 +696,7 @@ def trial_noise(trials: list[Trial]) -> float:
     table: dict[str, dict[int, float]] = {}
     for t in trials:
         if t.throughput > 0:
-            table.setdefault(json.dumps(t.settings, sort_keys=True), {})[t.round] = math.log(t.throughput)
+            table.setdefault(_setting_key(t.settings), {})[t.round] = math.log(t.throughput)
     rows = list(table.values())
     complete = sorted(set.intersection(*(set(row) for row in rows))) if rows else []
     if len(rows) < 2 or len(complete) < 2:
