@@ -335,6 +335,7 @@ def _predict_round(entry: dict[str, Any], trace: Trace, warmup: int) -> None:
             "consumer_mean_ms": model.consumer.mean * 1e3,
             "handover_ms": handover_time(trimmed) * 1e3,
             "transit_ms": transit_time(trimmed) * 1e3,
+            "dispatch_ms": model.dispatch * 1e3,
             "assignment": model.assignment,
             "release": model.release,
             "batch_bytes": model.batch_bytes,
@@ -484,7 +485,7 @@ def table(result: dict[str, Any]) -> str:
         lines.append(
             f"{'':<6} model: producer mean {m['producer_mean_ms']:.1f} ms (median {m['producer_median_ms']:.1f}), "
             f"step mean {m['consumer_mean_ms']:.2f} ms incl. hand-over {m['handover_ms']:.2f} ms, "
-            f"transit {m['transit_ms']:.2f} ms, {m['workers']} workers, {m['assignment']} assignment, "
+            f"transit {m['transit_ms']:.2f} ms, dispatch {m.get('dispatch_ms', 0.0):.2f} ms, {m['workers']} workers, {m['assignment']} assignment, "
             f"place freed at the {m['release']}; fitted to {_settings_text(entry['baseline']['settings'])} "
             f"(medians over the rounds)"
         )

@@ -14,6 +14,7 @@ from queuetune.queue_model import (
     Distribution,
     PipelineModel,
     compare_with_closed_form,
+    dispatch_time,
     handover_time,
     predict_curve,
     simulate,
@@ -312,6 +313,36 @@ def test_transit_is_measured_from_waited_batches_or_assumed_for_processes():
     assert transit_time(waited) == pytest.approx(0.03)
 
 
+def test_dispatch_delays_each_start_when_the_workers_bound_throughput():
+    # 1 worker, 10 ms builds, 2 ms steps: producer-bound, so a 1 ms wait before
+    # every build costs 1 ms a batch at any depth.
+    late = PipelineModel(C(0.010), C(0.002), 1, MiB, dispatch=0.001)
+    for depth in (1, 2, 8):
+        assert simulate(late, depth).throughput == pytest.approx(1 / 0.011, rel=1e-9)
+    # Consumer-bound (1 ms builds, 10 ms steps) with room to read ahead, it is hidden.
+    hidden = PipelineModel(C(0.001), C(0.010), 1, MiB, dispatch=0.001)
+    assert simulate(hidden, 2).throughput == pytest.approx(100.0, rel=1e-9)
+
+
+def test_dispatch_time_is_measured_from_the_event_the_loaders_rule_names():
+    keras = Trace(
+        meta={"framework": "keras", "settings": {"workers": 1, "max_queue_size": 1}},
+        # batch i starts 2 ms after the request at i + 0.6 (the previous end, i + 0.5, is earlier)
+        produced=[Produced(0.0, 0.5, 1, worker="w")] + [Produced(i + 0.602, i + 1.5, 1, worker="w") for i in range(6)],
+        consumed=[Consumed(i + 0.6, i + 0.7) for i in range(7)],
+    )
+    assert dispatch_time(keras) == pytest.approx(0.002)
+    # The same times read by torch's rule: the place frees at the hand-over
+    # (i + 0.7), after the start, so the latest event before it is the previous
+    # batch's end at i + 0.5: 102 ms.
+    torch_meta = {"framework": "torch", "settings": {"num_workers": 1}}
+    torch_rule = Trace(meta=torch_meta, produced=keras.produced, consumed=keras.consumed)
+    assert dispatch_time(torch_rule) == pytest.approx(0.102)
+    assert PipelineModel.from_trace(keras).dispatch == pytest.approx(0.002)
+    # Too few batches after each worker's first: no estimate.
+    assert dispatch_time(Trace(produced=keras.produced[:3], consumed=keras.consumed[:3])) == 0.0
+
+
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
@@ -320,6 +351,8 @@ def test_transit_is_measured_from_waited_batches_or_assumed_for_processes():
         ({"transit": -1.0}, ValueError, "transit"),
         ({"transit": "1ms"}, TypeError, "transit"),
         ({"handover": 0.02}, ValueError, "cannot exceed the shortest step"),
+        ({"dispatch": -0.001}, ValueError, "dispatch"),
+        ({"dispatch": None}, TypeError, "dispatch"),
     ],
 )
 def test_bad_rules(kwargs, error, message):

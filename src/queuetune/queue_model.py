@@ -16,6 +16,9 @@ The rules the simulation follows:
 - ``assignment="shared"``: any free worker starts the next submitted batch (as
   Keras's executor does); ``"round_robin"``: batch ``i`` waits for worker
   ``i mod workers`` (as torch's DataLoader assigns indices).
+- A batch starts ``dispatch`` seconds after it could (its place under the
+  bound free and a worker idle): the worker's wake-up, a pool picking up the
+  task, an index crossing a pipe. The worker is taken from that moment.
 - A batch built at ``t`` can be taken at ``t + transit`` (a worker process's
   pipe; 0 for threads). The consumer asks for a batch, takes it as soon as it
   is there (with ``ordered=True`` the next in submission order, even when a
@@ -68,6 +71,7 @@ __all__ = [
     "PipelineModel",
     "Prediction",
     "compare_with_closed_form",
+    "dispatch_time",
     "predict_curve",
     "simulate",
     "tfdata_empty_probability",
@@ -237,11 +241,13 @@ class PipelineModel:
     ``handover``: the first part of each step, taking the batch from the loader
     (already in ``consumer``); with release at the take, the place frees when
     it is over (torch sends the next index after unpickling the batch).
+    ``dispatch``: seconds from the moment a batch could start (a free place
+    and an idle worker) until its build starts.
 
     >>> build, step = Distribution.constant(0.02), Distribution.constant(0.002)
     >>> m = PipelineModel(build, step, workers=4, batch_bytes=2**20)
-    >>> m.workers, m.ordered, m.assignment, m.release, m.transit, m.handover
-    (4, True, 'shared', 'take', 0.0, 0.0)
+    >>> m.workers, m.ordered, m.assignment, m.release, m.transit, m.handover, m.dispatch
+    (4, True, 'shared', 'take', 0.0, 0.0, 0.0)
     """
 
     producer: Distribution
@@ -253,6 +259,7 @@ class PipelineModel:
     release: str = "take"
     transit: float = 0.0
     handover: float = 0.0
+    dispatch: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("producer", "consumer"):
@@ -268,6 +275,7 @@ class PipelineModel:
             raise ValueError(f"release must be one of {', '.join(RELEASES)}, got {self.release!r}")
         object.__setattr__(self, "transit", _duration(self.transit, "transit"))
         object.__setattr__(self, "handover", _duration(self.handover, "handover"))
+        object.__setattr__(self, "dispatch", _duration(self.dispatch, "dispatch"))
         if self.handover > self.consumer.minimum:
             raise ValueError(
                 f"handover ({self.handover} s) is part of every step, so it cannot exceed the shortest "
@@ -286,7 +294,7 @@ class PipelineModel:
         ``batch_bytes`` is the median ``nbytes`` of the produced batches; the
         assignment and release rules are the recorded loader's
         (:func:`queuetune.knobs.rules_of`), the transit :func:`transit_time`,
-        the hand-over :func:`handover_time`.
+        the hand-over :func:`handover_time`, the dispatch :func:`dispatch_time`.
 
         >>> from queuetune.trace import Consumed, Produced
         >>> t = Trace(produced=[Produced(i, i + 0.5, 100, worker="w") for i in range(6)],
@@ -330,6 +338,7 @@ class PipelineModel:
             release=rules.release,
             transit=_transit(overhead, delivered, rules.processes),
             handover=overhead,
+            dispatch=dispatch_time(trace),
         )
 
 
@@ -396,6 +405,34 @@ def transit_time(trace: Trace) -> float:
     """
     ready, delivered = _handover_waits(trace)
     return _transit(_mean_or_zero(ready), delivered, rules_of(trace.meta).processes)
+
+
+def dispatch_time(trace: Trace) -> float:
+    """Seconds from the moment a batch could start until its build started: the
+    median, over the produced batches after the first of each worker, of the
+    time from the latest event that can start a batch (a build's end, or the
+    consumer freeing a place: its request or its hand-over, by the loader's
+    rules) to the batch's start; 0 with fewer than 3
+    such batches. The latest such event is at or after the one that really
+    started the batch, so this errs low, never high.
+
+    >>> from queuetune.trace import Consumed, Produced
+    >>> t = Trace(produced=[Produced(i + 0.001, i + 0.5, 1, worker="w") for i in range(6)],
+    ...           consumed=[Consumed(i + 0.6, i + 1.0) for i in range(6)])
+    >>> round(dispatch_time(t), 6)
+    0.001
+    """
+    produced = sorted(trace.produced, key=lambda p: p.start)
+    at_request = rules_of(trace.meta).release == "request"
+    frees = [c.requested if at_request else c.consumed for c in trace.consumed]
+    triggers = np.sort(np.array([p.end for p in produced] + frees, dtype=float))
+    skip = _trace_workers(trace)
+    gaps = []
+    for p in produced[skip:]:
+        i = int(np.searchsorted(triggers, p.start, side="right"))
+        if i:
+            gaps.append(p.start - triggers[i - 1])
+    return float(np.median(gaps)) if len(gaps) >= 3 else 0.0
 
 
 def _trace_workers(trace: Trace) -> int:
@@ -480,6 +517,7 @@ def _run(
     round_robin = model.assignment == "round_robin"
     at_request = model.release == "request"
     transit = model.transit
+    dispatch = model.dispatch
     delay = 0.0 if at_request else model.handover
     ordered = bool(model.ordered)
     heap: list[tuple[float, int, int]] = []  # (time, event, batch): _BUILT, _ARRIVED or _RELEASED
@@ -512,7 +550,7 @@ def _run(
     def begin(t: float, batch: int, worker: int) -> None:
         nonlocal building
         idle[worker] = False
-        heapq.heappush(heap, (t + producer[batch], _BUILT, batch * workers + worker))
+        heapq.heappush(heap, (t + dispatch + producer[batch], _BUILT, batch * workers + worker))
         building += 1
 
     def fill(t: float) -> None:
