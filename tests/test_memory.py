@@ -20,8 +20,10 @@ from queuetune.memory import (
     footprint,
     label_bytes,
     label_spec,
+    ray_object_store_bytes,
     seed_table,
 )
+from queuetune.memory import _local_cpus
 from queuetune.units import format_number
 from helpers import ARTICLE_ROWS
 
@@ -304,7 +306,7 @@ def test_footprint_to_dict_is_json():
         ("generator", {"backend": "mxnet"}, ValueError, "mxnet"),
         ("generator", {"backend": "torch", "buffer": 2}, ValueError, "buffer"),
         ("none", {"buffer": 2}, ValueError, "buffer"),
-        ("pytorch", {}, ValueError, "keras, generator, torch, tfdata, none"),
+        ("pytorch", {}, ValueError, "keras, generator, torch, tfdata, ray, none"),
         ("", {}, ValueError, "known frameworks"),
         (None, {}, TypeError, "framework"),
         ("keras", {"transient_factor": 0.5}, ValueError, "transient_factor"),
@@ -332,8 +334,108 @@ def test_footprint_total_past_the_limit():
 
 
 def test_frameworks_list_their_settings():
-    assert set(FRAMEWORKS) == {"keras", "generator", "torch", "tfdata", "none"}
+    assert set(FRAMEWORKS) == {"keras", "generator", "torch", "tfdata", "ray", "none"}
     assert FRAMEWORKS["keras"] == ("workers", "use_multiprocessing", "max_queue_size")
+    assert FRAMEWORKS["ray"] == ("prefetch_batches", "concurrency", "object_store_memory", "object_store_bytes", "ram_bytes")
+
+
+# Ray Data
+
+RAY_BATCH = 12 * MiB
+
+
+def test_ray_counts_budget_tasks_prefetch_and_the_consumed_batch():
+    fp = footprint(RAY_BATCH, "ray", prefetch_batches=1, concurrency=2, object_store_memory=256 * MiB)
+    assert [(line.label, line.batches) for line in fp.lines] == [
+        ("held ahead", 21), ("being built", 2), ("prefetched", 1), ("consumed", 1)
+    ]
+    assert fp.depth == 21 + 2 + 1
+    assert fp.total_bytes == 25 * RAY_BATCH == 314572800
+    assert fp.settings == {
+        "prefetch_batches": 1, "concurrency": 2, "object_store_memory": 256 * MiB,
+        "object_store_bytes": None, "ram_bytes": None,
+    }
+
+
+def test_ray_budget_is_half_the_object_store():
+    fp = footprint(RAY_BATCH, "ray", concurrency=1, object_store_bytes="1GiB")
+    assert fp.settings["object_store_memory"] == 512 * MiB
+    assert fp.settings["object_store_bytes"] == 1024 * MiB
+    assert fp.lines[0].batches == 512 // 12 == 42
+    assert fp.depth == 42 + 1 + 1
+
+
+def test_ray_budget_from_a_nodes_memory():
+    # 30% of 16 GiB is the object store, half of that the budget.
+    fp = footprint(RAY_BATCH, "ray", concurrency=4, prefetch_batches=2, ram_bytes=16 * 1024 * MiB)
+    store = int(16 * 1024 * MiB * 3 / 10)
+    assert fp.settings["object_store_bytes"] == store == 5153960755
+    assert fp.settings["object_store_memory"] == store // 2
+    assert fp.settings["ram_bytes"] == 16 * 1024 * MiB
+    assert fp.lines[0].batches == (store // 2) // RAY_BATCH == 204
+    assert fp.depth == 204 + 4 + 2
+    assert fp.total_bytes == (204 + 4 + 2 + 1) * RAY_BATCH
+
+
+def test_ray_default_object_store_is_capped_at_200_gb():
+    assert ray_object_store_bytes(10**12) == 200 * 10**9
+    assert ray_object_store_bytes("10GB") == 3 * 10**9
+    fp = footprint(RAY_BATCH, "ray", concurrency=1, ram_bytes="4TB")
+    assert fp.settings["object_store_memory"] == 100 * 10**9
+
+
+def test_ray_defaults_prefetch_one_and_a_task_per_local_cpu():
+    fp = footprint(RAY_BATCH, "ray", object_store_memory="120MiB")
+    assert fp.settings["prefetch_batches"] == 1
+    assert fp.settings["concurrency"] == _local_cpus() >= 1
+    assert fp.depth == 10 + _local_cpus() + 1
+
+
+def test_ray_prefetch_zero_and_a_budget_of_exactly_one_batch():
+    fp = footprint(RAY_BATCH, "ray", prefetch_batches=0, concurrency=1, object_store_memory=RAY_BATCH)
+    assert [line.batches for line in fp.lines] == [1, 1, 0, 1]
+    assert fp.depth == 2
+
+
+def test_ray_transient_factor_adds_on_top():
+    fp = footprint(RAY_BATCH, "ray", concurrency=1, object_store_memory=24 * MiB, transient_factor=2)
+    assert [line.label for line in fp.lines][-1] == "transient"
+    assert fp.total_bytes == (2 + 1 + 1 + 1 + 1) * RAY_BATCH
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({}, ValueError, "ray needs the object store"),
+        ({"object_store_memory": "1GiB", "ram_bytes": "8GiB"}, ValueError, "object_store_memory and ram_bytes"),
+        ({"object_store_memory": 0}, ValueError, "object_store_memory: byte size must be positive"),
+        ({"object_store_memory": -5}, ValueError, "object_store_memory"),
+        ({"object_store_bytes": "lots"}, ValueError, "object_store_bytes: malformed"),
+        ({"ram_bytes": 1.5}, TypeError, "ram_bytes"),
+        ({"object_store_memory": True}, ValueError, "object_store_memory"),
+        ({"object_store_memory": 8 * MiB}, ValueError, "smaller than one batch"),
+        ({"object_store_bytes": 20 * MiB}, ValueError, "no longer bounds the read-ahead"),
+        ({"object_store_memory": "1GiB", "concurrency": 0}, ValueError, "concurrency must be a positive integer"),
+        ({"object_store_memory": "1GiB", "concurrency": 1.0}, TypeError, "concurrency"),
+        ({"object_store_memory": "1GiB", "prefetch_batches": -1}, ValueError, "prefetch_batches"),
+        ({"object_store_memory": "1GiB", "prefetch_batches": "1"}, TypeError, "prefetch_batches"),
+        ({"object_store_memory": "1GiB", "num_workers": 2}, ValueError, "does not apply to framework 'ray'"),
+        ({"object_store_memory": "1GiB", "_batch_bytes": 1}, ValueError, "does not apply"),
+    ],
+)
+def test_ray_rejects_bad_settings(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        footprint(RAY_BATCH, "ray", **kwargs)
+
+
+def test_ray_estimate_does_not_import_ray():
+    code = (
+        "import sys, queuetune, queuetune.memory as m\n"
+        "m.footprint(100, 'ray', concurrency=1, object_store_memory=1000)\n"
+        "print('ray' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 # the article's table
