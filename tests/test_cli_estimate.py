@@ -176,6 +176,13 @@ def test_estimate_json_schema_with_framework():
         (["--framework", "none"], 0, 1),
         (["--framework", "keras", "--workers", "4", "--transient-factor", "2"], 11, 13),
         (["--transient-factor", "2"], 0, 2),
+        # 512 MiB // 12 MiB = 42 held, 2 being built, 1 prefetched; then the consumed batch
+        (["--framework", "ray", "--concurrency", "2", "--object-store-memory", "512MiB"], 45, 46),
+        (["--framework", "ray", "--concurrency", "1", "--prefetch-batches", "4", "--object-store-memory", "120MiB"],
+         15, 16),
+        (["--framework", "ray", "--concurrency", "2", "--object-store-bytes", "1GiB"], 45, 46),
+        # 30% of 8 GiB = 2576980377 B of store, half of it the budget: 102 batches
+        (["--framework", "ray", "--concurrency", "2", "--prefetch-batches", "0", "--ram-bytes", "8GiB"], 104, 105),
     ],
 )
 def test_estimate_depths(extra, depth, total_batches):
@@ -212,6 +219,43 @@ def test_estimate_console_breakdown(capsys):
     assert f"{18 * batch:,}" in out
     total_line = [line for line in out.splitlines() if "total" in line][-1]
     assert f"{18 * batch:,}" in total_line and " 18 " in total_line
+
+
+def test_estimate_ray_json_schema():
+    fp = estimate_json("--framework", "ray", "--concurrency", "2", "--ram-bytes", "16GiB")["footprint"]
+    assert set(fp) == {"framework", "settings", "batch_bytes", "depth", "total_batches", "total_bytes", "lines"}
+    store = int(16 * 2**30 * 3 / 10)
+    assert fp["settings"] == {
+        "prefetch_batches": 1, "concurrency": 2, "object_store_memory": store // 2,
+        "object_store_bytes": store, "ram_bytes": 16 * 2**30,
+    }
+    assert [(line["label"], line["batches"]) for line in fp["lines"]] == [
+        ("held ahead", (store // 2) // (12 * MiB)), ("being built", 2), ("prefetched", 1), ("consumed", 1)
+    ]
+    assert fp["depth"] == 204 + 2 + 1
+    assert fp["total_bytes"] == (204 + 2 + 1 + 1) * 12 * MiB
+    for line in fp["lines"]:
+        assert set(line) == {"label", "batches", "bytes", "explanation"}
+
+
+def test_estimate_ray_default_concurrency_is_this_machines_cpus():
+    from queuetune.memory import _local_cpus
+
+    fp = estimate_json("--framework", "ray", "--object-store-memory", "2GiB")["footprint"]
+    assert fp["settings"]["concurrency"] == _local_cpus()
+    assert fp["settings"]["prefetch_batches"] == 1
+    assert fp["depth"] == 170 + _local_cpus() + 1
+
+
+def test_estimate_ray_console(capsys):
+    argv = ["estimate", "--shape", "128x128x3", "--batch", "64", "--framework", "ray", "--concurrency", "2",
+            "--object-store-memory", "2GiB"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for label in ("held ahead", "being built", "prefetched", "consumed", "total"):
+        assert label in out
+    total_line = [line for line in out.splitlines() if "total" in line][-1]
+    assert f"{174 * 12 * MiB:,}" in total_line and " 174 " in total_line
 
 
 # errors: one line on stderr, exit code 2, never a traceback
@@ -265,6 +309,21 @@ BAD_ARGV = [
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--transient-factor", "two"],
     ["estimate", "--shape", "256x256x3", "--batch", "2305843009213693952", "--framework", "keras", "--workers", "2"],
     ["estimate", "--shape", "a\nb", "--batch", "1"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "0"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "-1GiB"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "2 parsecs"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "8MiB"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
+     "--ram-bytes", "16GiB"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
+     "--concurrency", "0"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
+     "--prefetch-batches", "-1"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
+     "--num-workers", "2"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--object-store-memory", "1GiB"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--object-store-memory", "1GiB"],
     ["table", "--unit", "G\u2028iB"],
     ["table", "x\ny"],
 ]
@@ -288,6 +347,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys):
         (["estimate", "--shape", "2x2", "--batch", "1", "--framework", "torch", "--prefetch-factor", "2"],
          "prefetch_factor"),
         (["estimate", "--shape", "65536x65536x65536", "--batch", "65536"], "exceeds 2^63 bytes"),
+        (["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray"], "ray needs the object store"),
+        (["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "8MiB"],
+         "smaller than one batch"),
+        (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--object-store-memory", "0"],
+         "--object-store-memory"),
+        (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--ram-bytes", "1GiB",
+          "--object-store-bytes", "1GiB"], "not object_store_bytes and ram_bytes"),
+        (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--ram-bytes", "1GiB",
+          "--concurrency", "-2"], "--concurrency"),
+        (["estimate", "--shape", "2", "--batch", "1", "--framework", "keras", "--ram-bytes", "1GiB"],
+         "'ram_bytes' does not apply to framework 'keras'"),
     ],
 )
 def test_error_messages_name_the_problem(argv, fragment, capsys):

@@ -189,6 +189,32 @@ def test_estimate_loader_settings_fuzz(framework, options, backend, flags, facto
         assert footprint["batch_bytes"] <= footprint["total_bytes"] < BYTES_LIMIT
 
 
+RAY_BYTE_OPTIONS = ["--object-store-memory", "--object-store-bytes", "--ram-bytes"]
+
+
+@FUZZ
+@given(
+    sizes_given=st.lists(st.tuples(st.sampled_from(RAY_BYTE_OPTIONS), st.one_of(sizes(), TEXT)), max_size=2),
+    counts=st.lists(st.tuples(st.sampled_from(["--prefetch-batches", "--concurrency"]), COUNTS), max_size=2),
+    shape=st.sampled_from(["16x16x3", "1024x1024x3", "65536x65536"]),
+)
+def test_estimate_ray_fuzz(sizes_given, counts, shape):
+    argv = ["estimate", "--shape", shape, "--batch", "8", "--json", "--framework", "ray"]
+    for flag, value in [*sizes_given, *counts]:
+        argv += [flag, value]
+    code, out, _ = check(argv)
+    if code == 0:
+        footprint = json.loads(out)["footprint"]
+        settings = footprint["settings"]
+        batch = footprint["batch_bytes"]
+        # the budget covers at least one batch, and the depth adds the tasks and the prefetched batches to it
+        assert settings["object_store_memory"] >= batch
+        assert footprint["depth"] == (
+            settings["object_store_memory"] // batch + settings["concurrency"] + settings["prefetch_batches"]
+        )
+        assert footprint["total_bytes"] == (footprint["depth"] + 1) * batch < BYTES_LIMIT
+
+
 # tune: the options are parsed before the factory is looked for, so a parse that
 # succeeds ends at the missing factory file, a parse that fails names the option.
 

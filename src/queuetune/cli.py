@@ -154,6 +154,16 @@ _FRAMEWORK_OPTIONS = (
     ("--prefetch-factor", "prefetch_factor", _positive("prefetch_factor"), "torch: prefetch_factor (default 2)"),
     ("--buffer", "buffer", _nonnegative("buffer"), "tfdata/generator: prefetch buffer in batches (default 1)"),
     ("--backend", "backend", str, "generator: Keras backend, tensorflow, torch or jax (default tensorflow)"),
+    ("--prefetch-batches", "prefetch_batches", _nonnegative("prefetch_batches"),
+     "ray: iter_batches prefetch_batches (default 1)"),
+    ("--concurrency", "concurrency", _positive("concurrency"),
+     "ray: map_batches tasks at once (default: Ray's one per CPU, counted as this machine's CPUs)"),
+    ("--object-store-memory", "object_store_memory", _arg(parse_bytes),
+     "ray: Ray Data's object store budget, e.g. 2GiB (or give one of the next two)"),
+    ("--object-store-bytes", "object_store_bytes", _arg(parse_bytes),
+     "ray: the cluster's object store, e.g. 8GiB; Ray Data's budget is half of it"),
+    ("--ram-bytes", "ram_bytes", _arg(parse_bytes),
+     "ray: one node's memory, e.g. 64GiB; its default object store is 30%% of it (at most 200 GB)"),
 )
 _FRAMEWORK_FLAGS = (
     ("--use-multiprocessing", "use_multiprocessing", "keras: use_multiprocessing=True"),

@@ -407,15 +407,12 @@ def _ray(settings: dict[str, Any]) -> _RuleResult:
     store = ram = None
     if given[0] == "object_store_memory":
         budget = _ray_bytes(settings["object_store_memory"], "object_store_memory")
-        source = "object_store_memory"
     else:
         if given[0] == "ram_bytes":
             ram = _ray_bytes(settings["ram_bytes"], "ram_bytes")
             store = ray_object_store_bytes(ram)
-            source = f"half the default object store of a node with {format_bytes(ram)} (30%, capped at 200 GB)"
         else:
             store = _ray_bytes(settings["object_store_bytes"], "object_store_bytes")
-            source = f"half the object store of {format_bytes(store)}"
         budget = int(store * RAY_DATA_BUDGET_FRACTION)
     batch = settings["_batch_bytes"]
     if budget < batch:
@@ -436,9 +433,8 @@ def _ray(settings: dict[str, Any]) -> _RuleResult:
         (
             "held ahead",
             held,
-            f"budget // batch = {format_bytes(budget)} // {format_bytes(batch)} ({source}): blocks the executor "
-            "may keep in the object store, those the iterator fetched included; "
-            "Ray's downstream-capacity backpressure usually stops a one-stage pipeline near half",
+            f"budget // batch = {format_bytes(budget)} // {format_bytes(batch)}: blocks kept in the object store "
+            "(fetched ones included); one stage usually stops near half (downstream-capacity backpressure)",
         ),
         ("being built", concurrency, f"{concurrency} map_batches task(s) at once, each building a block"),
         ("prefetched", prefetch, f"prefetch_batches={prefetch}: batches iter_batches formats ahead in the driver"),
