@@ -350,6 +350,7 @@ def test_ray_counts_budget_tasks_prefetch_and_the_consumed_batch():
         ("held ahead", 21), ("being built", 2), ("prefetched", 1), ("consumed", 1)
     ]
     assert fp.depth == 21 + 2 + 1
+    assert "stops at half, 10 " in fp.lines[0].explanation
     assert fp.total_bytes == 25 * RAY_BATCH == 314572800
     assert fp.settings == {
         "prefetch_batches": 1, "concurrency": 2, "object_store_memory": 256 * MiB,

@@ -434,7 +434,8 @@ def _ray(settings: dict[str, Any]) -> _RuleResult:
             "held ahead",
             held,
             f"budget // batch = {format_bytes(budget)} // {format_bytes(batch)}: blocks kept in the object store "
-            "(fetched ones included); one stage usually stops near half (downstream-capacity backpressure)",
+            f"(fetched ones included); one stage usually stops at half, {budget // 2 // batch} "
+            "(downstream-capacity backpressure)",
         ),
         ("being built", concurrency, f"{concurrency} map_batches task(s) at once, each building a block"),
         ("prefetched", prefetch, f"prefetch_batches={prefetch}: batches iter_batches formats ahead in the driver"),
