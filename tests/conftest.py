@@ -7,6 +7,9 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import assert_nothing_left_running  # noqa: E402
+from ray_cluster import DRIVER_ENV  # noqa: E402
+
+os.environ.update(DRIVER_ENV)  # before anything imports ray
 
 
 @pytest.fixture(autouse=True)

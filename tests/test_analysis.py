@@ -118,7 +118,7 @@ REPORT_KEYS = {
     "read_ahead_bytes", "peak_in_flight_batches", "peak_in_flight_bytes", "mean_in_flight_batches",
     "peak_building_batches", "producer_time", "consumer_step", "input_wait_seconds", "wall_seconds",
     "input_bound_fraction", "verdict", "batch_bytes", "peak_rss_bytes", "peak_children_bytes",
-    "peak_total_bytes", "coverage", "errors", "series", "notes",
+    "peak_total_bytes", "coverage", "errors", "series", "notes", "nodes",
 }
 
 
@@ -131,6 +131,40 @@ def test_report_json_schema():
     assert set(data["series"]) == {"t", "batches", "bytes"}
     assert set(data["coverage"][0]) == {"run", "epoch", "unit", "consumed", "total", "duplicates", "never_count", "never"}
     assert "series" not in analyze(trace).to_dict(series=False)
+    assert data["nodes"] == {}
+    on_nodes = Trace(produced=[Produced(0, 1, 5, worker="n1:7")], consumed=[Consumed(0, 1)], end=1)
+    node = json.loads(analyze(on_nodes).to_json())["nodes"]["n1"]
+    assert set(node) == {
+        "produced_batches", "produced_bytes", "peak_held_batches", "peak_held_bytes",
+        "read_ahead_batches", "read_ahead_bytes",
+    }
+
+
+def test_blocks_matched_by_rows_leave_with_the_batch_that_takes_their_last_row():
+    # Three blocks of 4 rows (ends 1, 2, 3; 10, 20 and 30 bytes, on two nodes);
+    # the consumer takes batches of 3 rows asked for at 4, 5, 6 and 7.
+    produced = [
+        Produced(0.0, 1.0, 10, rows=4, worker="a:1"),
+        Produced(0.0, 2.0, 20, rows=4, worker="b:2"),
+        Produced(0.5, 3.0, 30, rows=4, worker="a:1"),
+    ]
+    consumed = [Consumed(t, t, rows=3) for t in (4.0, 5.0, 6.0, 7.0)]
+    marks = run_marks(0.0, 8.0, 0)
+    r = analyze(Trace(meta={"match": "rows"}, produced=produced, consumed=consumed, marks=marks, end=8.0))
+    # Batch 2 (rows 3-5) takes block 0's last row, so block 0 goes at 6, when batch 3
+    # is asked for; batch 3 (rows 6-8) ends block 1 (goes at 7); batch 4 ends block 2
+    # (goes at the run's end, 8).
+    assert r.produced_batches == 3 and r.consumed_batches == 4
+    assert r.read_ahead_batches == 0 and r.read_ahead_bytes == 0
+    assert r.peak_in_flight_batches == 3 and r.peak_in_flight_bytes == 60
+    assert r.series["batches"] == [1, 2, 3, 2, 1, 0]
+    assert r.nodes["a"].produced_batches == 2 and r.nodes["a"].peak_held_bytes == 40
+    assert r.nodes["b"].peak_held_batches == 1 and r.nodes["b"].read_ahead_batches == 0
+    # Stopped after two batches: block 0 is released, blocks 1 and 2 were read ahead.
+    early = analyze(Trace(meta={"match": "rows"}, produced=produced, consumed=consumed[:2],
+                          marks=run_marks(0.0, 5.5, 0), end=5.5))
+    assert early.read_ahead_batches == 2 and early.read_ahead_bytes == 50
+    assert early.nodes["a"].read_ahead_bytes == 30 and early.nodes["b"].read_ahead_bytes == 20
 
 
 def test_batches_a_pass_never_handed_over_leave_with_it():

@@ -45,6 +45,19 @@ class Coverage:
 
 
 @dataclass
+class NodeHeld:
+    """Batches built on one node (a worker named ``"node:pid"``) and what it held
+    of them: built and not yet released by the consumer, at the peak and at the end."""
+
+    produced_batches: int
+    produced_bytes: int
+    peak_held_batches: int
+    peak_held_bytes: int
+    read_ahead_batches: int
+    read_ahead_bytes: int
+
+
+@dataclass
 class Report:
     """What a traced run did, in the words of design.md (all bytes in bytes, times in s).
 
@@ -80,6 +93,7 @@ class Report:
     errors: list[str]
     series: dict[str, list[float]]
     notes: list[str]
+    nodes: dict[str, NodeHeld] = field(default_factory=dict)
 
     def to_dict(self, series: bool = True) -> dict[str, Any]:
         """Plain data for JSON; ``series=False`` leaves out the time series."""
@@ -130,16 +144,25 @@ def analyze(trace: Trace) -> Report:
             "keras_callback() to fit/predict/evaluate"
         )
 
-    consumed_bytes = [
-        produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)
-    ]
-    other_releases = [(runs[r][0], produced[i].nbytes) for r, i in matching.hidden]
-    matched = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
-    unmatched = [p for i, p in enumerate(produced) if i not in matched]
+    if trace.meta.get("match") == "rows":
+        freed = row_releases(trace, releases)
+        flows = [(r, 1, p.nbytes) for p, r in zip(produced, freed) if r is not None]
+        released = {i for i, r in enumerate(freed) if r is not None}
+        read_ahead = len(produced) - len(released)
+    else:
+        consumed_bytes = [
+            produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)
+        ]
+        flows = [(r, 1, size) for r, size in zip(releases, consumed_bytes) if r is not None]
+        flows += [(runs[r][0], 1, produced[i].nbytes) for r, i in matching.hidden]
+        released = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
+        read_ahead = len(produced) - len(consumed) - len(matching.hidden)
+        freed = _freed_at(produced, matches, releases, matching.hidden, runs)
+    unmatched = [p for i, p in enumerate(produced) if i not in released]
     if trace.meta.get("match_scope") == "run":
         floors = _run_floors(runs, bool(trace.meta.get("pre_run_consumes")))
-        other_releases += _dropped_with_run(unmatched, runs, floors)
-    times, batches, held = _in_flight(trace, releases, consumed_bytes, other_releases)
+        flows += [(t, 1, size) for t, size in _dropped_with_run(unmatched, runs, floors)]
+    times, batches, held = _in_flight(trace, flows)
     # The step functions start at 0 before their first change; a consumed batch whose
     # production was not recorded (a trace cut short by a fault) must not take them below it.
     peak_batches = int(max([0, *batches]))
@@ -162,7 +185,7 @@ def analyze(trace: Trace) -> Report:
         produced_batches=len(produced),
         consumed_batches=len(consumed) if has_consumer else None,
         consumed_outside_steps=len(matching.hidden),
-        read_ahead_batches=max(0, len(produced) - len(consumed) - len(matching.hidden)) if has_consumer else None,
+        read_ahead_batches=max(0, read_ahead) if has_consumer else None,
         read_ahead_bytes=sum(p.nbytes for p in unmatched) if has_consumer else None,
         peak_in_flight_batches=peak_batches,
         peak_in_flight_bytes=peak_bytes,
@@ -184,6 +207,7 @@ def analyze(trace: Trace) -> Report:
         errors=errors,
         series=_downsample(times, batches, held),
         notes=notes,
+        nodes=held_by_node(produced, freed),
     )
 
 
@@ -314,21 +338,18 @@ def _run_floors(runs: dict[int, tuple[float, float]], before_begin: bool) -> dic
 
 
 def _in_flight(
-    trace: Trace,
-    releases: list[float | None],
-    consumed_bytes: list[int],
-    other_releases: list[tuple[float, int]],
+    trace: Trace, flows: list[tuple[float, int, int]]
 ) -> tuple[list[float], list[int], list[int]]:
-    """Step functions of batches and bytes built and not yet released by the consumer.
-    Changes at the same instant are applied together."""
+    """Step functions of batches and bytes built and not yet released by the consumer;
+    ``flows`` are the releases, (time, batches, bytes). Changes at the same instant
+    are applied together."""
     deltas: dict[float, list[int]] = defaultdict(lambda: [0, 0])
     for p in trace.produced:
         deltas[p.end][0] += 1
         deltas[p.end][1] += p.nbytes
-    for r, size in [*zip(releases, consumed_bytes), *other_releases]:
-        if r is not None:
-            deltas[r][0] -= 1
-            deltas[r][1] -= size
+    for r, count, size in flows:
+        deltas[r][0] -= count
+        deltas[r][1] -= size
     times, batches, held = [], [], []
     count = total = 0
     for t in sorted(deltas):
@@ -338,6 +359,99 @@ def _in_flight(
         batches.append(count)
         held.append(total)
     return times, batches, held
+
+
+def row_releases(trace: Trace, releases: list[float | None]) -> list[float | None]:
+    """For each produced batch, when the consumer let go of its last row.
+
+    For loaders whose consumed batches are cut from the produced ones (Ray
+    Data's blocks): produced batches are taken whole, first in, first out by the
+    end of their build, and each consumed batch takes ``rows`` of them; a
+    produced batch is released with the consumed batch that takes its last row
+    (``None`` if no consumed batch did). A produced or consumed batch without
+    ``rows`` counts as one row.
+
+    >>> from queuetune.trace import Produced, Consumed
+    >>> t = Trace(produced=[Produced(0, 1, 8, rows=4), Produced(0, 2, 8, rows=4)],
+    ...           consumed=[Consumed(2, 2, rows=2), Consumed(3, 3, rows=2), Consumed(4, 4, rows=2)])
+    >>> row_releases(t, [3.0, 4.0, 5.0])
+    [4.0, None]
+    """
+    order = sorted(range(len(trace.produced)), key=lambda i: trace.produced[i].end)
+    freed: list[float | None] = [None] * len(trace.produced)
+    position = 0
+    remaining = trace.produced[order[0]].rows if order else 0
+    for c, release in zip(trace.consumed, releases):
+        taken = 1 if c.rows is None else c.rows
+        while taken > 0 and position < len(order):
+            block = trace.produced[order[position]]
+            left = 1 if remaining is None else remaining
+            use = min(left, taken)
+            taken -= use
+            left -= use
+            remaining = left
+            if left == 0:
+                freed[order[position]] = release
+                position += 1
+                if position < len(order):
+                    remaining = trace.produced[order[position]].rows
+    return freed
+
+
+def _freed_at(
+    produced: list[Produced],
+    matches: list[int | None],
+    releases: list[float | None],
+    hidden: list[tuple[int, int]],
+    runs: dict[int, tuple[float, float]],
+) -> list[float | None]:
+    freed: list[float | None] = [None] * len(produced)
+    for j, r in zip(matches, releases):
+        if j is not None:
+            freed[j] = r
+    for run, i in hidden:
+        freed[i] = runs[run][0]
+    return freed
+
+
+def held_by_node(produced: list[Produced], freed: list[float | None]) -> dict[str, NodeHeld]:
+    """Per node, for traces whose workers are named ``"node:pid"``: the batches built
+    there, and the most and the last of them held (built, not yet released).
+    Empty when no worker names a node.
+
+    >>> from queuetune.trace import Produced
+    >>> nodes = held_by_node([Produced(0, 1, 5, worker="a:1"), Produced(0, 2, 5, worker="a:2")], [3.0, None])
+    >>> nodes["a"].peak_held_batches, nodes["a"].read_ahead_bytes
+    (2, 5)
+    """
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(produced):
+        if ":" in p.worker:
+            groups[p.worker.split(":", 1)[0]].append(i)
+    result: dict[str, NodeHeld] = {}
+    for node, members in sorted(groups.items()):
+        deltas: dict[float, list[int]] = defaultdict(lambda: [0, 0])
+        for i in members:
+            deltas[produced[i].end][0] += 1
+            deltas[produced[i].end][1] += produced[i].nbytes
+            if freed[i] is not None:
+                deltas[freed[i]][0] -= 1  # type: ignore[index]
+                deltas[freed[i]][1] -= produced[i].nbytes  # type: ignore[index]
+        count = size = peak_count = peak_size = 0
+        for t in sorted(deltas):
+            count += deltas[t][0]
+            size += deltas[t][1]
+            peak_count, peak_size = max(peak_count, count), max(peak_size, size)
+        left = [i for i in members if freed[i] is None]
+        result[node] = NodeHeld(
+            produced_batches=len(members),
+            produced_bytes=sum(produced[i].nbytes for i in members),
+            peak_held_batches=peak_count,
+            peak_held_bytes=peak_size,
+            read_ahead_batches=len(left),
+            read_ahead_bytes=sum(produced[i].nbytes for i in left),
+        )
+    return result
 
 
 def _time_mean(times: list[float], values: list[int], start: float, end: float) -> float:

@@ -28,6 +28,11 @@ def is_tf_dataset(obj: Any) -> bool:
     return has_base(obj, "DatasetV2", "tensorflow")
 
 
+def is_ray_dataset(obj: Any) -> bool:
+    """A Ray Data ``Dataset``."""
+    return has_base(obj, "Dataset", "ray.data")
+
+
 def is_keras_model(obj: Any) -> bool:
     """A Keras model or layer."""
     return has_base(obj, "Model", "keras") or has_base(obj, "Layer", "keras")

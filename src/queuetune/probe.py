@@ -6,7 +6,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .kinds import is_dataloader, is_pydataset
+from .kinds import is_dataloader, is_pydataset, is_ray_dataset
 from .nbytes import nbytes
 from .recorder import Recorder, clock
 from .trace import Trace
@@ -97,7 +97,10 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
     Returns an object to pass to your training code in place of ``loader``:
     a generator for a generator or iterator, an iterable for an iterable, a
     Keras ``PyDataset`` for a ``PyDataset``, a torch ``DataLoader`` for a
-    ``DataLoader``. Its probe (``queuetune.probe_of(result)``) gives the report.
+    ``DataLoader``, a dataset to iterate as before (``iter_batches``,
+    ``iter_torch_batches``) for a Ray Data ``Dataset`` (its blocks are counted in
+    the remote tasks that build them; Ray starts as Ray Data would start it). Its probe
+    (``queuetune.probe_of(result)``) gives the report.
 
     >>> import numpy as np, queuetune
     >>> gen = queuetune.watch(np.ones((8, 8)) for _ in range(3))
@@ -108,8 +111,8 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
     """
     if loader is None or isinstance(loader, (str, bytes, dict, int, float, bool)):
         raise TypeError(
-            f"watch() needs a loader (a generator, iterable, Keras PyDataset or torch "
-            f"DataLoader), got {type(loader).__name__}"
+            f"watch() needs a loader (a generator, iterable, Keras PyDataset, torch "
+            f"DataLoader or Ray Dataset), got {type(loader).__name__}"
         )
     if _is_watched(loader):
         raise ValueError("this loader is already watched by queuetune")
@@ -122,6 +125,10 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
         from .frameworks.torch import watch_dataloader
 
         return _register(*watch_dataloader(loader, meta, sample_memory))
+    if is_ray_dataset(loader):
+        from .frameworks.ray import watch_dataset
+
+        return _register(*watch_dataset(loader, meta, sample_memory))
     if isinstance(loader, Iterator):
         meta.update(loader="generator" if isinstance(loader, types.GeneratorType) else "iterator")
         recorder = Recorder(_with_loader_meta(meta, loader), sample_memory=sample_memory)
@@ -131,7 +138,7 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
         recorder = Recorder(_with_loader_meta(meta, loader), sample_memory=sample_memory)
         return _register(WatchedIterable(loader, recorder), recorder)
     raise TypeError(
-        f"watch() needs a loader (a generator, iterable, Keras PyDataset or torch DataLoader); "
+        f"watch() needs a loader (a generator, iterable, Keras PyDataset, torch DataLoader or Ray Dataset); "
         f"{type(loader).__name__} is not iterable"
     )
 

@@ -273,6 +273,7 @@ class Recorder:
         nbytes: int | None = None,
         key: Any = None,
         samples: list[int] | None = None,
+        rows: int | None = None,
     ) -> None:
         """Record a batch handed to the consumer, asked for at ``requested``."""
         if self.run < 0:
@@ -280,7 +281,7 @@ class Recorder:
         if not self._epoch_open:
             self.epoch_begin(requested)
         self._consumed.append(
-            Consumed(requested, consumed, self.run, self.epoch, nbytes, key_of(key), samples)
+            Consumed(requested, consumed, self.run, self.epoch, nbytes, key_of(key), samples, rows)
         )
 
     def mark(self, kind: str, value: Any = None, t: float | None = None) -> None:

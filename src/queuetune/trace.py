@@ -24,7 +24,13 @@ VERSION = 1
 
 @dataclass
 class Produced:
-    """A batch the loader finished building, counted where it was built."""
+    """A batch the loader finished building, counted where it was built.
+
+    ``rows``: samples in it, when batches are matched to consumed ones by rows
+    (``meta["match"] == "rows"``: Ray Data builds blocks, the trainer takes
+    batches of another size). ``worker`` may name a node before a colon
+    (``"node:pid"``), for the report's bytes per node.
+    """
 
     start: float
     end: float
@@ -32,6 +38,7 @@ class Produced:
     index: int | None = None
     key: Any = None
     worker: str = ""
+    rows: int | None = None
 
 
 @dataclass
@@ -45,6 +52,7 @@ class Consumed:
     nbytes: int | None = None
     key: Any = None
     samples: list[int] | None = None
+    rows: int | None = None
 
 
 @dataclass
@@ -215,7 +223,7 @@ _CHECKS: dict[str, tuple[str, Any]] = {
 
 # The entries of ``meta`` that the analysis and the report read.
 _META = {
-    "name": "str", "type": "str", "loader": "str", "framework": "str", "match_scope": "str",
+    "name": "str", "type": "str", "loader": "str", "framework": "str", "match_scope": "str", "match": "str",
     "settings": "dict | None", "num_batches": "int | None", "num_samples": "int | None",
     "pre_run_consumes": "int | None",
 }
@@ -261,7 +269,7 @@ def _build(kind: type, data: Any, where: str) -> Any:
     return record
 
 
-_SIZES = ("nbytes", "rss", "children", "n_children")
+_SIZES = ("nbytes", "rss", "children", "n_children", "rows")
 _COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end")
 
 

@@ -1,0 +1,275 @@
+"""Ray Data: a watched ``Dataset`` that counts each block where a remote task
+builds it, on any node of the cluster, and each batch where the trainer takes it.
+
+Blocks are counted by one more ``map_batches`` step appended to the dataset: it
+passes each block through unchanged (``batch_size=None``, the block's own
+format, no copy) and sends its size, rows, node and times to a small actor,
+the collector, which the driver reads. The step takes the compute strategy and
+remote arguments of the dataset's last map, so Ray fuses it into that map's
+tasks: the block is counted in the task that built it, when it was built.
+Batches are counted by the iterators of the watched dataset
+(``iter_batches``, ``iter_torch_batches``, ``iter_rows``).
+
+A block's build time runs from the previous block this worker process counted
+(or, for its first, from nothing: start equals end), so it includes any time the
+worker waited for Ray to give it work. Times are the nodes' wall clocks, read on
+the driver's clock: on one machine they agree; across machines they need the
+clocks synchronised (NTP).
+
+Blocks and batches are matched by rows (``meta["match"] = "rows"``): a block
+is released when the trainer has taken its last row, so the report counts
+blocks in flight and their bytes whatever the batch size.
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from . import require
+
+ray = require("ray", "ray")
+
+import ray.data  # noqa: E402
+
+from ..nbytes import nbytes  # noqa: E402
+from ..recorder import Recorder, clock  # noqa: E402
+from ..trace import Produced, Trace  # noqa: E402
+
+#: The map steps whose settings the counting step copies, so that Ray fuses the two.
+_MAP_OPERATORS = ("MapBatches", "MapRows", "Filter", "FlatMap", "Read", "Project")
+
+# In each worker process: when the counting step last handed on a block.
+_LAST_DONE: dict[str, float] = {}
+
+
+@ray.remote(num_cpus=0)
+class Collector:
+    """Gathers the records of blocks counted in remote tasks, for the driver to read."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple] = []
+
+    def add(self, record: tuple) -> None:
+        self.records.append(record)
+
+    def since(self, position: int) -> list[tuple]:
+        return self.records[position:]
+
+
+class CountBlocks:
+    """The counting step: ``__call__`` hands each block on unchanged after sending
+    its record (start, end, bytes, rows, node id, pid) to the collector."""
+
+    def __init__(self, collector: Any, token: str) -> None:
+        self.collector = collector
+        self.token = token
+
+    def __call__(self, block: Any) -> Any:
+        from ray.data.block import BlockAccessor
+
+        end = time.time()
+        accessor = BlockAccessor.for_block(block)
+        start = _LAST_DONE.get(self.token, end)
+        record = (
+            min(start, end), end, int(accessor.size_bytes()), int(accessor.num_rows()),
+            ray.get_runtime_context().get_node_id(), os.getpid(),
+        )
+        self.collector.add.remote(record)
+        _LAST_DONE[self.token] = time.time()
+        return block
+
+
+def fusing_arguments(dataset: Any) -> dict[str, Any]:
+    """The ``map_batches`` arguments that let Ray fuse a step into the dataset's
+    last map: its ``compute`` (a task pool, with its size) and remote arguments.
+    Empty when the last step is not a task-pool map (an actor pool, a shuffle):
+    the counting step then runs as tasks of its own.
+
+    >>> pool = ray.data.TaskPoolStrategy(size=2)
+    >>> ds = ray.data.range(8).map_batches(lambda b: b, compute=pool, num_cpus=0.5)  # doctest: +SKIP
+    >>> fusing_arguments(ds)  # doctest: +SKIP
+    {'num_cpus': 0.5, 'compute': TaskPoolStrategy(size=2)}
+    """
+    op = dataset._logical_plan.dag
+    if type(op).__name__ not in _MAP_OPERATORS:
+        return {}
+    compute = getattr(op, "compute", None)
+    if compute is not None and not isinstance(compute, ray.data.TaskPoolStrategy):
+        return {}
+    kwargs: dict[str, Any] = dict(getattr(op, "ray_remote_args", None) or {})
+    if compute is not None:
+        kwargs["compute"] = compute
+    return kwargs
+
+
+def rows_of(batch: Any) -> int:
+    """Rows in a batch of any of Ray Data's formats (a dict of arrays or
+    tensors, a pandas DataFrame, a pyarrow Table, one row as a dict).
+
+    >>> import numpy as np
+    >>> rows_of({"x": np.zeros((5, 3)), "y": np.zeros(5)}), rows_of({"id": 3})
+    (5, 1)
+    """
+    if isinstance(batch, dict):
+        for value in batch.values():
+            shape = getattr(value, "shape", None)
+            if shape is not None and len(shape) > 0:
+                return int(shape[0])
+            if isinstance(value, (list, tuple)):
+                return len(value)
+        return 1
+    num_rows = getattr(batch, "num_rows", None)
+    if isinstance(num_rows, int):
+        return num_rows
+    try:
+        return len(batch)
+    except TypeError:
+        return 1
+
+
+class RayRecorder(Recorder):
+    """A recorder whose produced blocks come from the collector actor."""
+
+    def __init__(self, meta: dict[str, Any], collector: Any, *, sample_memory: bool = True) -> None:
+        super().__init__(meta, sample_memory=sample_memory)
+        self.collector = collector
+        self._remote: list[tuple] = []
+        # Remote times are wall-clock; the recorder's clock is monotonic.
+        self._offset = time.time() - clock()
+
+    def _pull(self) -> None:
+        if self.collector is None or not ray.is_initialized():
+            return
+        self._remote.extend(ray.get(self.collector.since.remote(len(self._remote)), timeout=30))
+
+    def produced_count(self) -> int:
+        self._pull()
+        return len(self._remote)
+
+    def trace(self) -> Trace:
+        self._pull()
+        trace = super().trace()
+        nodes: dict[str, str] = {}
+        produced = []
+        for start, end, size, rows, node, pid in self._remote:
+            short = node[:8]
+            nodes[short] = node
+            produced.append(Produced(start - self._offset, end - self._offset, size, worker=f"{short}:{pid}", rows=rows))
+        produced.sort(key=lambda p: p.start)
+        trace.produced = produced
+        trace.meta["nodes"] = nodes
+        trace.end = max([trace.end, *(p.end for p in produced)])
+        return trace
+
+    def close(self) -> None:
+        try:
+            self._pull()
+        finally:
+            collector, self.collector = self.collector, None
+            if collector is not None and ray.is_initialized():
+                ray.kill(collector)
+            super().close()
+
+
+class WatchedDataset:
+    """A Ray ``Dataset`` whose blocks and batches are counted. Iterate it as the
+    dataset (``iter_batches``, ``iter_torch_batches``, ``iter_rows``); every other
+    attribute is the dataset's own."""
+
+    def __init__(self, dataset: Any, recorder: RayRecorder) -> None:
+        self._dataset = dataset
+        self._recorder = recorder
+
+    @property
+    def dataset(self) -> Any:
+        """The dataset with the counting step, to hand to code that needs a real ``Dataset``."""
+        return self._dataset
+
+    def iter_batches(self, **kwargs: Any) -> Iterator[Any]:
+        """``Dataset.iter_batches``, with each batch counted as the trainer takes it."""
+        return self._watched(self._dataset.iter_batches(**kwargs), kwargs)
+
+    def iter_torch_batches(self, **kwargs: Any) -> Iterator[Any]:
+        """``Dataset.iter_torch_batches``, with each batch counted as the trainer takes it."""
+        return self._watched(self._dataset.iter_torch_batches(**kwargs), kwargs)
+
+    def iter_rows(self, **kwargs: Any) -> Iterator[Any]:
+        """``Dataset.iter_rows``, with each row counted as one batch of one row."""
+        return self._watched(self._dataset.iter_rows(**kwargs), kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iter_batches()
+
+    def _watched(self, batches: Any, kwargs: dict[str, Any]) -> Iterator[Any]:
+        recorder = self._recorder
+        settings = recorder.meta.setdefault("settings", {})
+        settings["prefetch_batches"] = kwargs.get("prefetch_batches", 1)
+        settings["batch_size"] = kwargs.get("batch_size", 256)
+        return _consume(iter(batches), recorder)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_dataset", "_recorder"):
+            raise AttributeError(name)
+        return getattr(self._dataset, name)
+
+
+def _consume(batches: Iterator[Any], recorder: Recorder) -> Iterator[Any]:
+    recorder.run_begin()
+    try:
+        while True:
+            asked = clock()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            got = clock()
+            recorder.consumed(asked, got, nbytes=nbytes(batch), rows=rows_of(batch))
+            yield batch
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        recorder.error(exc)
+        raise
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+        recorder.run_end()
+
+
+def object_store_budget() -> int | None:
+    """The bytes Ray Data's executor may hold in the object store, when set
+    (``DataContext.execution_options.resource_limits.object_store_memory``)."""
+    limits = ray.data.DataContext.get_current().execution_options.resource_limits
+    value = getattr(limits, "object_store_memory", None)
+    return None if value is None or value == float("inf") else int(value)
+
+
+def _is_plain(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def watch_dataset(dataset: Any, meta: dict[str, Any], sample_memory: bool) -> tuple[WatchedDataset, RayRecorder]:
+    """Append the counting step to ``dataset`` and return the watched dataset and its recorder."""
+    token = uuid.uuid4().hex
+    collector = Collector.options(name=f"queuetune-{token}").remote()
+    fusing = fusing_arguments(dataset)
+    counted = dataset.map_batches(
+        CountBlocks(collector, token), batch_size=None, batch_format=None, zero_copy_batch=True, **fusing
+    )
+    meta.update(
+        framework="ray",
+        loader="ray dataset",
+        type=type(dataset).__qualname__,
+        match="rows",
+        settings={
+            "object_store_memory": object_store_budget(),
+            "concurrency": getattr(fusing.get("compute"), "size", None),
+            **{k: v for k, v in fusing.items() if k != "compute" and _is_plain(v)},
+        },
+    )
+    recorder = RayRecorder(meta, collector, sample_memory=sample_memory)
+    return WatchedDataset(counted, recorder), recorder

@@ -1,0 +1,232 @@
+"""Ray Data on a two-node cluster on this machine: blocks counted in the remote
+tasks on each node, batches where the trainer takes them, matched by rows."""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.data")
+
+import queuetune  # noqa: E402
+from queuetune.trace import Trace  # noqa: E402
+from ray_cluster import LocalCluster  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+ROW_FLOATS = 16_384  # 64 KiB of float32 per row
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two nodes of one CPU each; the driver connects to the head's address."""
+    local = LocalCluster(nodes=2, cpus=1, object_store=128 * 2**20)
+    try:
+        ray.init(address=local.address, logging_level="ERROR", log_to_driver=False)
+        # The remote tasks cannot import this test module: send its functions by value.
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        try:
+            yield local
+        finally:
+            ray.shutdown()
+    finally:
+        local.stop()
+    assert local.processes() == []
+
+
+def collectors() -> list[str]:
+    names = ray.util.list_named_actors(all_namespaces=True)
+    return [a["name"] for a in names if a["name"].startswith("queuetune-")]
+
+
+@pytest.fixture(autouse=True)
+def no_collector_left(cluster):
+    """After each test, no collector actor of queuetune's is alive in the cluster."""
+    yield
+    deadline = time.monotonic() + 20
+    while collectors() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert collectors() == []
+
+
+def build(batch):
+    """Each row becomes 64 KiB of float32 holding its id."""
+    ids = batch["id"]
+    return {"x": np.repeat(ids[:, None].astype(np.float32), ROW_FLOATS, axis=1), "id": ids}
+
+
+def dataset(rows=24, rows_per_block=2, **map_args):
+    return ray.data.range(rows, override_num_blocks=rows // rows_per_block).map_batches(
+        build, batch_size=rows_per_block, **map_args
+    )
+
+
+def consume(watched, **kwargs):
+    seen = []
+    for batch in watched.iter_batches(**kwargs):
+        seen.extend(int(i) for i in batch["id"])
+    return seen
+
+
+def test_blocks_are_counted_on_each_node_and_batches_where_taken(cluster):
+    watched = queuetune.watch(dataset(scheduling_strategy="SPREAD"))
+    probe = queuetune.probe_of(watched)
+    try:
+        seen = consume(watched, batch_size=2, prefetch_batches=1)
+        probe.settle(quiet=0.3, timeout=10)
+        report = probe.report()
+    finally:
+        probe.close()
+    assert sorted(seen) == list(range(24))  # nothing lost or repeated by the counting step
+    assert report.produced_batches == 12
+    assert report.consumed_batches == 12
+    assert report.read_ahead_batches == 0
+    assert report.meta["framework"] == "ray" and report.meta["match"] == "rows"
+    block = 2 * ROW_FLOATS * 4 + 2 * 8  # two rows of x, two int64 ids
+    assert report.batch_bytes.median == pytest.approx(block, rel=0.01)
+    # Both nodes built blocks, and the nodes' counts add up to the whole.
+    node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(report.nodes) == 2
+    assert {report.meta["nodes"][short] for short in report.nodes} == node_ids
+    assert sum(n.produced_batches for n in report.nodes.values()) == 12
+    assert sum(n.produced_bytes for n in report.nodes.values()) == sum(
+        p.nbytes for p in probe.trace().produced
+    )
+    assert all(n.read_ahead_batches == 0 for n in report.nodes.values())
+    assert 1 <= report.peak_in_flight_batches <= 12
+    assert report.input_bound_fraction is not None
+
+
+def test_batches_cut_from_blocks_release_a_block_with_its_last_row(cluster):
+    # Blocks of 4 rows, batches of 2: two batches per block, and the report
+    # still counts blocks in flight.
+    watched = queuetune.watch(dataset(rows=24, rows_per_block=4))
+    probe = queuetune.probe_of(watched)
+    try:
+        seen = consume(watched, batch_size=2)
+        probe.settle(quiet=0.3, timeout=10)
+        report = probe.report()
+        trace = probe.trace()
+    finally:
+        probe.close()
+    assert sorted(seen) == list(range(24))
+    assert report.produced_batches == 6
+    assert report.consumed_batches == 12
+    assert [p.rows for p in trace.produced] == [4] * 6
+    assert [c.rows for c in trace.consumed] == [2] * 12
+    assert report.read_ahead_batches == 0
+    assert report.series["batches"][-1] == 0 and report.series["bytes"][-1] == 0
+
+
+def test_a_pause_shows_the_blocks_built_ahead_and_where_they_are(cluster):
+    # The trainer stops for a second after 4 batches: Ray keeps building, and
+    # the report must see the blocks held, on the nodes that built them.
+    watched = queuetune.watch(dataset(rows=48, rows_per_block=2, scheduling_strategy="SPREAD"))
+    probe = queuetune.probe_of(watched)
+    try:
+        iterator = iter(watched.iter_batches(batch_size=2, prefetch_batches=1))
+        for _ in range(4):
+            next(iterator)
+        probe.settle(quiet=0.5, timeout=20)
+        during = probe.report()
+        rest = sum(1 for _ in iterator)
+        report = probe.report()
+    finally:
+        probe.close()
+    assert rest == 20
+    held = during.produced_batches - 4
+    assert held > 2  # more than prefetch_batches + 1 were read ahead in the pause
+    assert during.read_ahead_batches == held
+    assert sum(n.read_ahead_batches for n in during.nodes.values()) == held
+    assert sum(n.read_ahead_bytes for n in during.nodes.values()) == during.read_ahead_bytes
+    assert report.produced_batches == 24 and report.read_ahead_batches == 0
+    assert report.peak_in_flight_batches >= held
+
+
+def test_the_counting_step_is_fused_into_the_last_map(cluster):
+    watched = queuetune.watch(dataset(rows=8, rows_per_block=2, num_cpus=0.5))
+    probe = queuetune.probe_of(watched)
+    try:
+        consume(watched, batch_size=2)
+    finally:
+        probe.close()
+    assert probe.trace().meta["settings"]["num_cpus"] == 0.5
+    stats = watched.dataset.stats()
+    assert "MapBatches(build)->MapBatches(CountBlocks)" in stats
+
+
+def test_iter_torch_batches_and_rows_are_counted(cluster):
+    pytest.importorskip("torch")
+    watched = queuetune.watch(dataset(rows=8, rows_per_block=2))
+    probe = queuetune.probe_of(watched)
+    try:
+        batches = list(watched.iter_torch_batches(batch_size=4))
+        rows = list(watched.iter_rows())
+        report = probe.report()
+    finally:
+        probe.close()
+    assert [tuple(b["x"].shape) for b in batches] == [(4, ROW_FLOATS)] * 2
+    assert len(rows) == 8
+    assert report.consumed_batches == 2 + 8
+    assert report.produced_batches == 8  # two passes over 4 blocks
+
+
+def test_a_failing_remote_task_reaches_the_trainer_and_the_trace_keeps_what_came_before(cluster, tmp_path):
+    def fail_on_ten(batch):
+        if 10 in batch["id"]:
+            raise OSError("disk gone at row 10")
+        return build(batch)
+
+    ds = ray.data.range(24, override_num_blocks=12).map_batches(fail_on_ten, batch_size=2, max_retries=0)
+    watched = queuetune.watch(ds)
+    probe = queuetune.probe_of(watched)
+    seen = []
+    try:
+        with pytest.raises(Exception, match="disk gone at row 10"):
+            for batch in watched.iter_batches(batch_size=2, prefetch_batches=0):
+                seen.extend(int(i) for i in batch["id"])
+        probe.settle(quiet=0.3, timeout=10)
+        path = tmp_path / "trace.json"
+        probe.trace().save(path)
+    finally:
+        probe.close()
+    loaded = Trace.load(path)
+    assert len(loaded.consumed) == len(seen) // 2
+    assert all(p.rows == 2 for p in loaded.produced)
+    assert any("disk gone at row 10" in m.value for m in loaded.marks if m.kind == "error")
+    assert queuetune.report(watched).errors
+
+
+def test_the_trace_keeps_rows_and_nodes_through_json(cluster, tmp_path):
+    watched = queuetune.watch(dataset(rows=8, rows_per_block=2))
+    probe = queuetune.probe_of(watched)
+    try:
+        consume(watched, batch_size=4)
+        probe.settle(quiet=0.3, timeout=10)
+        trace = probe.trace()
+    finally:
+        probe.close()
+    path = tmp_path / "t.json"
+    trace.save(path)
+    loaded = Trace.load(path)
+    assert [p.rows for p in loaded.produced] == [2, 2, 2, 2]
+    assert [c.rows for c in loaded.consumed] == [4, 4]
+    assert all(":" in p.worker for p in loaded.produced)
+    assert loaded.meta["nodes"] == trace.meta["nodes"]
+    from queuetune.analysis import analyze
+
+    assert analyze(loaded).nodes == analyze(trace).nodes
+
+
+def test_watching_twice_is_refused_and_close_stops_the_collector(cluster):
+    watched = queuetune.watch(dataset(rows=4, rows_per_block=2))
+    try:
+        assert len(collectors()) == 1
+        with pytest.raises(ValueError, match="already watched"):
+            queuetune.watch(watched)
+    finally:
+        queuetune.probe_of(watched).close()
+    assert collectors() == []
