@@ -165,6 +165,11 @@ def test_blocks_matched_by_rows_leave_with_the_batch_that_takes_their_last_row()
                           marks=run_marks(0.0, 5.5, 0), end=5.5))
     assert early.read_ahead_batches == 2 and early.read_ahead_bytes == 50
     assert early.nodes["a"].read_ahead_bytes == 30 and early.nodes["b"].read_ahead_bytes == 20
+    from queuetune.render.console import report_rows
+
+    rows = dict(report_rows(early))
+    assert rows["node a"] == "built 2 (40 B); held at most 2 (40 B); at the end 1 (30 B)"
+    assert rows["read-ahead at the end (never used)"] == "2 batches, 50 B"
 
 
 def test_batches_a_pass_never_handed_over_leave_with_it():

@@ -64,6 +64,15 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
     if report.peak_rss_bytes is not None:
         rows.append(("peak RSS (process)", format_bytes(report.peak_rss_bytes)))
         rows.append(("peak unique memory of workers", format_bytes(report.peak_children_bytes or 0)))
+    for node, held in report.nodes.items():
+        rows.append(
+            (
+                f"node {node}",
+                f"built {held.produced_batches} ({format_bytes(held.produced_bytes)}); held at most "
+                f"{held.peak_held_batches} ({format_bytes(held.peak_held_bytes)}); at the end "
+                f"{held.read_ahead_batches} ({format_bytes(held.read_ahead_bytes)})",
+            )
+        )
     for cov in report.coverage:
         rows.append((f"coverage run {cov.run} epoch {cov.epoch}", _coverage(cov)))
     for error in report.errors:
