@@ -165,6 +165,7 @@ def test_iter_torch_batches_and_rows_are_counted(cluster):
     try:
         batches = list(watched.iter_torch_batches(batch_size=4))
         rows = list(watched.iter_rows())
+        probe.settle(quiet=0.3, timeout=10)
         report = probe.report()
     finally:
         probe.close()
@@ -172,6 +173,8 @@ def test_iter_torch_batches_and_rows_are_counted(cluster):
     assert len(rows) == 8
     assert report.consumed_batches == 2 + 8
     assert report.produced_batches == 8  # two passes over 4 blocks
+    assert [c.rows for c in probe.trace().consumed] == [4, 4] + [1] * 8
+    assert report.read_ahead_batches == 0
 
 
 def test_a_failing_remote_task_reaches_the_trainer_and_the_trace_keeps_what_came_before(cluster, tmp_path):

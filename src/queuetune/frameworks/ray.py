@@ -198,12 +198,12 @@ class WatchedDataset:
 
     def iter_rows(self, **kwargs: Any) -> Iterator[Any]:
         """``Dataset.iter_rows``, with each row counted as one batch of one row."""
-        return self._watched(self._dataset.iter_rows(**kwargs), kwargs)
+        return self._watched(self._dataset.iter_rows(**kwargs), kwargs, one_row=True)
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter_batches()
 
-    def _watched(self, batches: Any, kwargs: dict[str, Any]) -> Iterator[Any]:
+    def _watched(self, batches: Any, kwargs: dict[str, Any], one_row: bool = False) -> Iterator[Any]:
         recorder = self._recorder
         settings = recorder.meta.setdefault("settings", {})
         settings["prefetch_batches"] = kwargs.get("prefetch_batches", 1)
@@ -226,7 +226,7 @@ def _consume(batches: Iterator[Any], recorder: Recorder) -> Iterator[Any]:
             except StopIteration:
                 return
             got = clock()
-            recorder.consumed(asked, got, nbytes=nbytes(batch), rows=rows_of(batch))
+            recorder.consumed(asked, got, nbytes=nbytes(batch), rows=1 if one_row else rows_of(batch))
             yield batch
     except GeneratorExit:
         raise
