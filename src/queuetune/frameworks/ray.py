@@ -208,7 +208,7 @@ class WatchedDataset:
         settings = recorder.meta.setdefault("settings", {})
         settings["prefetch_batches"] = kwargs.get("prefetch_batches", 1)
         settings["batch_size"] = kwargs.get("batch_size", 256)
-        return _consume(iter(batches), recorder)
+        return _consume(iter(batches), recorder, one_row)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_dataset", "_recorder"):
@@ -216,7 +216,7 @@ class WatchedDataset:
         return getattr(self._dataset, name)
 
 
-def _consume(batches: Iterator[Any], recorder: Recorder) -> Iterator[Any]:
+def _consume(batches: Iterator[Any], recorder: Recorder, one_row: bool) -> Iterator[Any]:
     recorder.run_begin()
     try:
         while True:
