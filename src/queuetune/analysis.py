@@ -162,7 +162,7 @@ def analyze(trace: Trace) -> Report:
     if trace.meta.get("match_scope") == "run":
         floors = _run_floors(runs, bool(trace.meta.get("pre_run_consumes")))
         flows += [(t, 1, size) for t, size in _dropped_with_run(unmatched, runs, floors)]
-    times, batches, held = _in_flight(trace, flows)
+    times, batches, held = _in_flight(produced, flows)
     # The step functions start at 0 before their first change; a consumed batch whose
     # production was not recorded (a trace cut short by a fault) must not take them below it.
     peak_batches = int(max([0, *batches]))
@@ -338,13 +338,13 @@ def _run_floors(runs: dict[int, tuple[float, float]], before_begin: bool) -> dic
 
 
 def _in_flight(
-    trace: Trace, flows: list[tuple[float, int, int]]
+    produced: list[Produced], flows: list[tuple[float, int, int]]
 ) -> tuple[list[float], list[int], list[int]]:
     """Step functions of batches and bytes built and not yet released by the consumer;
     ``flows`` are the releases, (time, batches, bytes). Changes at the same instant
     are applied together."""
     deltas: dict[float, list[int]] = defaultdict(lambda: [0, 0])
-    for p in trace.produced:
+    for p in produced:
         deltas[p.end][0] += 1
         deltas[p.end][1] += p.nbytes
     for r, count, size in flows:
@@ -378,24 +378,23 @@ def row_releases(trace: Trace, releases: list[float | None]) -> list[float | Non
     [4.0, None]
     """
     order = sorted(range(len(trace.produced)), key=lambda i: trace.produced[i].end)
+    left = [_rows(trace.produced[i].rows) for i in order]
     freed: list[float | None] = [None] * len(trace.produced)
     position = 0
-    remaining = trace.produced[order[0]].rows if order else 0
     for c, release in zip(trace.consumed, releases):
-        taken = 1 if c.rows is None else c.rows
+        taken = _rows(c.rows)
         while taken > 0 and position < len(order):
-            block = trace.produced[order[position]]
-            left = 1 if remaining is None else remaining
-            use = min(left, taken)
+            use = min(left[position], taken)
             taken -= use
-            left -= use
-            remaining = left
-            if left == 0:
+            left[position] -= use
+            if left[position] == 0:
                 freed[order[position]] = release
                 position += 1
-                if position < len(order):
-                    remaining = trace.produced[order[position]].rows
     return freed
+
+
+def _rows(rows: int | None) -> int:
+    return 1 if rows is None else rows
 
 
 def _freed_at(
@@ -430,24 +429,14 @@ def held_by_node(produced: list[Produced], freed: list[float | None]) -> dict[st
             groups[p.worker.split(":", 1)[0]].append(i)
     result: dict[str, NodeHeld] = {}
     for node, members in sorted(groups.items()):
-        deltas: dict[float, list[int]] = defaultdict(lambda: [0, 0])
-        for i in members:
-            deltas[produced[i].end][0] += 1
-            deltas[produced[i].end][1] += produced[i].nbytes
-            if freed[i] is not None:
-                deltas[freed[i]][0] -= 1  # type: ignore[index]
-                deltas[freed[i]][1] -= produced[i].nbytes  # type: ignore[index]
-        count = size = peak_count = peak_size = 0
-        for t in sorted(deltas):
-            count += deltas[t][0]
-            size += deltas[t][1]
-            peak_count, peak_size = max(peak_count, count), max(peak_size, size)
+        flows = [(t, 1, produced[i].nbytes) for i in members if (t := freed[i]) is not None]
+        _, batches, held = _in_flight([produced[i] for i in members], flows)
         left = [i for i in members if freed[i] is None]
         result[node] = NodeHeld(
             produced_batches=len(members),
             produced_bytes=sum(produced[i].nbytes for i in members),
-            peak_held_batches=peak_count,
-            peak_held_bytes=peak_size,
+            peak_held_batches=max([0, *batches]),
+            peak_held_bytes=max([0, *held]),
             read_ahead_batches=len(left),
             read_ahead_bytes=sum(produced[i].nbytes for i in left),
         )
