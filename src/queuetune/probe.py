@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import types
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .kinds import is_dataloader, is_pydataset, is_ray_dataset
@@ -189,10 +189,42 @@ def _with_loader_meta(meta: dict[str, Any], loader: Any) -> dict[str, Any]:
 def watched_generator(source: Iterator[Any], recorder: Recorder) -> Iterator[Any]:
     """A generator over ``source`` that records each batch as built and, unless a
     callback records consumption, as consumed when it is handed over."""
+    seq = 0
+
+    def record(asked: float, got: float, batch: Any) -> None:
+        nonlocal seq
+        size = nbytes(batch)
+        recorder.produced(asked, got, size, None, seq)
+        if recorder.consumer == "iterator":
+            recorder.consumed(asked, got, nbytes=size, key=seq)
+        seq += 1
+
+    return recorded(source, recorder, record)
+
+
+def recorded(
+    source: Iterator[Any],
+    recorder: Recorder,
+    record: Callable[[float, float, Any], None],
+    close_source: bool = False,
+) -> Iterator[Any]:
+    """A generator over ``source`` that times each ``next`` and passes (asked, got,
+    batch) to ``record`` before handing the batch on. Unless a callback records
+    consumption, the pass is one run. An error from ``source`` is noted on the
+    recorder and raised; with ``close_source`` the source is closed when the
+    generator ends.
+
+    >>> rec = Recorder({}, sample_memory=False)
+    >>> seen = []
+    >>> list(recorded(iter("ab"), rec, lambda asked, got, batch: seen.append(batch)))
+    ['a', 'b']
+    >>> seen, [m.kind for m in rec.trace().marks]
+    (['a', 'b'], ['run_begin', 'run_end'])
+    >>> rec.close()
+    """
     own_runs = recorder.consumer == "iterator"
     if own_runs:
         recorder.run_begin()
-    seq = 0
     try:
         while True:
             asked = clock()
@@ -200,12 +232,7 @@ def watched_generator(source: Iterator[Any], recorder: Recorder) -> Iterator[Any
                 batch = next(source)
             except StopIteration:
                 return
-            got = clock()
-            size = nbytes(batch)
-            recorder.produced(asked, got, size, None, seq)
-            if recorder.consumer == "iterator":
-                recorder.consumed(asked, got, nbytes=size, key=seq)
-            seq += 1
+            record(asked, clock(), batch)
             yield batch
     except GeneratorExit:
         raise
@@ -213,6 +240,10 @@ def watched_generator(source: Iterator[Any], recorder: Recorder) -> Iterator[Any
         recorder.error(exc)
         raise
     finally:
+        if close_source:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
         if own_runs:
             recorder.run_end()
 

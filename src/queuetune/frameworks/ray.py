@@ -35,6 +35,7 @@ ray = require("ray", "ray")
 import ray.data  # noqa: E402
 
 from ..nbytes import nbytes  # noqa: E402
+from ..probe import recorded  # noqa: E402
 from ..recorder import Recorder, clock  # noqa: E402
 from ..trace import Produced, Trace  # noqa: E402
 
@@ -217,27 +218,10 @@ class WatchedDataset:
 
 
 def _consume(batches: Iterator[Any], recorder: Recorder, one_row: bool) -> Iterator[Any]:
-    recorder.run_begin()
-    try:
-        while True:
-            asked = clock()
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            got = clock()
-            recorder.consumed(asked, got, nbytes=nbytes(batch), rows=1 if one_row else rows_of(batch))
-            yield batch
-    except GeneratorExit:
-        raise
-    except BaseException as exc:
-        recorder.error(exc)
-        raise
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
-        recorder.run_end()
+    def record(asked: float, got: float, batch: Any) -> None:
+        recorder.consumed(asked, got, nbytes=nbytes(batch), rows=1 if one_row else rows_of(batch))
+
+    return recorded(batches, recorder, record, close_source=True)
 
 
 def object_store_budget() -> int | None:
