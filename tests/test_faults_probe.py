@@ -584,9 +584,15 @@ def test_batches_that_grow_mid_run_under_keras_fit():
     assert fit(model, watched) is None
     probe = queuetune.probe_of(watched)
     probe.settle(quiet=0.1)
-    sizes = {p.index: p.nbytes for p in probe.trace().produced}
+    produced = probe.trace().produced
+    # Keras may feed the epoch batches read ahead for its first peek (its enqueuer's
+    # stop() keeps them for the next start), so an index can be built twice and the
+    # last ones never: compare each build with its own index, and with what trained.
+    assert len(seen) == n and set(seen) <= {p.index for p in produced}
     # each batch is (x, y): y holds one float32 per row
-    assert sizes == {i: bytes_of(growing(i)) + 4 * growing(i) for i in range(n)}
+    assert [p.nbytes for p in produced] == [bytes_of(growing(p.index)) + 4 * growing(p.index)
+                                            for p in produced]
+    assert {growing(p.index) for p in produced} == {2, 200}
     assert probe.report().peak_in_flight_bytes >= bytes_of(200)
     close(watched)
 
