@@ -73,7 +73,7 @@ import numpy as np  # noqa: E402
 import queuetune  # noqa: E402
 from queuetune.knobs import KERAS  # noqa: E402
 from queuetune.tune import TuneResult, run_trial, tune  # noqa: E402
-from common import machine
+from common import add_paired, machine
 
 SIZE = 128
 DEFAULT = {"workers": 4, "max_queue_size": 10}
@@ -299,19 +299,6 @@ def compare(
     summary["peak_rss_ratio"] = t["peak_rss_bytes"] / d["peak_rss_bytes"] if d["peak_rss_bytes"] else None
     add_paired(summary)
     return summary
-
-
-def add_paired(comparison: dict[str, Any]) -> None:
-    """Ratios of each round's tuned run to the default run just before it, and
-    their medians: the interleaved design's estimate, robust to drift over the
-    rounds (the ratio of the medians above is not)."""
-    pairs = list(zip(comparison["runs"]["default"], comparison["runs"]["tuned"]))
-    throughput = [t["throughput"] / d["throughput"] for d, t in pairs if d["throughput"]]
-    peak = [t["peak_in_flight_bytes"] / d["peak_in_flight_bytes"] for d, t in pairs if d["peak_in_flight_bytes"]]
-    comparison["paired_throughput_ratios"] = throughput
-    comparison["paired_throughput_ratio"] = statistics.median(throughput) if throughput else None
-    comparison["paired_peak_bytes_ratios"] = peak
-    comparison["paired_peak_bytes_ratio"] = statistics.median(peak) if peak else None
 
 
 def run_workload(

@@ -185,3 +185,23 @@ def test_batches_a_pass_never_handed_over_leave_with_it():
     series = {round(t + t0, 6): b for t, b in zip(r.series["t"], r.series["batches"])}
     assert series == {0.2: 1, 0.3: 2, 1.0: 0, 1.1: 0, 2.2: 1, 3.0: 0}
     assert r.peak_in_flight_batches == 2
+
+
+def test_consumed_by_block_gives_each_block_the_batch_that_took_its_first_row():
+    from queuetune.analysis import consumed_by_block
+    from queuetune.trace import Consumed, Produced
+
+    # blocks of 3 rows, batches of 2: batch 1 takes the last row of block 0 and the first of block 1
+    produced = [Produced(0, 1 + i, 30 + i, rows=3) for i in range(3)]
+    consumed = [Consumed(10 + i, 10.5 + i, rows=2) for i in range(4)] + [Consumed(14, 14.5, rows=1)]
+    trace = Trace(meta={"match": "rows"}, produced=produced, consumed=consumed)
+    blocks = consumed_by_block(trace)
+    assert [(c.requested, c.rows, c.nbytes) for c in blocks.consumed] == [(10, 3, 30), (11, 3, 31), (13, 3, 32)]
+    assert blocks.produced == produced and trace.consumed == consumed  # the original is left alone
+    # the releases of the same walk: each block with the batch that took its last row
+    from queuetune.analysis import row_releases
+
+    assert row_releases(trace, [c.consumed for c in consumed]) == [11.5, 12.5, 14.5]
+    # a trace matched by batches comes back as it is
+    plain = Trace(produced=produced, consumed=consumed)
+    assert consumed_by_block(plain) is plain

@@ -13,6 +13,7 @@ pytest.importorskip("ray.data")
 
 import queuetune  # noqa: E402
 from queuetune.trace import Trace  # noqa: E402
+from queuetune.tune import Job  # noqa: E402
 from ray_cluster import LocalCluster  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -233,3 +234,106 @@ def test_watching_twice_is_refused_and_close_stops_the_collector(cluster):
     finally:
         queuetune.probe_of(watched).close()
     assert collectors() == []
+
+
+# --- tuning ------------------------------------------------------------------------------
+
+MADE: list[dict] = []
+
+
+def make(concurrency=None):
+    """60 blocks of 2 rows (128 KiB), read by a step of 10 ms: the trainer is the bottleneck."""
+    MADE.append({"concurrency": concurrency})
+    ds = ray.data.range(120, override_num_blocks=60).map_batches(build, batch_size=2, concurrency=concurrency)
+    return Job(ds, step=lambda batch: time.sleep(0.01), kwargs={"batch_size": None})
+
+
+def test_tune_a_ray_dataset(cluster):
+    from queuetune.tune import tune
+
+    MADE.clear()
+    result = tune(make, steps=40, warmup=5, rounds=1, candidates=3)
+    assert result.framework == "ray"
+    assert result.default_settings == {"prefetch_batches": 1, "object_store_memory": None, "concurrency": None}
+    assert len(result.trials) == len(result.candidates) == 3
+    assert all(t.batches == 40 for t in result.trials)
+    default = result.default
+    assert default is not None and default.settings == result.default_settings
+    block = int(result.baseline["batch_bytes"]["median"])  # Ray's size of a block of two rows
+    assert block == pytest.approx(2 * ROW_FLOATS * 4, rel=0.01)
+    cpus = int(ray.cluster_resources()["CPU"])
+    tried = [c for c in result.candidates if not c.is_default]
+    assert tried
+    for c in tried:
+        # a budget that holds whole blocks, queuetune's prefetch of 1 and every CPU
+        assert c.settings["object_store_memory"] % (2 * block) == 0
+        assert c.settings["prefetch_batches"] == 1 and c.settings["concurrency"] == cpus
+        assert c.depth == cpus + c.settings["object_store_memory"] // (2 * block) + 1
+        assert c.depth < default.depth
+    # the factory was given the concurrency of each setting it built
+    assert {m["concurrency"] for m in MADE} == {None, cpus}
+    assert result.predictions and all(p["workers"] == cpus for p in result.predictions)
+    assert result.chosen is not None
+    assert result.chosen.peak_in_flight_bytes <= default.peak_in_flight_bytes
+    assert set(result.kwargs()) <= {"prefetch_batches", "object_store_memory", "concurrency"}
+
+
+def test_apply_puts_the_budget_in_the_dataset_context_and_the_prefetch_in_the_iterator_arguments(cluster):
+    from queuetune.tune import Candidate, TuneResult
+
+    settings = {"prefetch_batches": 2, "object_store_memory": 4 * 2**20, "concurrency": 1}
+    chosen = Candidate(settings, 4, 10.0, 4, 4 * 2**17, None, None, 1)
+    result = TuneResult("ray", {}, [chosen], chosen, [], {}, 0.02, None, [])
+    before = ray.data.DataContext.get_current().execution_options.resource_limits.object_store_memory
+    MADE.clear()
+    job = result.apply(make)
+    assert MADE == [{"concurrency": 1}]
+    assert job.loader.context.execution_options.resource_limits.object_store_memory == 4 * 2**20
+    assert job.kwargs == {"batch_size": None, "prefetch_batches": 2}
+    # other datasets keep Ray's default: only this dataset's own context changed
+    assert ray.data.DataContext.get_current().execution_options.resource_limits.object_store_memory == before
+    seen = [int(i) for batch in job.loader.iter_batches(**job.kwargs) for i in batch["id"]]
+    assert sorted(seen) == list(range(120))
+
+
+def test_a_ray_job_is_read_by_a_step_through_one_of_its_iterators(cluster):
+    from queuetune.tune import as_job
+
+    ds = ray.data.range(4)
+    assert as_job(Job(ds, step=len, method="iter_torch_batches")).method == "iter_torch_batches"
+    with pytest.raises(ValueError, match="'iter_batches' or 'iter_torch_batches'"):
+        as_job(Job(ds, step=len, method="predict"))
+    with pytest.raises(ValueError, match="'fit', 'predict' or 'evaluate'"):
+        as_job(Job([1, 2], step=len, method="iter_batches"))
+
+
+def test_cli_tune_a_ray_factory(cluster, tmp_path, capsys):
+    import json
+
+    from queuetune.cli import main
+
+    factory = tmp_path / "factory.py"
+    factory.write_text(
+        "import time\n"
+        "import numpy as np\n"
+        "import ray\n"
+        "from queuetune.tune import Job\n"
+        "def make(concurrency=None):\n"
+        "    # blocks of 8 rows of 8 KiB, read in batches of 2 rows\n"
+        "    ds = ray.data.range(240, override_num_blocks=30).map_batches(\n"
+        "        lambda b: {'x': np.repeat(b['id'][:, None], 1024, axis=1)}, batch_size=None,\n"
+        "        concurrency=concurrency)\n"
+        "    return Job(ds, step=lambda batch: time.sleep(0.005), kwargs={'batch_size': 2})\n"
+    )
+    code = main(["tune", f"{factory}:make", "--framework", "ray", "--steps", "80", "--warmup", "8",
+                 "--rounds", "1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == (0 if out["chosen"] else 1)
+    assert out["framework"] == "ray"
+    assert out["default_settings"] == {"prefetch_batches": 1, "object_store_memory": None, "concurrency": None}
+    assert len(out["trials"]) == len(out["candidates"]) >= 2
+    # the model timed the trainer per block: 4 batches of 2 rows take a block of 8
+    assert out["predictions"]
+    assert all(t["batches"] == 80 for t in out["trials"])
+    assert main(["tune", f"{factory}:make", "--framework", "torch"]) == 2
+    assert "builds a ray loader, not torch" in capsys.readouterr().err

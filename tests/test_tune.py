@@ -1,6 +1,7 @@
 """The tuner: knobs, candidates, the decision, trials end to end, the CLI."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -8,11 +9,15 @@ import numpy as np
 import pytest
 
 from queuetune.cli import main
-from queuetune.knobs import KERAS, QUEUETUNE_PREFETCH, TFDATA_PREFETCH, TORCH, reachable_depths
+from queuetune.knobs import KERAS, QUEUETUNE_PREFETCH, RAY, TFDATA_PREFETCH, TORCH, reachable_depths
 from queuetune.tune import Candidate, Job, TuneResult, _candidates, as_job, decide, load_factory, tune
 
 
 # --- knobs -------------------------------------------------------------------------------
+
+#: Ray's knobs bound to a cluster of 3 CPUs whose default budget is 1000 B, for blocks of 100 B.
+RAY_BOUND = dataclasses.replace(RAY, block_bytes=100, store_budget=1000, cpus=3)
+
 
 @pytest.mark.parametrize(
     "knobs,settings,depth",
@@ -26,13 +31,22 @@ from queuetune.tune import Candidate, Job, TuneResult, _candidates, as_job, deci
         (QUEUETUNE_PREFETCH, {"buffer": 0}, 0),
         (QUEUETUNE_PREFETCH, {"buffer": 3}, 4),
         (TFDATA_PREFETCH, {"buffer": 8}, 9),
+        (RAY_BOUND, {"prefetch_batches": 1, "object_store_memory": 400, "concurrency": 2}, 5),
+        (RAY_BOUND, {"prefetch_batches": 3, "object_store_memory": 399, "concurrency": 1}, 5),
+        # no budget: Ray's default, half the store (1000 B) holds 5 blocks ahead; concurrency: every CPU
+        (RAY_BOUND, {"prefetch_batches": 1, "object_store_memory": None, "concurrency": None}, 3 + 5 + 1),
+        # a budget above the default is cut to it, as Ray's executor does
+        (RAY_BOUND, {"prefetch_batches": 0, "object_store_memory": 10**6, "concurrency": 1}, 1 + 5),
     ],
 )
 def test_depth_of_settings(knobs, settings, depth):
     assert knobs.depth(settings) == depth
 
 
-@pytest.mark.parametrize("knobs,workers", [(KERAS, 4), (KERAS, 1), (TORCH, 3), (TORCH, 0), (QUEUETUNE_PREFETCH, None)])
+@pytest.mark.parametrize(
+    "knobs,workers",
+    [(KERAS, 4), (KERAS, 1), (TORCH, 3), (TORCH, 0), (QUEUETUNE_PREFETCH, None), (RAY_BOUND, 2), (RAY_BOUND, None)],
+)
 def test_settings_for_a_depth_give_that_depth_back(knobs, workers):
     depths = reachable_depths(knobs, workers, 24)
     assert depths
@@ -45,6 +59,17 @@ def test_unreachable_depths():
     assert reachable_depths(KERAS, 4, 4) == [2, 3, 4]  # max_queue_size=0 would be unbounded
     assert reachable_depths(KERAS, 1, 4) == [0]
     assert reachable_depths(QUEUETUNE_PREFETCH, None, 3) == [0, 2, 3]
+    # Ray: the concurrency's blocks, one prefetched and at least one held in the store
+    assert reachable_depths(RAY_BOUND, 2, 6) == [4, 5, 6]
+    assert reachable_depths(RAY_BOUND, None, 6) == [5, 6]
+    # unbound to a dataset (no block size), no budget can be named
+    assert reachable_depths(RAY, 2, 8) == []
+
+
+def test_ray_budget_holds_half_in_blocks():
+    assert RAY_BOUND.settings_for(7, 2) == {"prefetch_batches": 1, "object_store_memory": 800, "concurrency": 2}
+    assert [RAY_BOUND.held(b) for b in (None, 199, 200, 399, 400, 5000)] == [5, 0, 1, 1, 2, 5]
+    assert RAY_BOUND.workers({"concurrency": None}) == 3 and RAY_BOUND.workers({"concurrency": 1}) == 1
 
 
 # --- the decision ------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -377,20 +378,55 @@ def row_releases(trace: Trace, releases: list[float | None]) -> list[float | Non
     >>> row_releases(t, [3.0, 4.0, 5.0])
     [4.0, None]
     """
+    freed: list[float | None] = [None] * len(trace.produced)
+    for c, p, _, last in _rows_taken(trace):
+        if last:
+            freed[p] = releases[c]
+    return freed
+
+
+def consumed_by_block(trace: Trace) -> Trace:
+    """The trace seen one produced batch at a time, for a loader whose consumed
+    batches are cut from produced ones by rows (``meta["match"] == "rows"``: Ray
+    Data's blocks): each produced batch gets one consumed event, that of the
+    consumed batch that takes its first row, with its own rows and bytes. The
+    queue model then times the trainer per block. Other traces come back as they are.
+
+    >>> from queuetune.trace import Produced, Consumed
+    >>> t = Trace(meta={"match": "rows"}, produced=[Produced(0, 1, 8, rows=4), Produced(0, 2, 8, rows=4)],
+    ...           consumed=[Consumed(i, i, rows=2) for i in range(2, 6)])
+    >>> [(c.requested, c.rows, c.nbytes) for c in consumed_by_block(t).consumed]
+    [(2, 4, 8), (4, 4, 8)]
+    """
+    if trace.meta.get("match") != "rows":
+        return trace
+    consumed = []
+    for c, p, first, _ in _rows_taken(trace):
+        if first:
+            block = trace.produced[p]
+            consumed.append(replace(trace.consumed[c], rows=block.rows, nbytes=block.nbytes))
+    return replace(trace, consumed=consumed)
+
+
+def _rows_taken(trace: Trace) -> Iterator[tuple[int, int, bool, bool]]:
+    """``(consumed, produced, first, last)`` positions for each consumed batch
+    taking rows of a produced batch, produced batches first in, first out by
+    the end of their build; ``first``/``last``: it took the produced batch's
+    first/last row."""
     order = sorted(range(len(trace.produced)), key=lambda i: trace.produced[i].end)
     left = [_rows(trace.produced[i].rows) for i in order]
-    freed: list[float | None] = [None] * len(trace.produced)
     position = 0
-    for c, release in zip(trace.consumed, releases):
-        taken = _rows(c.rows)
+    for c, batch in enumerate(trace.consumed):
+        taken = _rows(batch.rows)
         while taken > 0 and position < len(order):
+            p = order[position]
+            first = left[position] == _rows(trace.produced[p].rows)
             use = min(left[position], taken)
             taken -= use
             left[position] -= use
+            yield c, p, first, left[position] == 0
             if left[position] == 0:
-                freed[order[position]] = release
                 position += 1
-    return freed
 
 
 def _rows(rows: int | None) -> int:

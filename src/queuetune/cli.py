@@ -263,7 +263,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 def _configure_tune(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("factory", metavar="FILE.py:FACTORY", help="a function that builds the loader and its consumer")
-    parser.add_argument("--framework", choices=["keras", "torch", "tfdata", "python"], help="fail unless the loader is of this framework")
+    parser.add_argument("--framework", choices=["keras", "torch", "tfdata", "ray", "python"], help="fail unless the loader is of this framework")
     parser.add_argument("--budget", type=_arg(parse_bytes), help="most bytes in flight, e.g. 2GiB")
     parser.add_argument("--tolerance", type=_arg(_fraction), default=0.02, help="throughput that may be given up (default 0.02)")
     parser.add_argument("--steps", type=_positive("steps"), default=100, help="batches per trial (default 100)")

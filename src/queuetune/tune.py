@@ -11,6 +11,7 @@ the tolerance by more than the trials' own noise (:func:`trial_noise`).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -20,11 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analysis import Report, analyze
+from .analysis import Report, analyze, consumed_by_block
 from .knobs import BY_FRAMEWORK, Knobs, reachable_depths
 from .nbytes import nbytes
 from .prefetch import prefetch
-from .kinds import is_dataloader, is_keras_model, is_pydataset, is_tf_dataset
+from .kinds import is_dataloader, is_keras_model, is_pydataset, is_ray_dataset, is_tf_dataset
 from .probe import probe_of, watch
 from .recorder import clock
 from .trace import Trace
@@ -39,7 +40,9 @@ class Job:
 
     The consumer is either ``step`` (called with each batch, for a plain loop) or
     a Keras ``model`` whose ``method`` ("fit", "predict" or "evaluate") is called
-    with the loader and ``kwargs``.
+    with the loader and ``kwargs``. A Ray ``Dataset`` is read with ``step``
+    through its ``method`` "iter_batches" (the default for it) or
+    "iter_torch_batches", called with ``kwargs`` (``batch_size``...).
 
     >>> job = Job(loader=[1, 2, 3], step=print)
     >>> job.method
@@ -79,13 +82,22 @@ def as_job(made: Any) -> Job:
         )
     if job.model is None and job.step is None:
         raise TypeError("the job needs a consumer: a step function or a Keras model")
-    if job.method not in ("fit", "predict", "evaluate"):
+    if is_ray_dataset(job.loader):
+        if job.model is not None:
+            raise TypeError("a Ray dataset is read by a step function, not a Keras model")
+        if job.method not in ("fit", *RAY_METHODS):
+            raise ValueError(f"method must be 'iter_batches' or 'iter_torch_batches', got {job.method!r}")
+    elif job.method not in ("fit", "predict", "evaluate"):
         raise ValueError(f"method must be 'fit', 'predict' or 'evaluate', got {job.method!r}")
     return job
 
 
+#: The iterators of a Ray dataset a job may read it with.
+RAY_METHODS = ("iter_batches", "iter_torch_batches")
+
+
 def detect_framework(loader: Any) -> str:
-    """``keras``, ``torch``, ``tfdata`` or ``python`` (any other iterable).
+    """``keras``, ``torch``, ``tfdata``, ``ray`` or ``python`` (any other iterable).
 
     >>> detect_framework(iter([1]))
     'python'
@@ -96,20 +108,33 @@ def detect_framework(loader: Any) -> str:
         return "torch"
     if is_tf_dataset(loader):
         return "tfdata"
+    if is_ray_dataset(loader):
+        return "ray"
     if isinstance(loader, Iterable):
         return "python"
     raise TypeError(f"cannot tune {type(loader).__name__}: it is not a loader")
 
 
-def default_settings(factory: Factory, loader: Any, framework: str) -> dict[str, Any]:
+def default_settings(factory: Factory, job: Job, framework: str) -> dict[str, Any]:
     """The knob values of the loader the factory builds when given nothing.
 
     A plain iterable is read without prefetch (``buffer=0``); a tf.data factory
     must give its ``buffer`` parameter an integer default (AUTOTUNE's buffer is
-    sized inside TensorFlow, out of the probe's sight).
+    sized inside TensorFlow, out of the probe's sight). A Ray dataset's are the
+    job's ``prefetch_batches`` (Ray's 1 when not given), its context's budget
+    (None: Ray's default) and the factory's ``concurrency`` default (None when
+    it takes none: every CPU).
     """
     if framework == "python":
         return {"buffer": 0}
+    if framework == "ray":
+        from .frameworks.ray import object_store_budget
+
+        return {
+            "prefetch_batches": job.kwargs.get("prefetch_batches", 1),
+            "object_store_memory": object_store_budget(job.loader),
+            "concurrency": _parameter_default(factory, "concurrency"),
+        }
     if framework == "tfdata":
         import inspect
 
@@ -121,7 +146,19 @@ def default_settings(factory: Factory, loader: Any, framework: str) -> dict[str,
                 f"(e.g. def make(buffer=8)); got {value!r}"
             )
         return {"buffer": value}
-    return loader_settings(loader, framework)
+    return loader_settings(job.loader, framework)
+
+
+def _parameter_default(factory: Factory, name: str) -> Any:
+    import inspect
+
+    try:
+        parameter = inspect.signature(factory).parameters.get(name)
+    except (TypeError, ValueError):
+        return None
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return None
+    return parameter.default
 
 
 def loader_settings(loader: Any, framework: str) -> dict[str, Any]:
@@ -220,7 +257,10 @@ class TuneResult:
 
     def apply(self, factory: Factory) -> Any:
         """Build the tuned job with ``factory(**self.kwargs())``; for plain
-        iterables, the loader comes wrapped in queuetune's bounded prefetch."""
+        iterables, the loader comes wrapped in queuetune's bounded prefetch; for
+        a Ray dataset, its context gets the chosen ``object_store_memory`` and
+        ``job.kwargs`` the chosen ``prefetch_batches``: read it with
+        ``job.loader.iter_batches(**job.kwargs)``."""
         job = build(factory, self.framework, self.kwargs())
         if self.framework == "python" and self.chosen is not None and self.chosen.settings["buffer"]:
             job.loader = prefetch(job.loader, self.chosen.settings["buffer"])
@@ -258,18 +298,38 @@ def build(factory: Factory, framework: str, settings: dict[str, Any]) -> Job:
     prefetch buffer to plain iterables itself) and return the job."""
     import inspect
 
-    kwargs = {} if framework == "python" else dict(settings)
+    if framework == "python":
+        kwargs: dict[str, Any] = {}
+    elif framework == "ray":
+        # queuetune sets the budget and the prefetch itself; the factory may take concurrency
+        kwargs = {k: v for k, v in settings.items() if k == "concurrency" and v is not None}
+    else:
+        kwargs = dict(settings)
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
-        return as_job(factory(**kwargs))
+        return _configured(as_job(factory(**kwargs)), framework, settings)
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         names = {p.name for p in parameters}
-        knob = BY_FRAMEWORK[framework].depth_knob if framework != "python" else None
-        if kwargs and knob not in names:
+        knob = BY_FRAMEWORK[framework].depth_knob if framework not in ("python", "ray") else None
+        if kwargs and knob is not None and knob not in names:
             raise TypeError(f"the factory must take the keyword argument {knob!r}")
         kwargs = {k: v for k, v in kwargs.items() if k in names}
-    return as_job(factory(**kwargs))
+    return _configured(as_job(factory(**kwargs)), framework, settings)
+
+
+def _configured(job: Job, framework: str, settings: dict[str, Any]) -> Job:
+    """A Ray job with the settings queuetune applies itself: the budget in the
+    dataset's context and ``prefetch_batches`` among the iterator's arguments."""
+    if framework != "ray":
+        return job
+    from .frameworks.ray import set_object_store_budget
+
+    if settings.get("object_store_memory") is not None:
+        set_object_store_budget(job.loader, settings["object_store_memory"])
+    if "prefetch_batches" in settings:
+        job.kwargs = {**job.kwargs, "prefetch_batches": settings["prefetch_batches"]}
+    return job
 
 
 def run_trial(
@@ -334,7 +394,11 @@ def _consume(job: Job, watched: Any, probe: Any, steps: int) -> None:
         method = getattr(job.model, job.method)
         method(watched, callbacks=[*callbacks, probe.keras_callback(print_report=False)], **kwargs)
         return
-    iterator = iter(watched)
+    if is_ray_dataset(job.loader):
+        method = job.method if job.method in RAY_METHODS else "iter_batches"
+        iterator = iter(getattr(watched, method)(**job.kwargs))
+    else:
+        iterator = iter(watched)
     try:
         for _ in range(steps):
             try:
@@ -502,7 +566,11 @@ def tune(
     probe_job = as_job(factory())
     framework = detect_framework(probe_job.loader)
     knobs = BY_FRAMEWORK[framework]
-    default = default_settings(factory, probe_job.loader, framework)
+    if framework == "ray":
+        from .frameworks.ray import cluster_knobs
+
+        knobs = cluster_knobs()
+    default = default_settings(factory, probe_job, framework)
     if isinstance(probe_job.loader, types.GeneratorType):
         probe_job.loader.close()
     default_workers = knobs.workers(default) if knobs.workers_knob else None
@@ -522,7 +590,14 @@ def tune(
     tick("warm-up")
     base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
     tick("baseline")
-    predictions = _predict(after_warmup(base_trace, warmup), knobs, worker_counts, max_depth, seed)
+    if framework == "ray" and base_trace.produced:
+        # A depth counts blocks: the budget that holds one depends on their size.
+        block = statistics.median(p.nbytes for p in base_trace.produced)
+        knobs = dataclasses.replace(knobs, block_bytes=int(block))
+    # Ray's blocks are cut into batches: the model counts blocks, the warm-up too.
+    blocks = consumed_by_block(base_trace)
+    block_warmup = warmup * len(blocks.consumed) // max(1, len(base_trace.consumed))
+    predictions = _predict(after_warmup(blocks, block_warmup), knobs, worker_counts, max_depth, seed)
     chosen_settings = _candidates(predictions, knobs, default, tolerance, limit, candidates)
     total = 2 + len(chosen_settings) * rounds
 

@@ -26,6 +26,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from . import require
@@ -34,6 +35,7 @@ ray = require("ray", "ray")
 
 import ray.data  # noqa: E402
 
+from ..knobs import RAY, RayKnobs  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
 from ..probe import recorded  # noqa: E402
 from ..recorder import Recorder, clock  # noqa: E402
@@ -224,12 +226,35 @@ def _consume(batches: Iterator[Any], recorder: Recorder, one_row: bool) -> Itera
     return recorded(batches, recorder, record, close_source=True)
 
 
-def object_store_budget() -> int | None:
+def object_store_budget(dataset: Any = None) -> int | None:
     """The bytes Ray Data's executor may hold in the object store, when set
-    (``DataContext.execution_options.resource_limits.object_store_memory``)."""
-    limits = ray.data.DataContext.get_current().execution_options.resource_limits
-    value = getattr(limits, "object_store_memory", None)
+    (``execution_options.resource_limits.object_store_memory`` of the dataset's
+    own context, which it copied from ``DataContext.get_current()`` when read;
+    of the current context without a dataset)."""
+    context = ray.data.DataContext.get_current() if dataset is None else dataset.context
+    value = getattr(context.execution_options.resource_limits, "object_store_memory", None)
     return None if value is None or value == float("inf") else int(value)
+
+
+def set_object_store_budget(dataset: Any, budget: int) -> None:
+    """Limit the bytes ``dataset``'s executor may hold in the object store.
+
+    The limit goes into the dataset's own context, the one its executor reads;
+    datasets derived from the same read share that context.
+    """
+    options = dataset.context.execution_options
+    options.resource_limits = options.resource_limits.copy(object_store_memory=int(budget))
+
+
+def cluster_knobs() -> RayKnobs:
+    """The Ray knobs bound to the connected cluster (connecting as Ray Data
+    would, when not yet connected): its CPUs, and Ray Data's default budget,
+    half the cluster's object store (``resource_manager.py``)."""
+    if not ray.is_initialized():
+        ray.init()
+    resources = ray.cluster_resources()
+    store = int(resources.get("object_store_memory", 0))
+    return replace(RAY, cpus=max(1, int(resources.get("CPU", 1))), store_budget=store // 2)
 
 
 def _is_plain(value: Any) -> bool:
@@ -250,7 +275,7 @@ def watch_dataset(dataset: Any, meta: dict[str, Any], sample_memory: bool) -> tu
         type=type(dataset).__qualname__,
         match="rows",
         settings={
-            "object_store_memory": object_store_budget(),
+            "object_store_memory": object_store_budget(dataset),
             "concurrency": getattr(fusing.get("compute"), "size", None),
             **{k: v for k, v in fusing.items() if k != "compute" and _is_plain(v)},
         },
