@@ -371,3 +371,22 @@ def test_the_startup_backlog_is_what_was_built_before_the_first_request():
     assert startup_backlog(Trace(produced=produced)) == 0
     assert throughput(trace, startup_backlog(trace)) == pytest.approx(5.0)
     assert throughput(trace, 0) == pytest.approx(5 / 0.7)  # what the backlog would add
+
+
+def test_explanation_notes_the_deepest_depth_only_for_a_setting_the_model_ranked():
+    from queuetune.analysis import analyze
+    from queuetune.trace import Trace
+    from queuetune.tune import explain
+
+    deep = Candidate({"buffer": 31}, 32, 100.0, 32, 320, None, None, 3)
+    default = Candidate({"buffer": 99}, 100, 100.0, 40, 400, None, None, 3, is_default=True)
+    predictions = [{"depth": d, "throughput": 100.0} for d in (2, 16, 32)]
+
+    def lines(chosen):
+        result = TuneResult("python", {"buffer": 99}, [deep, default], chosen, predictions, {}, 0.02, None, [])
+        return explain(result, QUEUETUNE_PREFETCH, analyze(Trace()))
+
+    assert any("deepest tried (32)" in line for line in lines(deep))
+    # the default, deeper than any prediction, is not a depth the model tried
+    assert not any("deepest tried" in line for line in lines(default))
+    assert "The default is already the smallest setting that keeps throughput." in lines(default)

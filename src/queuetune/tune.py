@@ -868,7 +868,7 @@ def explain(result: TuneResult, knobs: Knobs, baseline: Report) -> list[str]:
         return lines
     lines.append(f"Chosen: {chosen.label(knobs)}.")
     deepest = max((p["depth"] for p in result.predictions), default=None)
-    if deepest is not None and chosen.depth >= deepest:
+    if deepest is not None and chosen.depth >= deepest and not chosen.is_default:
         lines.append(
             f"The chosen depth is the deepest tried ({deepest}): throughput may still rise "
             "deeper (try a larger max_depth, or a budget)."
