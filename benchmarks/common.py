@@ -32,3 +32,13 @@ def add_paired(comparison: dict[str, Any]) -> None:
     comparison["paired_throughput_ratio"] = statistics.median(throughput) if throughput else None
     comparison["paired_peak_bytes_ratios"] = peak
     comparison["paired_peak_bytes_ratio"] = statistics.median(peak) if peak else None
+
+
+def preamble(title: str, result: dict[str, Any]) -> list[str]:
+    """A benchmark table's first lines: what ran, the versions, the machine and the date."""
+    return [
+        title,
+        "versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()),
+        f"machine: {result['machine']}; date: {result['date']}; took {result['seconds']:.0f} s",
+        "",
+    ]

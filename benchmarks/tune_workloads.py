@@ -73,7 +73,7 @@ import numpy as np  # noqa: E402
 import queuetune  # noqa: E402
 from queuetune.knobs import KERAS  # noqa: E402
 from queuetune.tune import TuneResult, run_trial, tune  # noqa: E402
-from common import add_paired, machine
+from common import add_paired, machine, preamble
 
 SIZE = 128
 DEFAULT = {"workers": 4, "max_queue_size": 10}
@@ -411,14 +411,12 @@ CURVE_DEPTHS = [2, 3, 4, 5, 6, 8, 10, 11, 12, 16, 20, 24, 28, 32]
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [
+    lines = preamble(
         f"queuetune tune on three Keras workloads against workers=4, max_queue_size=10 "
         f"(Keras's own PyDataset default is workers=1, no queue); {result['rounds']} interleaved comparison "
         f"rounds, tuner rounds {result['tune_rounds']}",
-        "versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()),
-        f"machine: {result['machine']}; date: {result['date']}; took {result['seconds']:.0f} s",
-        "",
-    ]
+        result,
+    )
     header = (
         f"{'workload':<14} {'setting':<8} {'queue':<30} {'depth':>5} {'batches/s':>9} {'peak in flight':>19} "
         f"{'peak RSS':>10} {'RSS rise':>10} {'input wait':>10}"
