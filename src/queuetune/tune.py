@@ -545,7 +545,9 @@ def tune(
     ``factory(**settings)`` builds a fresh job (see :class:`Job`) for the knob
     values it is given and uses its own defaults when given none: Keras
     ``workers``/``max_queue_size``, torch ``num_workers``/``prefetch_factor``,
-    tf.data ``buffer``; a plain iterable is prefetched by queuetune itself.
+    tf.data ``buffer``, Ray Data ``concurrency`` (queuetune sets the object-store
+    budget and ``prefetch_batches`` itself); a plain iterable is prefetched by
+    queuetune itself.
 
     >>> def factory():
     ...     return (x for x in range(40)), (lambda batch: None)
