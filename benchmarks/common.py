@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,49 @@ def preamble(title: str, result: dict[str, Any]) -> list[str]:
         f"machine: {result['machine']}; date: {result['date']}; took {result['seconds']:.0f} s",
         "",
     ]
+
+
+def interleaved_comparison(
+    settings: dict[str, dict[str, Any]],
+    rounds: int,
+    run: Callable[[dict[str, Any]], dict[str, Any]],
+    log: Callable[[int], None],
+) -> dict[str, Any]:
+    """``settings["default"]`` and ``settings["tuned"]``, each run once a round in
+    that order (A B A B ...): ``run(settings)`` gives a run's row (``throughput``,
+    ``peak_in_flight_batches``, ``peak_in_flight_bytes``, ``input_bound_fraction``
+    and what else the benchmark keeps); ``log(round)`` after each round. Returns
+    the rows, each setting's summary (median throughput, highest peaks, median
+    input-bound fraction) and the tuned/default ratios, medians and paired."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
+    for round_ in range(rounds):
+        for name, chosen in settings.items():
+            runs[name].append(run(chosen))
+        log(round_ + 1)
+    summary: dict[str, Any] = {"rounds": rounds, "runs": runs}
+    for name, rows in runs.items():
+        fractions = [r["input_bound_fraction"] for r in rows if r["input_bound_fraction"] is not None]
+        summary[name] = {
+            "settings": dict(settings[name]),
+            "throughput": statistics.median(r["throughput"] for r in rows),
+            "throughputs": [r["throughput"] for r in rows],
+            "peak_in_flight_batches": max(r["peak_in_flight_batches"] for r in rows),
+            "peak_in_flight_bytes": max(r["peak_in_flight_bytes"] for r in rows),
+            "input_bound_fraction": statistics.median(fractions) if fractions else None,
+        }
+    d, t = summary["default"], summary["tuned"]
+    summary["throughput_ratio"] = t["throughput"] / d["throughput"] if d["throughput"] else None
+    summary["peak_bytes_ratio"] = (
+        t["peak_in_flight_bytes"] / d["peak_in_flight_bytes"] if d["peak_in_flight_bytes"] else None
+    )
+    add_paired(summary)
+    return summary
+
+
+def throughput_ratios(comparison: dict[str, Any]) -> str:
+    """The tuned/default throughput ratios of a comparison, for a table."""
+    c = comparison
+    return (
+        f"throughput {c['throughput_ratio']:.3f} (paired rounds: median {c['paired_throughput_ratio']:.3f}, "
+        + ", ".join(f"{x:.2f}" for x in c["paired_throughput_ratios"]) + ")"
+    )

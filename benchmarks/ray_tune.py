@@ -51,7 +51,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -70,7 +69,7 @@ import numpy as np  # noqa: E402
 import ray  # noqa: E402
 
 import queuetune  # noqa: E402
-from common import add_paired, machine, preamble  # noqa: E402
+from common import interleaved_comparison, machine, preamble, throughput_ratios  # noqa: E402
 from queuetune.tune import Job, run_trial, tune  # noqa: E402
 
 SIZE = 128
@@ -206,41 +205,24 @@ def workloads(folder: Path, scale: float) -> list[Workload]:
 
 def compare(workload: Workload, tuned: dict[str, Any], depths: dict[str, int | None], rounds: int,
             log: Callable[[str], None]) -> dict[str, Any]:
-    """Default and tuned settings, interleaved A B A B ..."""
-    runs: dict[str, list[dict[str, Any]]] = {"default": [], "tuned": []}
-    for round_ in range(rounds):
-        for name, settings in (("default", DEFAULT), ("tuned", tuned)):
-            _, report, rate = run_trial(workload.make, settings, "ray", workload.steps, workload.warmup)
-            runs[name].append(
-                {
-                    "throughput": rate,
-                    "peak_in_flight_batches": report.peak_in_flight_batches,
-                    "peak_in_flight_bytes": report.peak_in_flight_bytes,
-                    "input_bound_fraction": report.input_bound_fraction,
-                    "nodes": len(report.nodes),
-                }
-            )
-        log(f"  {workload.name}: comparison round {round_ + 1}/{rounds}")
-    summary: dict[str, Any] = {"rounds": rounds, "runs": runs}
-    for name, rows in runs.items():
-        settings = DEFAULT if name == "default" else tuned
-        fractions = [r["input_bound_fraction"] for r in rows if r["input_bound_fraction"] is not None]
-        summary[name] = {
-            "settings": dict(settings),
-            "depth": depths[name],
-            "throughput": statistics.median(r["throughput"] for r in rows),
-            "throughputs": [r["throughput"] for r in rows],
-            "peak_in_flight_batches": max(r["peak_in_flight_batches"] for r in rows),
-            "peak_in_flight_bytes": max(r["peak_in_flight_bytes"] for r in rows),
-            "input_bound_fraction": statistics.median(fractions) if fractions else None,
-            "nodes": max(r["nodes"] for r in rows),
+    """Default and tuned settings, interleaved A B A B ..., with the nodes that built blocks."""
+
+    def run(settings: dict[str, Any]) -> dict[str, Any]:
+        _, report, rate = run_trial(workload.make, settings, "ray", workload.steps, workload.warmup)
+        return {
+            "throughput": rate,
+            "peak_in_flight_batches": report.peak_in_flight_batches,
+            "peak_in_flight_bytes": report.peak_in_flight_bytes,
+            "input_bound_fraction": report.input_bound_fraction,
+            "nodes": len(report.nodes),
         }
-    d, t = summary["default"], summary["tuned"]
-    summary["throughput_ratio"] = t["throughput"] / d["throughput"] if d["throughput"] else None
-    summary["peak_bytes_ratio"] = (
-        t["peak_in_flight_bytes"] / d["peak_in_flight_bytes"] if d["peak_in_flight_bytes"] else None
+
+    summary = interleaved_comparison(
+        {"default": DEFAULT, "tuned": tuned}, rounds, run,
+        lambda done: log(f"  {workload.name}: comparison round {done}/{rounds}"),
     )
-    add_paired(summary)
+    for name in ("default", "tuned"):
+        summary[name].update(depth=depths[name], nodes=max(r["nodes"] for r in summary["runs"][name]))
     return summary
 
 
@@ -347,9 +329,7 @@ def table(result: dict[str, Any]) -> str:
                 f"{row['throughput']:>9.1f} {held:>20} {'n/a' if wait is None else f'{wait:.0%}':>10}"
             )
         lines.append(
-            f"{'':<14} tuned/default: throughput {c['throughput_ratio']:.3f} (paired rounds: median "
-            f"{c['paired_throughput_ratio']:.3f}, " + ", ".join(f"{x:.2f}" for x in c["paired_throughput_ratios"])
-            + f"), peak bytes held {c['peak_bytes_ratio']:.3f} (paired median {c['paired_peak_bytes_ratio']:.3f}); "
+            f"{'':<14} tuned/default: {throughput_ratios(c)}, peak bytes held {c['peak_bytes_ratio']:.3f} (paired median {c['paired_peak_bytes_ratio']:.3f}); "
             f"runs of {entry['steps']} steps (throughput after {entry['warmup']})"
         )
         for line in entry["tune"]["explanation"]:

@@ -73,7 +73,7 @@ import numpy as np  # noqa: E402
 import queuetune  # noqa: E402
 from queuetune.knobs import KERAS  # noqa: E402
 from queuetune.tune import TuneResult, run_trial, tune  # noqa: E402
-from common import add_paired, machine, preamble
+from common import add_paired, interleaved_comparison, machine, preamble, throughput_ratios
 
 SIZE = 128
 DEFAULT = {"workers": 4, "max_queue_size": 10}
@@ -258,46 +258,35 @@ def knee(curve: list[dict[str, Any]]) -> int | None:
 def compare(
     workload: Workload, tuned: dict[str, Any], rounds: int, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Default and tuned settings, interleaved A B A B ..."""
-    runs: dict[str, list[dict[str, Any]]] = {"default": [], "tuned": []}
-    for round_ in range(rounds):
-        for name, settings in (("default", DEFAULT), ("tuned", tuned)):
-            trace, report, rate = run_trial(workload.make, settings, "keras", workload.steps, workload.warmup)
-            runs[name].append(
-                {
-                    "throughput": rate,
-                    "peak_in_flight_batches": report.peak_in_flight_batches,
-                    "peak_in_flight_bytes": report.peak_in_flight_bytes,
-                    "peak_rss_bytes": report.peak_rss_bytes,
-                    "rss_rise_bytes": rss_rise(trace),
-                    "input_bound_fraction": report.input_bound_fraction,
-                }
-            )
-        log(f"  {workload.name}: comparison round {round_ + 1}/{rounds}")
-    summary: dict[str, Any] = {"rounds": rounds, "runs": runs}
-    for name, rows in runs.items():
-        fractions = [r["input_bound_fraction"] for r in rows if r["input_bound_fraction"] is not None]
+    """Default and tuned settings, interleaved A B A B ..., with the process's resident memory."""
+
+    def run(settings: dict[str, Any]) -> dict[str, Any]:
+        trace, report, rate = run_trial(workload.make, settings, "keras", workload.steps, workload.warmup)
+        return {
+            "throughput": rate,
+            "peak_in_flight_batches": report.peak_in_flight_batches,
+            "peak_in_flight_bytes": report.peak_in_flight_bytes,
+            "peak_rss_bytes": report.peak_rss_bytes,
+            "rss_rise_bytes": rss_rise(trace),
+            "input_bound_fraction": report.input_bound_fraction,
+        }
+
+    summary = interleaved_comparison(
+        {"default": DEFAULT, "tuned": tuned}, rounds, run,
+        lambda done: log(f"  {workload.name}: comparison round {done}/{rounds}"),
+    )
+    for name in ("default", "tuned"):
+        rows, row = summary["runs"][name], summary[name]
         rss = [r["peak_rss_bytes"] for r in rows if r["peak_rss_bytes"] is not None]
         rises = [r["rss_rise_bytes"] for r in rows if r["rss_rise_bytes"] is not None]
-        summary[name] = {
-            "settings": dict(DEFAULT if name == "default" else tuned),
-            "depth": KERAS.depth(DEFAULT if name == "default" else tuned),
-            "throughput": statistics.median(r["throughput"] for r in rows),
-            "throughputs": [r["throughput"] for r in rows],
-            "peak_in_flight_batches": max(r["peak_in_flight_batches"] for r in rows),
-            "peak_in_flight_bytes": max(r["peak_in_flight_bytes"] for r in rows),
-            "median_peak_in_flight_bytes": statistics.median(r["peak_in_flight_bytes"] for r in rows),
-            "peak_rss_bytes": max(rss) if rss else None,
-            "rss_rise_bytes": max(rises) if rises else None,
-            "input_bound_fraction": statistics.median(fractions) if fractions else None,
-        }
+        row.update(
+            depth=KERAS.depth(row["settings"]),
+            median_peak_in_flight_bytes=statistics.median(r["peak_in_flight_bytes"] for r in rows),
+            peak_rss_bytes=max(rss) if rss else None,
+            rss_rise_bytes=max(rises) if rises else None,
+        )
     d, t = summary["default"], summary["tuned"]
-    summary["throughput_ratio"] = t["throughput"] / d["throughput"] if d["throughput"] else None
-    summary["peak_bytes_ratio"] = (
-        t["peak_in_flight_bytes"] / d["peak_in_flight_bytes"] if d["peak_in_flight_bytes"] else None
-    )
     summary["peak_rss_ratio"] = t["peak_rss_bytes"] / d["peak_rss_bytes"] if d["peak_rss_bytes"] else None
-    add_paired(summary)
     return summary
 
 
@@ -434,9 +423,7 @@ def table(result: dict[str, Any]) -> str:
                 f"{_mib(row['rss_rise_bytes']):>10} {'n/a' if wait is None else f'{wait:.0%}':>10}"
             )
         lines.append(
-            f"{'':<14} tuned/default: throughput {c['throughput_ratio']:.3f} (paired rounds: median "
-            f"{c['paired_throughput_ratio']:.3f}, " + ", ".join(f"{x:.2f}" for x in c["paired_throughput_ratios"])
-            + f"), peak in-flight bytes {c['peak_bytes_ratio']:.3f} "
+            f"{'':<14} tuned/default: {throughput_ratios(c)}, peak in-flight bytes {c['peak_bytes_ratio']:.3f} "
             f"(paired median {c['paired_peak_bytes_ratio']:.3f}), "
             f"peak RSS {c['peak_rss_ratio']:.3f}; recommended "
             f"{entry['recommended']} (depth {entry['recommended_depth']}); predicted curve stops rising at depth "
