@@ -136,10 +136,7 @@ def default_settings(factory: Factory, job: Job, framework: str) -> dict[str, An
             "concurrency": _parameter_default(factory, "concurrency"),
         }
     if framework == "tfdata":
-        import inspect
-
-        parameter = inspect.signature(factory).parameters.get("buffer")
-        value = None if parameter is None else parameter.default
+        value = _parameter_default(factory, "buffer")
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(
                 "a tf.data factory takes the prefetch size as `buffer` with an integer default "
@@ -150,6 +147,7 @@ def default_settings(factory: Factory, job: Job, framework: str) -> dict[str, An
 
 
 def _parameter_default(factory: Factory, name: str) -> Any:
+    """The default of the factory's keyword argument ``name`` (None when it has none)."""
     import inspect
 
     try:
