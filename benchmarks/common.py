@@ -51,16 +51,18 @@ def interleaved_comparison(
     run: Callable[[dict[str, Any]], dict[str, Any]],
     log: Callable[[int], None],
 ) -> dict[str, Any]:
-    """``settings["default"]`` and ``settings["tuned"]``, each run once a round in
-    that order (A B A B ...): ``run(settings)`` gives a run's row (``throughput``,
+    """``settings["default"]`` and ``settings["tuned"]``, each run once a round,
+    the first of each round alternating (A B, B A, A B ...) so that neither
+    always starts after the other's run: ``run(settings)`` gives a run's row (``throughput``,
     ``peak_in_flight_batches``, ``peak_in_flight_bytes``, ``input_bound_fraction``
     and what else the benchmark keeps); ``log(round)`` after each round. Returns
     the rows, each setting's summary (median throughput, highest peaks, median
     input-bound fraction) and the tuned/default ratios, medians and paired."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
+    names = list(settings)
     for round_ in range(rounds):
-        for name, chosen in settings.items():
-            runs[name].append(run(chosen))
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            runs[name].append(run(settings[name]))
         log(round_ + 1)
     summary: dict[str, Any] = {"rounds": rounds, "runs": runs}
     for name, rows in runs.items():

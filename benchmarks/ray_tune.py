@@ -33,7 +33,7 @@ What is measured, and how (Ray 2.60; the driver is this process):
   throughput against depth with the queue model, measures the candidates it
   ranks best in interleaved rounds and picks the least peak memory within 2 %
   of the best measured throughput.
-- Then default and tuned, interleaved (default, tuned, default, tuned, ...)
+- Then default and tuned, interleaved (default then tuned, then tuned then default, ...)
   with ``queuetune.tune.run_trial``: median throughput after the warm-up
   batches (the pause included), and the peak of blocks held: built by the
   remote tasks and not yet taken by the trainer, with their bytes, counted by
@@ -205,7 +205,7 @@ def workloads(folder: Path, scale: float) -> list[Workload]:
 
 def compare(workload: Workload, tuned: dict[str, Any], depths: dict[str, int | None], rounds: int,
             log: Callable[[str], None]) -> dict[str, Any]:
-    """Default and tuned settings, interleaved A B A B ..., with the nodes that built blocks."""
+    """Default and tuned settings, interleaved A B, B A, A B ..., with the nodes that built blocks."""
 
     def run(settings: dict[str, Any]) -> dict[str, Any]:
         _, report, rate = run_trial(workload.make, settings, "ray", workload.steps, workload.warmup)

@@ -31,7 +31,7 @@ What is measured, and how (Keras 3 on the torch backend, all in one process):
   peak in-flight memory within its tolerance (2 %) of the best measured
   throughput.
 - Then a final comparison of default and tuned settings, interleaved
-  (default, tuned, default, tuned, ...) with ``queuetune.tune.run_trial``:
+  (default then tuned, then tuned then default, ...) with ``queuetune.tune.run_trial``:
   median throughput after the warm-up batches, highest peak in-flight bytes
   (batches built and not yet released by the step, counted by the probe),
   highest peak resident memory of the process and its largest rise within a
@@ -258,7 +258,7 @@ def knee(curve: list[dict[str, Any]]) -> int | None:
 def compare(
     workload: Workload, tuned: dict[str, Any], rounds: int, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Default and tuned settings, interleaved A B A B ..., with the process's resident memory."""
+    """Default and tuned settings, interleaved A B, B A, A B ..., with the process's resident memory."""
 
     def run(settings: dict[str, Any]) -> dict[str, Any]:
         trace, report, rate = run_trial(workload.make, settings, "keras", workload.steps, workload.warmup)
