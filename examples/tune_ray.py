@@ -34,6 +34,6 @@ def step(batch):
 
 def make(concurrency=None):
     dataset = ray.data.range(200_000, override_num_blocks=200_000 // ROWS_PER_BLOCK).map_batches(
-        decode, batch_size=ROWS_PER_BLOCK, concurrency=concurrency
+        decode, batch_size=ROWS_PER_BLOCK, compute=ray.data.TaskPoolStrategy(size=concurrency)
     )
     return Job(dataset, step=step, kwargs={"batch_size": None})
