@@ -285,6 +285,22 @@ def test_out_of_order_a_stall_is_no_reason_to_deepen_by_more_than_one():
 
 
 @pytest.mark.timeout(60)
+def test_the_epochs_end_does_not_deepen_the_queue():
+    """At depth 4 on 4 workers the last batches leave workers idle because nothing
+    is left to start, not for the lack of depth: the consumer waits for each of
+    them (the last four finish 30 ms apart), and the depth stays."""
+    source = Recorded([1000] * 8, [0.030] * 5 + [0.060, 0.090, 0.120])
+    with Prefetcher(source, max_bytes=100_000, workers=4, depth=4, sample_memory=False) as p:
+        taken = []
+        for batch in p:
+            source.taken(batch["i"])
+            taken.append(batch["i"])
+        depths = [m.value for m in p.trace().marks if m.kind == "depth"]
+    assert taken == list(range(8))
+    assert depths == [4]
+
+
+@pytest.mark.timeout(60)
 def test_a_steady_slow_load_deepens_one_batch_at_a_time_up_to_what_the_workers_use():
     """Loads of 20 ms on 4 workers for a 2 ms step: the waits are long, but the
     workers cannot keep up, so no batch ever waits behind another for long:

@@ -566,13 +566,15 @@ class _Epoch:
                     return None
                 raise RuntimeError("prefetcher has nothing to wait for before the end of the epoch")
             ready = [t for t in pending if t.future.done()]  # type: ignore[union-attr]
-            # Depth helps only while a worker sits idle for the lack of it.
+            # Depth helps only while a worker sits idle for the lack of it, not
+            # for the lack of batches left to start (the epoch's end).
             building = sum(1 for t in self.tasks.values() if not t.future.done())  # type: ignore[union-attr]
+            left = not self.exhausted and (self.total is None or self.submitted < self.total)
             estimate = self._estimate()
             seen = _Seen(
                 waited=not ready,
                 full=self.ready >= self.controller.depth,
-                can_grow=building < self._workers(),
+                can_grow=building < self._workers() and left,
                 # Before the first batch is built its size is unknown: no deeper yet.
                 limit=self.owner.max_bytes // estimate if estimate else (None if self.owner._sized else 1),
             )
