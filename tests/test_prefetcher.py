@@ -288,8 +288,10 @@ def test_out_of_order_a_stall_is_no_reason_to_deepen_by_more_than_one():
 def test_the_epochs_end_does_not_deepen_the_queue():
     """At depth 4 on 4 workers the last batches leave workers idle because nothing
     is left to start, not for the lack of depth: the consumer waits for each of
-    them (the last four finish 30 ms apart), and the depth stays."""
-    source = Recorded([1000] * 8, [0.030] * 5 + [0.060, 0.090, 0.120])
+    them (the last four finish 50 ms apart), and the depth stays. Batches 1-3
+    are built 50 ms before batch 0, so the consumer waits only for batch 0
+    until the last four have all been started."""
+    source = Recorded([1000] * 8, [0.060, 0.010, 0.010, 0.010, 0.030, 0.080, 0.130, 0.180])
     with Prefetcher(source, max_bytes=100_000, workers=4, depth=4, sample_memory=False) as p:
         taken = []
         for batch in p:
