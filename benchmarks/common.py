@@ -23,8 +23,8 @@ def machine() -> str:
 
 
 def add_paired(comparison: dict[str, Any]) -> None:
-    """Ratios of each round's tuned run to the default run just before it, and
-    their medians: the interleaved design's estimate, robust to drift over the
+    """Ratios of each round's tuned run to the default run of the same round,
+    and their medians: the interleaved design's estimate, robust to drift over the
     rounds (the ratio of the medians is not)."""
     pairs = list(zip(comparison["runs"]["default"], comparison["runs"]["tuned"]))
     throughput = [t["throughput"] / d["throughput"] for d, t in pairs if d["throughput"]]
@@ -33,6 +33,23 @@ def add_paired(comparison: dict[str, Any]) -> None:
     comparison["paired_throughput_ratio"] = statistics.median(throughput) if throughput else None
     comparison["paired_peak_bytes_ratios"] = peak
     comparison["paired_peak_bytes_ratio"] = statistics.median(peak) if peak else None
+
+
+def mib(value: float | None) -> str:
+    """Bytes in MiB, one decimal, for a table ("n/a" for None)."""
+    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def target_lines(checks: list[dict[str, Any]]) -> list[str]:
+    """A benchmark table's closing "Targets:" lines: each check's status (met,
+    MISSED, or n/a where ``met`` is None), what it asks and its ``value``."""
+    lines = ["Targets:"]
+    for check in checks:
+        status = "n/a   " if check["met"] is None else "met   " if check["met"] else "MISSED"
+        value = check["value"]
+        shown = f"{value:.3f}" if isinstance(value, float) else str(value)
+        lines.append(f"  {status} {check['target']}: {shown}")
+    return lines
 
 
 def preamble(title: str, result: dict[str, Any]) -> list[str]:

@@ -69,7 +69,7 @@ import numpy as np  # noqa: E402
 import ray  # noqa: E402
 
 import queuetune  # noqa: E402
-from common import interleaved_comparison, machine, preamble, throughput_ratios  # noqa: E402
+from common import interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios  # noqa: E402
 from queuetune.tune import Job, run_trial, tune  # noqa: E402
 
 SIZE = 128
@@ -298,14 +298,10 @@ def targets(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 # -- output -----------------------------------------------------------------------------
 
 
-def _mib(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
-
-
 def _settings(settings: dict[str, Any]) -> str:
     budget = settings["object_store_memory"]
     return (
-        f"prefetch {settings['prefetch_batches']}, budget {'default' if budget is None else _mib(budget)}, "
+        f"prefetch {settings['prefetch_batches']}, budget {'default' if budget is None else mib(budget)}, "
         f"concurrency {settings['concurrency'] or 'default'}"
     )
 
@@ -325,7 +321,7 @@ def table(result: dict[str, Any]) -> str:
         c = entry["comparison"]
         for name in ("default", "tuned"):
             row = c[name]
-            held = f"{row['peak_in_flight_batches']} / {_mib(row['peak_in_flight_bytes'])}"
+            held = f"{row['peak_in_flight_batches']} / {mib(row['peak_in_flight_bytes'])}"
             wait = row["input_bound_fraction"]
             lines.append(
                 f"{entry['workload']:<14} {name:<8} {_settings(row['settings']):<50} {row['depth']:>5} "
@@ -343,10 +339,7 @@ def table(result: dict[str, Any]) -> str:
         "not yet taken by the trainer / their bytes); input wait = median input-bound fraction"
     )
     lines.append("")
-    lines.append("Targets:")
-    for check in result["targets"]:
-        status = "n/a   " if check["met"] is None else "met   " if check["met"] else "MISSED"
-        lines.append(f"  {status} {check['target']}: {check['value']}")
+    lines += target_lines(result["targets"])
     return "\n".join(lines)
 
 

@@ -65,7 +65,7 @@ import queuetune
 from queuetune import Prefetcher, shm
 from queuetune.recorder import key_of
 from queuetune.trace import Consumed, Trace
-from common import machine  # noqa: E402
+from common import machine, mib  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -257,9 +257,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(r: dict[str, Any]) -> str:
     w, m, b, s = r["workload"], r["memory"], r["bytes"], r["memory"]["samples"]
-
-    def mib(value: int) -> str:
-        return f"{value / MiB:.1f} MiB"
 
     growth_ok = m["growth_after_settle"] <= m["trace_records_bytes"] + 16 * MiB
     rows = [

@@ -73,7 +73,7 @@ import numpy as np  # noqa: E402
 import queuetune  # noqa: E402
 from queuetune.knobs import KERAS  # noqa: E402
 from queuetune.tune import TuneResult, run_trial, tune  # noqa: E402
-from common import add_paired, interleaved_comparison, machine, preamble, throughput_ratios
+from common import add_paired, interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios
 
 SIZE = 128
 DEFAULT = {"workers": 4, "max_queue_size": 10}
@@ -388,10 +388,6 @@ def targets(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 # -- output -------------------------------------------------------------------------------------
 
 
-def _mib(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
-
-
 def _settings(settings: dict[str, Any]) -> str:
     return f"workers={settings['workers']}, max_queue_size={settings['max_queue_size']}"
 
@@ -415,12 +411,12 @@ def table(result: dict[str, Any]) -> str:
         c = entry["comparison"]
         for name in ("default", "tuned"):
             row = c[name]
-            flight = f"{row['peak_in_flight_batches']} / {_mib(row['peak_in_flight_bytes'])}"
+            flight = f"{row['peak_in_flight_batches']} / {mib(row['peak_in_flight_bytes'])}"
             wait = row["input_bound_fraction"]
             lines.append(
                 f"{entry['workload']:<14} {name:<8} {_settings(row['settings']):<30} {row['depth']:>5} "
-                f"{row['throughput']:>9.1f} {flight:>19} {_mib(row['peak_rss_bytes']):>10} "
-                f"{_mib(row['rss_rise_bytes']):>10} {'n/a' if wait is None else f'{wait:.0%}':>10}"
+                f"{row['throughput']:>9.1f} {flight:>19} {mib(row['peak_rss_bytes']):>10} "
+                f"{mib(row['rss_rise_bytes']):>10} {'n/a' if wait is None else f'{wait:.0%}':>10}"
             )
         lines.append(
             f"{'':<14} tuned/default: {throughput_ratios(c)}, peak in-flight bytes {c['peak_bytes_ratio']:.3f} "
@@ -456,11 +452,7 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"{depth:>5} " + " ".join(cells))
     lines.append("* = the recommended depth")
     lines.append("")
-    lines.append("Targets:")
-    for check in result["targets"]:
-        value = check["value"]
-        shown = f"{value:.3f}" if isinstance(value, float) else str(value)
-        lines.append(f"  {'met   ' if check['met'] else 'MISSED'} {check['target']}: {shown}")
+    lines += target_lines(result["targets"])
     return "\n".join(lines)
 
 
