@@ -369,7 +369,7 @@ def main() -> int:
     entries: dict[str, dict[str, Any]] = {}
     cluster = LocalCluster(nodes=2, cpus=1, object_store=NODE_STORE)
     try:
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        cluster.connect(logging_level="ERROR", log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         for workload in workloads(folder, args.scale):
             if args.only and workload.name not in args.only:
@@ -377,7 +377,7 @@ def main() -> int:
             log(f"{workload.name}: tuning ({time.perf_counter() - started:.0f} s)")
             entries[workload.name] = run_workload(workload, args.tune_rounds, args.rounds, log)
     finally:
-        ray.shutdown()
+        cluster.disconnect()
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
     result = {

@@ -5,10 +5,18 @@ with its own CPUs and object store, all under one temporary folder. The
 processes are not children of the caller (``ray start`` hands them over), so
 :meth:`LocalCluster.stop` finds them by that folder and stops them, and
 checks that none is left.
+
+Ray 2.60 turns on token authentication for a head, and turns a loopback node
+address into the machine's own for a cluster of several nodes
+(``resolve_ip_for_localhost``), so the token is what keeps others out. Each
+cluster makes its own token in its folder and hands its path to every node and
+driver (``RAY_AUTH_TOKEN_PATH``): nothing is read from or written to the home
+directory (Ray's default is ``~/.ray/auth_token``).
 """
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -21,12 +29,10 @@ from pathlib import Path
 import psutil
 
 RAY = str(Path(sys.executable).with_name("ray"))
-#: The environment of the cluster's processes and of its drivers, set before Ray
-#: is imported. A head of Ray 2.60 turns on token authentication (the token in
-#: ~/.ray/auth_token), and the nodes and drivers must then present it. Ray turns
-#: a loopback node address into the machine's own (``resolve_ip_for_localhost``)
-#: for a cluster of several nodes, so the token is what keeps others out.
+#: Set in a driver before Ray is imported (Ray reads the mode once, at import).
 DRIVER_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+#: What else Ray reads of the token; a cluster sets its own path and nothing else.
+_TOKEN_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
 def free_port() -> int:
@@ -43,10 +49,18 @@ class LocalCluster:
         self.folder = tempfile.mkdtemp(prefix="qtray", dir="/tmp")
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.token_path = os.path.join(self.folder, "auth_token")
+        descriptor = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as f:
+            f.write(secrets.token_hex(32))
+        #: The environment of the cluster's nodes and of its drivers.
+        self.env = {**DRIVER_ENV, "RAY_AUTH_TOKEN_PATH": self.token_path}
+        self._saved: dict[str, str | None] | None = None
         common = [
             f"--num-cpus={cpus}", f"--object-store-memory={object_store}", "--disable-usage-stats",
         ]
-        env = dict(os.environ, **DRIVER_ENV)
+        env = {k: v for k, v in os.environ.items() if k not in _TOKEN_VARS}
+        env.update(self.env)
         try:
             self._start(
                 ["--head", f"--port={self.port}", f"--temp-dir={self.folder}", "--include-dashboard=false", *common],
@@ -57,6 +71,34 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def connect(self, **init_args: object) -> None:
+        """``ray.init`` this process to the cluster, presenting the cluster's token.
+
+        Ray caches the token it read; the cache is reset so that a driver that
+        was connected to another cluster before presents this one's.
+        """
+        import ray
+        from ray._raylet import AuthenticationTokenLoader
+
+        self._saved = {name: os.environ.get(name) for name in (*self.env, *_TOKEN_VARS)}
+        for name in _TOKEN_VARS:
+            os.environ.pop(name, None)
+        os.environ.update(self.env)
+        AuthenticationTokenLoader.instance().reset_cache()
+        ray.init(address=self.address, **init_args)
+
+    def disconnect(self) -> None:
+        """``ray.shutdown``, and this process's environment as it was before :meth:`connect`."""
+        import ray
+
+        ray.shutdown()
+        saved, self._saved = self._saved, None
+        for name, value in (saved or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     def _start(self, args: list[str], env: dict[str, str]) -> None:
         result = subprocess.run([RAY, "start", *args], env=env, capture_output=True, text=True, timeout=180)

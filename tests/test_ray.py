@@ -2,10 +2,13 @@
 tasks on each node, batches where the trainer takes them, matched by rows."""
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -23,19 +26,28 @@ ROW_FLOATS = 16_384  # 64 KiB of float32 per row
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Two nodes of one CPU each; the driver connects to the head's address."""
+    """Two nodes of one CPU each; the driver connects to the head's address with
+    the cluster's own token, and nothing under ``~/.ray`` is read or written."""
+    home_ray = Path.home() / ".ray"
+    before = _listing(home_ray)
     local = LocalCluster(nodes=2, cpus=1, object_store=128 * 2**20)
     try:
-        ray.init(address=local.address, logging_level="ERROR", log_to_driver=False)
-        # The remote tasks cannot import this test module: send its functions by value.
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
         try:
+            local.connect(logging_level="ERROR", log_to_driver=False)
+            # The remote tasks cannot import this test module: send its functions by value.
+            ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
             yield local
         finally:
-            ray.shutdown()
+            local.disconnect()
     finally:
         local.stop()
     assert local.processes() == []
+    assert _listing(home_ray) == before
+    assert os.environ.get("RAY_AUTH_TOKEN_PATH") != local.token_path
+
+
+def _listing(folder: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*")} if folder.exists() else {}
 
 
 def collectors() -> list[str]:
@@ -70,6 +82,21 @@ def consume(watched, **kwargs):
     for batch in watched.iter_batches(**kwargs):
         seen.extend(int(i) for i in batch["id"])
     return seen
+
+
+def test_the_cluster_brings_its_own_token(cluster):
+    """Every node and this driver read the token in the cluster's folder, not ~/.ray."""
+    assert os.stat(cluster.token_path).st_mode & 0o777 == 0o600
+    assert os.environ["RAY_AUTH_TOKEN_PATH"] == cluster.token_path
+    environments = []
+    for process in cluster.processes():
+        try:
+            environments.append(process.environ())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    assert len(environments) >= 2  # a head and a worker node at least
+    assert {e.get("RAY_AUTH_TOKEN_PATH") for e in environments} == {cluster.token_path}
+    assert all(e.get("RAY_AUTH_MODE") == "token" and "RAY_AUTH_TOKEN" not in e for e in environments)
 
 
 def test_blocks_are_counted_on_each_node_and_batches_where_taken(cluster):
