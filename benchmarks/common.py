@@ -1,4 +1,5 @@
 """What every benchmark prints about the machine it ran on."""
+
 from __future__ import annotations
 
 import os
@@ -106,5 +107,6 @@ def throughput_ratios(comparison: dict[str, Any]) -> str:
     c = comparison
     return (
         f"throughput {c['throughput_ratio']:.3f} (paired rounds: median {c['paired_throughput_ratio']:.3f}, "
-        + ", ".join(f"{x:.2f}" for x in c["paired_throughput_ratios"]) + ")"
+        + ", ".join(f"{x:.2f}" for x in c["paired_throughput_ratios"])
+        + ")"
     )

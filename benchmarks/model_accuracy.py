@@ -54,6 +54,7 @@ What is measured, and how:
   torch round-robin, a place freed at the take, batches crossing a pipe
   (``transit_time``); Keras a shared pool, a place freed at the request.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,11 +73,11 @@ from typing import Any
 import numpy as np
 
 import queuetune
+from common import machine
 from queuetune.analysis import match
 from queuetune.queue_model import PipelineModel, handover_time, simulate, transit_time
 from queuetune.trace import Trace
 from queuetune.tune import after_warmup, run_trial
-from common import machine
 
 ITEM_FLOATS = 16_384  # 64 KiB of float32 per batch
 CONSUMER_LOW, CONSUMER_HIGH = 0.006, 0.008
@@ -293,7 +294,6 @@ def versions(loaders: list[Loader]) -> dict[str, str]:
     return found
 
 
-
 def _entry(loader: Loader, workload: Workload, producer: np.ndarray) -> dict[str, Any]:
     """A loader and distribution: a row per setting, and room for each round's
     model and predictions."""
@@ -377,9 +377,7 @@ def run(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     consumer = np.random.default_rng(seed).uniform(CONSUMER_LOW, CONSUMER_HIGH, steps)
-    producers = {
-        w.name: w.draw(np.random.default_rng([seed, number]), steps) for number, w in enumerate(WORKLOADS)
-    }
+    producers = {w.name: w.draw(np.random.default_rng([seed, number]), steps) for number, w in enumerate(WORKLOADS)}
     factories = {
         (loader.framework, w.name): loader.make_factory(producers[w.name], consumer)
         for loader in loaders
@@ -485,7 +483,8 @@ def table(result: dict[str, Any]) -> str:
         lines.append(
             f"{'':<6} model: producer mean {m['producer_mean_ms']:.1f} ms (median {m['producer_median_ms']:.1f}), "
             f"step mean {m['consumer_mean_ms']:.2f} ms incl. hand-over {m['handover_ms']:.2f} ms, "
-            f"transit {m['transit_ms']:.2f} ms, dispatch {m.get('dispatch_ms', 0.0):.2f} ms, {m['workers']} workers, {m['assignment']} assignment, "
+            f"transit {m['transit_ms']:.2f} ms, dispatch {m.get('dispatch_ms', 0.0):.2f} ms, "
+            f"{m['workers']} workers, {m['assignment']} assignment, "
             f"place freed at the {m['release']}; fitted to {_settings_text(entry['baseline']['settings'])} "
             f"(medians over the rounds)"
         )

@@ -63,6 +63,7 @@ rounds of each workload):
   and with a budget of 40 batches; checked against the same targets, shown
   apart from the default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,12 +81,12 @@ from typing import Any
 os.environ.setdefault("KERAS_BACKEND", "torch")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import queuetune  # noqa: E402
-from queuetune.analysis import match  # noqa: E402
-from queuetune.tune import throughput  # noqa: E402
-from common import machine  # noqa: E402
+import queuetune
+from common import machine
+from queuetune.analysis import match
+from queuetune.tune import throughput
 
 ROWS, COLS, LABELS = 512, 1024, 512
 BATCH_BYTES = ROWS * COLS * 4 + LABELS * 8
@@ -105,8 +106,16 @@ MiB = 1024 * 1024
 
 class Workload:
     def __init__(
-        self, name: str, load: float, step: float, steps: int, warmup: int,
-        stall: float = 0.0, p: float = 0.0, pause: float = 0.0, extras: tuple[str, ...] = (),
+        self,
+        name: str,
+        load: float,
+        step: float,
+        steps: int,
+        warmup: int,
+        stall: float = 0.0,
+        p: float = 0.0,
+        pause: float = 0.0,
+        extras: tuple[str, ...] = (),
     ) -> None:
         self.name, self.load, self.step, self.steps, self.warmup = name, load, step, steps, warmup
         self.stall, self.p, self.pause, self.extras = stall, p, pause, extras
@@ -293,7 +302,9 @@ def result(loader: str, trace: Any, report: Any, w: Workload, observable: bool =
     return row
 
 
-def run_prefetcher(w: Workload, ordered: bool = True, max_bytes: int = MAX_BYTES, name: str = "prefetcher") -> dict[str, Any]:
+def run_prefetcher(
+    w: Workload, ordered: bool = True, max_bytes: int = MAX_BYTES, name: str = "prefetcher"
+) -> dict[str, Any]:
     p = queuetune.Prefetcher(Batches(w), max_bytes=max_bytes, workers=WORKERS, mode="thread", ordered=ordered)
     try:
         consume(p, w)
@@ -334,7 +345,11 @@ def run_keras(w: Workload) -> dict[str, Any]:
     probe = queuetune.probe_of(watched)
     try:
         model.fit(
-            watched, epochs=1, steps_per_epoch=w.steps, shuffle=False, verbose=0,
+            watched,
+            epochs=1,
+            steps_per_epoch=w.steps,
+            shuffle=False,
+            verbose=0,
             callbacks=[probe.keras_callback(print_report=False)],
         )
         probe.settle(quiet=0.05, timeout=2.0)
@@ -389,7 +404,10 @@ def run_tf(w: Workload) -> dict[str, Any]:
 
 
 RUNNERS = {
-    "prefetcher": run_prefetcher, "keras": run_keras, "torch": run_torch, "tf.data": run_tf,
+    "prefetcher": run_prefetcher,
+    "keras": run_keras,
+    "torch": run_torch,
+    "tf.data": run_tf,
     UNORDERED: lambda w: run_prefetcher(w, ordered=False, name=UNORDERED),
     DEEP: lambda w: run_prefetcher(w, max_bytes=DEEP_BUDGET_BATCHES * BATCH_BYTES, name=DEEP),
 }
@@ -401,7 +419,7 @@ def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, A
         if not rs:
             continue
 
-        def peak(key: str) -> int | None:
+        def peak(key: str, rs: list[dict[str, Any]] = rs) -> int | None:
             values = [r[key] for r in rs if r[key] is not None]
             return max(values) if values else None
 
@@ -417,7 +435,9 @@ def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, A
             "rss_rise_bytes": peak("rss_rise_bytes"),
             "input_bound_fraction": statistics.median(
                 r["input_bound_fraction"] for r in rs if r["input_bound_fraction"] is not None
-            ) if any(r["input_bound_fraction"] is not None for r in rs) else None,
+            )
+            if any(r["input_bound_fraction"] is not None for r in rs)
+            else None,
         }
         if name.startswith("prefetcher"):
             rows[name]["depth_marks"] = [r.get("depth_marks", []) for r in rs]
@@ -426,9 +446,15 @@ def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, A
     best = others[best_other]["throughput"]  # the reference: the best of the other loaders
     checks = {name: check(w, rows[name], others, best_other) for name in rows if name.startswith("prefetcher")}
     return {
-        "workload": w.name, "description": w.describe(), "physical_minimum_batches": w.minimum,
-        "physical_minimum": w.why, "note": w.note, "loaders": rows, "best_other": best_other,
-        "ratio": rows["prefetcher"]["throughput"] / best, "checks": checks["prefetcher"],
+        "workload": w.name,
+        "description": w.describe(),
+        "physical_minimum_batches": w.minimum,
+        "physical_minimum": w.why,
+        "note": w.note,
+        "loaders": rows,
+        "best_other": best_other,
+        "ratio": rows["prefetcher"]["throughput"] / best,
+        "checks": checks["prefetcher"],
         "extra_checks": {k: v for k, v in checks.items() if k != "prefetcher"},
     }
 
@@ -439,8 +465,7 @@ def check(w: Workload, pf: dict[str, Any], others: dict[str, Any], best_other: s
     best = others[best_other]["throughput"]
     ratio = pf["throughput"] / best
     reaching = {
-        k: v for k, v in others.items()
-        if v["throughput"] >= TOLERANCE * best and v["peak_started_bytes"] is not None
+        k: v for k, v in others.items() if v["throughput"] >= TOLERANCE * best and v["peak_started_bytes"] is not None
     }
     smallest = min(reaching, key=lambda k: reaching[k]["peak_started_bytes"]) if reaching else None
     checks = {
@@ -470,8 +495,7 @@ def check(w: Workload, pf: dict[str, Any], others: dict[str, Any], best_other: s
     if w.pause:
         deepest = max((max(m) for m in pf["depth_marks"] if m), default=0)
         checks["pause_within_budget"] = {
-            "met": pf["peak_started_bytes"] <= MAX_BYTES + BATCH_BYTES
-            and pf["peak_started_batches"] <= deepest + 1,
+            "met": pf["peak_started_bytes"] <= MAX_BYTES + BATCH_BYTES and pf["peak_started_batches"] <= deepest + 1,
             "detail": f"peak {pf['peak_started_batches']} batches / {pf['peak_started_bytes'] / MiB:.1f} MiB started "
             f"and not released vs max_bytes {MAX_BYTES / MiB:.1f} MiB + the batch in the step, and vs the deepest "
             f"depth reached {deepest} + the batch in the step",
@@ -485,8 +509,12 @@ def versions() -> dict[str, str]:
     import torch
 
     return {
-        "python": platform.python_version(), "torch": torch.__version__, "keras": keras.__version__,
-        "tensorflow": tf.__version__, "numpy": np.__version__, "queuetune": queuetune.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "keras": keras.__version__,
+        "tensorflow": tf.__version__,
+        "numpy": np.__version__,
+        "queuetune": queuetune.__version__,
     }
 
 
@@ -519,11 +547,13 @@ def table(data: dict[str, Any]) -> str:
                 continue
             tp = f"{r['throughput']:.1f} ({', '.join(f'{t:.1f}' for t in r['throughputs'])})"
             started = (
-                "not observable" if r["peak_started_bytes"] is None
+                "not observable"
+                if r["peak_started_bytes"] is None
                 else f"{r['peak_started_batches']} b / {fmt_bytes(r['peak_started_bytes'])}"
             )
             built = (
-                "not observable" if r["peak_in_flight_bytes"] is None
+                "not observable"
+                if r["peak_in_flight_bytes"] is None
                 else f"{r['peak_in_flight_batches']} b / {fmt_bytes(r['peak_in_flight_bytes'])}"
             )
             mean = "" if r["mean_in_flight_batches"] is None else f"{r['mean_in_flight_batches']:.1f}"
@@ -557,8 +587,8 @@ def main() -> int:
 
     started = time.monotonic()
     selected = [w for w in workloads(args.scale) if not args.only or w.name in args.only]
-    import tensorflow  # noqa: F401  (imported up front, not inside the first timed tf run)
     import keras  # noqa: F401
+    import tensorflow  # noqa: F401  (imported up front, not inside the first timed tf run)
     import torch  # noqa: F401
 
     summaries = []
@@ -572,11 +602,12 @@ def main() -> int:
                 print(
                     f"{w.name} round {r + 1} {name}: {row['throughput']:.1f}/s, "
                     f"peak started {row['peak_started_batches']} b, built {row['peak_in_flight_batches']} b",
-                    file=sys.stderr, flush=True,
+                    file=sys.stderr,
+                    flush=True,
                 )
         summaries.append(summarize(w, runs))
     data = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "versions": versions(),
         "rounds": args.rounds,

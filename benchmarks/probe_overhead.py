@@ -8,6 +8,7 @@ the overhead per batch is the difference of the medians. A second part times the
 record a worker process writes to the probe's pipe (Keras use_multiprocessing,
 torch DataLoader workers).
 """
+
 from __future__ import annotations
 
 import argparse

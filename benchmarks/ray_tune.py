@@ -43,6 +43,7 @@ What is measured, and how (Ray 2.60; the driver is this process):
   paired rounds), and in the pause workloads no more blocks held than the
   tuned depth plus one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,16 +62,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from ray_cluster import DRIVER_ENV, LocalCluster  # noqa: E402
+from ray_cluster import DRIVER_ENV, LocalCluster
 
 os.environ.update(DRIVER_ENV)
 
-import numpy as np  # noqa: E402
-import ray  # noqa: E402
+import numpy as np
+import ray
 
-import queuetune  # noqa: E402
-from common import interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios  # noqa: E402
-from queuetune.tune import Job, run_trial, tune  # noqa: E402
+import queuetune
+from common import interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios
+from queuetune.tune import Job, run_trial, tune
 
 SIZE = 128
 PER_BLOCK = 16
@@ -189,22 +190,43 @@ def pause(steps: int, step_seconds: float) -> Callable[..., Any]:
 def workloads(folder: Path, scale: float) -> list[Workload]:
     compute_steps, input_steps, pause_steps = int(60 * scale), int(200 * scale), max(int(80 * scale), PAUSE_AT + 10)
     return [
-        Workload("compute-bound", "16 random 128x128x3 float32 images per block; a 60 ms accelerator step",
-                 compute_bound(compute_steps), compute_steps, 10),
-        Workload("input-bound", "16 PNG files of 128x128 decoded per block (Pillow); the step takes a mean",
-                 input_bound(write_pngs(folder, 256), input_steps), input_steps, 10),
-        Workload("pause", f"12 MiB blocks built in 10 ms, a 2 ms step, a {PAUSE:.0f} s pause after batch {PAUSE_AT}",
-                 pause(pause_steps, 0.002), pause_steps, 5),
-        Workload("pause-training", f"the same blocks, a 25 ms step, a {PAUSE:.0f} s pause after batch {PAUSE_AT}",
-                 pause(pause_steps, 0.025), pause_steps, 5),
+        Workload(
+            "compute-bound",
+            "16 random 128x128x3 float32 images per block; a 60 ms accelerator step",
+            compute_bound(compute_steps),
+            compute_steps,
+            10,
+        ),
+        Workload(
+            "input-bound",
+            "16 PNG files of 128x128 decoded per block (Pillow); the step takes a mean",
+            input_bound(write_pngs(folder, 256), input_steps),
+            input_steps,
+            10,
+        ),
+        Workload(
+            "pause",
+            f"12 MiB blocks built in 10 ms, a 2 ms step, a {PAUSE:.0f} s pause after batch {PAUSE_AT}",
+            pause(pause_steps, 0.002),
+            pause_steps,
+            5,
+        ),
+        Workload(
+            "pause-training",
+            f"the same blocks, a 25 ms step, a {PAUSE:.0f} s pause after batch {PAUSE_AT}",
+            pause(pause_steps, 0.025),
+            pause_steps,
+            5,
+        ),
     ]
 
 
 # -- runs -------------------------------------------------------------------------------
 
 
-def compare(workload: Workload, tuned: dict[str, Any], depths: dict[str, int | None], rounds: int,
-            log: Callable[[str], None]) -> dict[str, Any]:
+def compare(
+    workload: Workload, tuned: dict[str, Any], depths: dict[str, int | None], rounds: int, log: Callable[[str], None]
+) -> dict[str, Any]:
     """Default and tuned settings, interleaved A B, B A, A B ..., with the nodes that built blocks."""
 
     def run(settings: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +240,9 @@ def compare(workload: Workload, tuned: dict[str, Any], depths: dict[str, int | N
         }
 
     summary = interleaved_comparison(
-        {"default": DEFAULT, "tuned": tuned}, rounds, run,
+        {"default": DEFAULT, "tuned": tuned},
+        rounds,
+        run,
         lambda done: log(f"  {workload.name}: comparison round {done}/{rounds}"),
     )
     for name in ("default", "tuned"):
@@ -235,8 +259,7 @@ def run_workload(workload: Workload, tune_rounds: int, rounds: int, log: Callabl
     result = tune(workload.make, steps=workload.steps, warmup=workload.warmup, rounds=tune_rounds, progress=progress)
     tuned = {**DEFAULT, **result.kwargs()}
     default = result.default
-    depths = {"default": default.depth if default else None,
-              "tuned": result.chosen.depth if result.chosen else None}
+    depths = {"default": default.depth if default else None, "tuned": result.chosen.depth if result.chosen else None}
     comparison = compare(workload, tuned, depths, rounds, log)
     return {
         "workload": workload.name,
@@ -328,7 +351,8 @@ def table(result: dict[str, Any]) -> str:
                 f"{row['throughput']:>9.1f} {held:>20} {'n/a' if wait is None else f'{wait:.0%}':>10}"
             )
         lines.append(
-            f"{'':<14} tuned/default: {throughput_ratios(c)}, peak bytes held {c['peak_bytes_ratio']:.3f} (paired median {c['paired_peak_bytes_ratio']:.3f}); "
+            f"{'':<14} tuned/default: {throughput_ratios(c)}, peak bytes held {c['peak_bytes_ratio']:.3f} "
+            f"(paired median {c['paired_peak_bytes_ratio']:.3f}); "
             f"runs of {entry['steps']} steps (throughput after {entry['warmup']})"
         )
         for line in entry["tune"]["explanation"]:

@@ -42,6 +42,7 @@ What is measured, and how:
 - The depth the adaptive controller settled at: its last decision, its
   deepest, and the depth the budget allows.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,10 +63,10 @@ import numpy as np
 import psutil
 
 import queuetune
+from common import machine, mib
 from queuetune import Prefetcher, shm
 from queuetune.recorder import key_of
 from queuetune.trace import Consumed, Trace
-from common import machine, mib  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -101,8 +102,12 @@ def memory() -> dict[str, int]:
             continue
         rss_children += info.rss
         uss_children += info.uss
-    return {"rss": me.memory_info().rss, "children_rss": rss_children, "children_uss": uss_children,
-            "children": len(children)}
+    return {
+        "rss": me.memory_info().rss,
+        "children_rss": rss_children,
+        "children_uss": uss_children,
+        "children": len(children),
+    }
 
 
 def peaks(trace: Any, max_bytes: int) -> dict[str, int]:
@@ -139,7 +144,9 @@ def last_epoch(trace: Trace) -> Trace:
     begin = max(m.t for m in trace.marks if m.kind == "run_begin")
     run = max(c.run for c in trace.consumed) if trace.consumed else None
     return Trace(
-        meta=trace.meta, start=begin, end=trace.end,
+        meta=trace.meta,
+        start=begin,
+        end=trace.end,
         produced=[p for p in trace.produced if p.start >= begin],
         consumed=[c for c in trace.consumed if c.run == run],
         marks=[m for m in trace.marks if m.t >= begin],
@@ -195,14 +202,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bytes_peaks["unmatched"] += found["unmatched"]
         depths += [m.value for m in window.marks if m.kind == "depth"]
         errors += [m.value for m in window.marks if m.kind == "error"]
-        epochs.append({
-            "epoch": epoch, "seconds": seconds, "delivered": sum(counts.values()),
-            "distinct": len(counts), "exactly_once": once, "bad_batches": bad, "memory": middle or memory(),
-        })
+        epochs.append(
+            {
+                "epoch": epoch,
+                "seconds": seconds,
+                "delivered": sum(counts.values()),
+                "distinct": len(counts),
+                "exactly_once": once,
+                "bad_batches": bad,
+                "memory": middle or memory(),
+            }
+        )
         if epoch + 1 == args.settle:
             samples["settled"] = epochs[-1]["memory"]
-        print(f"epoch {epoch}: {sum(counts.values())} batches, exactly once: {once}, "
-              f"{seconds:.1f} s, RSS {epochs[-1]['memory']['rss'] / MiB:.1f} MiB", file=sys.stderr, flush=True)
+        print(
+            f"epoch {epoch}: {sum(counts.values())} batches, exactly once: {once}, "
+            f"{seconds:.1f} s, RSS {epochs[-1]['memory']['rss'] / MiB:.1f} MiB",
+            file=sys.stderr,
+            flush=True,
+        )
     trace = p.trace()
     kept = p.recorder.keep_runs or args.epochs
     p.close()
@@ -219,16 +237,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     settled = samples.get("settled", samples["start"])
     total_batches = args.epochs * args.batches
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        "versions": {"python": platform.python_version(), "numpy": np.__version__,
-                     "queuetune": queuetune.__version__, "psutil": psutil.__version__},
+        "versions": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "queuetune": queuetune.__version__,
+            "psutil": psutil.__version__,
+        },
         "command": " ".join(["benchmarks/soak.py", *sys.argv[1:]]),
         "workload": {
-            "epochs": args.epochs, "batches_per_epoch": args.batches, "batch_bytes": batch_bytes,
-            "workers": args.workers, "mode": args.mode, "shuffle": True, "seed": args.seed,
-            "budget_batches": args.budget_batches, "max_bytes": max_bytes, "step_ms": args.step_ms,
-            "stall_every": args.stall_every, "stall_ms": args.stall_ms,
+            "epochs": args.epochs,
+            "batches_per_epoch": args.batches,
+            "batch_bytes": batch_bytes,
+            "workers": args.workers,
+            "mode": args.mode,
+            "shuffle": True,
+            "seed": args.seed,
+            "budget_batches": args.budget_batches,
+            "max_bytes": max_bytes,
+            "step_ms": args.step_ms,
+            "stall_every": args.stall_every,
+            "stall_ms": args.stall_ms,
             "settle_epochs": args.settle,
         },
         "seconds": time.monotonic() - started,
@@ -244,12 +274,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "growth_after_settle": samples["end"]["rss"] - settled["rss"],
             "trace_records": len(trace.produced) + len(trace.consumed),
             "trace_epochs_kept": kept,
-            "trace_records_bytes": record_bytes(
-                (min(args.epochs, kept) - min(args.settle, kept)) * args.batches
-            ),
+            "trace_records_bytes": record_bytes((min(args.epochs, kept) - min(args.settle, kept)) * args.batches),
         },
-        "depth": {"last": depths[-1] if depths else None, "deepest": max(depths, default=None),
-                  "decisions": len(depths), "budget_allows": max_bytes // batch_bytes},
+        "depth": {
+            "last": depths[-1] if depths else None,
+            "deepest": max(depths, default=None),
+            "decisions": len(depths),
+            "budget_allows": max_bytes // batch_bytes,
+        },
         "left_after_close": left,
         "epochs": epochs,
     }
@@ -260,31 +292,55 @@ def table(r: dict[str, Any]) -> str:
 
     growth_ok = m["growth_after_settle"] <= m["trace_records_bytes"] + 16 * MiB
     rows = [
-        ("workload", f"{w['epochs']} epochs x {w['batches_per_epoch']} batches of {mib(w['batch_bytes'])}, "
-                     f"shuffled, mode={w['mode']}, workers={w['workers']}, max_bytes={w['budget_batches']} "
-                     f"batches = {mib(w['max_bytes'])}, consumer step {w['step_ms']} ms, every {w['stall_every']}th "
-                     f"batch {w['stall_ms']} ms slower to build"),
+        (
+            "workload",
+            f"{w['epochs']} epochs x {w['batches_per_epoch']} batches of {mib(w['batch_bytes'])}, "
+            f"shuffled, mode={w['mode']}, workers={w['workers']}, max_bytes={w['budget_batches']} "
+            f"batches = {mib(w['max_bytes'])}, consumer step {w['step_ms']} ms, every {w['stall_every']}th "
+            f"batch {w['stall_ms']} ms slower to build",
+        ),
         ("wall", f"{r['seconds']:.0f} s"),
         ("batches delivered", f"{sum(e['delivered'] for e in r['epochs'])} of {r['batches']}"),
-        ("epochs exactly once", f"{r['epochs_exactly_once']} of {w['epochs']} (batches with wrong data: {r['bad_batches']})"),
+        (
+            "epochs exactly once",
+            f"{r['epochs_exactly_once']} of {w['epochs']} (batches with wrong data: {r['bad_batches']})",
+        ),
         ("errors", ", ".join(r["errors"]) or "none"),
-        ("peak built, not handed over", f"{mib(b['built'])} vs max_bytes {mib(b['max_bytes'])}: "
-                                        f"{'within' if b['built'] <= b['max_bytes'] else 'OVER'}"),
-        ("peak started, not handed over", f"{mib(b['started'])}: {'within' if b['started'] <= b['max_bytes'] else 'OVER'}"
-                                          f" (batches unmatched: {b['unmatched']})"),
+        (
+            "peak built, not handed over",
+            f"{mib(b['built'])} vs max_bytes {mib(b['max_bytes'])}: "
+            f"{'within' if b['built'] <= b['max_bytes'] else 'OVER'}",
+        ),
+        (
+            "peak started, not handed over",
+            f"{mib(b['started'])}: {'within' if b['started'] <= b['max_bytes'] else 'OVER'}"
+            f" (batches unmatched: {b['unmatched']})",
+        ),
         ("RSS at start", mib(s["start"]["rss"])),
-        (f"RSS in epoch {w['settle_epochs'] - 1}", f"{mib(s['settled']['rss'])}; workers: RSS {mib(s['settled']['children_rss'])}, "
-                                                  f"USS {mib(s['settled']['children_uss'])}"),
-        ("RSS in the last epoch", f"{mib(s['end']['rss'])}; workers: RSS {mib(s['end']['children_rss'])}, "
-                                  f"USS {mib(s['end']['children_uss'])}"),
+        (
+            f"RSS in epoch {w['settle_epochs'] - 1}",
+            f"{mib(s['settled']['rss'])}; workers: RSS {mib(s['settled']['children_rss'])}, "
+            f"USS {mib(s['settled']['children_uss'])}",
+        ),
+        (
+            "RSS in the last epoch",
+            f"{mib(s['end']['rss'])}; workers: RSS {mib(s['end']['children_rss'])}, "
+            f"USS {mib(s['end']['children_uss'])}",
+        ),
         ("RSS after close", f"{mib(s['after_close']['rss'])}; children {s['after_close']['children']}"),
         ("peak RSS (sampler)", f"{mib(m['peak_rss'])}; with workers' USS {mib(m['peak_rss_plus_children_uss'])}"),
-        ("growth after settling", f"{m['growth_after_settle'] / MiB:+.1f} MiB; the trace's records added since "
-                                  f"(it keeps {m.get('trace_epochs_kept', w['epochs'])} epochs): "
-                                  f"{mib(m['trace_records_bytes'])} ({'noise' if growth_ok else 'GROWTH'})"),
+        (
+            "growth after settling",
+            f"{m['growth_after_settle'] / MiB:+.1f} MiB; the trace's records added since "
+            f"(it keeps {m.get('trace_epochs_kept', w['epochs'])} epochs): "
+            f"{mib(m['trace_records_bytes'])} ({'noise' if growth_ok else 'GROWTH'})",
+        ),
         ("left after close", ", ".join(f"{k} {v}" for k, v in r["left_after_close"].items())),
-        ("depth", f"settled at {r['depth']['last']} (deepest {r['depth']['deepest']}, {r['depth']['decisions']} "
-                  f"decisions; the budget allows {r['depth']['budget_allows']})"),
+        (
+            "depth",
+            f"settled at {r['depth']['last']} (deepest {r['depth']['deepest']}, {r['depth']['decisions']} "
+            f"decisions; the budget allows {r['depth']['budget_allows']})",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [
@@ -296,8 +352,11 @@ def table(r: dict[str, Any]) -> str:
         *(f"{k:<{width}}  {v}" for k, v in rows),
         "",
         "per epoch (mid-epoch memory): seconds, RSS (MiB), workers' RSS (MiB), workers' USS (MiB)",
-        *(f"  {e['epoch']:>3}  {e['seconds']:6.1f}  {e['memory']['rss'] / MiB:7.1f}  "
-          f"{e['memory']['children_rss'] / MiB:7.1f}  {e['memory']['children_uss'] / MiB:6.1f}" for e in r["epochs"]),
+        *(
+            f"  {e['epoch']:>3}  {e['seconds']:6.1f}  {e['memory']['rss'] / MiB:7.1f}  "
+            f"{e['memory']['children_rss'] / MiB:7.1f}  {e['memory']['children_uss'] / MiB:6.1f}"
+            for e in r["epochs"]
+        ),
     ]
     return "\n".join(lines)
 
@@ -327,8 +386,12 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
         (args.out / "soak.txt").write_text(text + "\n")
-    ok = (result["epochs_exactly_once"] == args.epochs and result["bytes"]["built"] <= result["bytes"]["max_bytes"]
-          and not any(result["left_after_close"].values()) and not result["errors"])
+    ok = (
+        result["epochs_exactly_once"] == args.epochs
+        and result["bytes"]["built"] <= result["bytes"]["max_bytes"]
+        and not any(result["left_after_close"].values())
+        and not result["errors"]
+    )
     return 0 if ok else 1
 
 

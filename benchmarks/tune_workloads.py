@@ -48,6 +48,7 @@ What is measured, and how (Keras 3 on the torch backend, all in one process):
   bytes <= 0.3 x default; the jittery workload's recommended depth deeper
   than the input-bound one's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,13 +68,13 @@ from typing import Any
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-import queuetune  # noqa: E402
-from queuetune.knobs import KERAS  # noqa: E402
-from queuetune.tune import TuneResult, run_trial, tune  # noqa: E402
+import queuetune
 from common import add_paired, interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios
+from queuetune.knobs import KERAS
+from queuetune.tune import TuneResult, run_trial, tune
 
 SIZE = 128
 DEFAULT = {"workers": 4, "max_queue_size": 10}
@@ -255,9 +256,7 @@ def knee(curve: list[dict[str, Any]]) -> int | None:
     return min(p["depth"] for p in curve if p["throughput"] >= KNEE * best)
 
 
-def compare(
-    workload: Workload, tuned: dict[str, Any], rounds: int, log: Callable[[str], None]
-) -> dict[str, Any]:
+def compare(workload: Workload, tuned: dict[str, Any], rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
     """Default and tuned settings, interleaved A B, B A, A B ..., with the process's resident memory."""
 
     def run(settings: dict[str, Any]) -> dict[str, Any]:
@@ -272,7 +271,9 @@ def compare(
         }
 
     summary = interleaved_comparison(
-        {"default": DEFAULT, "tuned": tuned}, rounds, run,
+        {"default": DEFAULT, "tuned": tuned},
+        rounds,
+        run,
         lambda done: log(f"  {workload.name}: comparison round {done}/{rounds}"),
     )
     for name in ("default", "tuned"):
@@ -298,9 +299,7 @@ def run_workload(
     def progress(done: int, total: int, label: str) -> None:
         log(f"  {workload.name}: tune trial {done}/{total} ({label})")
 
-    result = tune(
-        workload.make, steps=workload.steps, warmup=workload.warmup, rounds=tune_rounds, progress=progress
-    )
+    result = tune(workload.make, steps=workload.steps, warmup=workload.warmup, rounds=tune_rounds, progress=progress)
     tuned_seconds = time.perf_counter() - started
     tuned = {**DEFAULT, **result.kwargs()}
     tuned = {k: tuned[k] for k in DEFAULT}
@@ -347,7 +346,6 @@ def versions() -> dict[str, str]:
     }
 
 
-
 def targets(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     checks = []
     compute = entries.get("compute-bound")
@@ -358,8 +356,7 @@ def targets(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         checks.append(
             {
                 "target": "compute-bound: tuned throughput >= 0.98 x default (both estimates)",
-                "value": f"ratio of medians {a:.3f}, median of paired rounds {b:.3f} "
-                f"(rounds {low:.3f} to {high:.3f})",
+                "value": f"ratio of medians {a:.3f}, median of paired rounds {b:.3f} (rounds {low:.3f} to {high:.3f})",
                 "met": a is not None and b is not None and a >= 0.98 and b >= 0.98,
             }
         )
@@ -490,9 +487,7 @@ def main() -> int:
             if args.only and workload.name not in args.only:
                 continue
             log(f"{workload.name}: tuning ({time.perf_counter() - started:.0f} s)")
-            entries[workload.name], results[workload.name] = run_workload(
-                workload, args.tune_rounds, args.rounds, log
-            )
+            entries[workload.name], results[workload.name] = run_workload(workload, args.tune_rounds, args.rounds, log)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     result = {

@@ -5,6 +5,7 @@ bounded prefetch thread in front of it (`buffer` ready batches) and reports
 whether reading ahead pays. The factory takes no knobs; it returns a fresh
 generator and the training step.
 """
+
 import time
 
 import numpy as np

@@ -6,12 +6,13 @@ consumer. For Keras that is the PyDataset and the compiled model (queuetune
 calls `model.fit(loader, steps_per_epoch=..., epochs=1)`); return
 `queuetune.tune.Job(loader, model=model, method="predict")` to tune `predict`.
 """
+
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
 SIZE, BATCH = 32, 16
 

@@ -11,6 +11,7 @@ block), or `method="iter_torch_batches"` to read torch tensors.
 
 Ray connects to the cluster named in RAY_ADDRESS, or starts one on this machine.
 """
+
 import time
 
 import numpy as np

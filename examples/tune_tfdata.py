@@ -4,6 +4,7 @@ The contract: the prefetch size is the keyword argument `buffer`, with an
 integer default (AUTOTUNE sizes its buffer inside TensorFlow, where queuetune
 cannot count it); it returns a fresh dataset and the training step.
 """
+
 import numpy as np
 import tensorflow as tf
 

@@ -4,6 +4,7 @@ The contract: keyword arguments are the DataLoader's queue knobs (num_workers,
 prefetch_factor) with your current values as defaults; it returns a fresh
 DataLoader and the training step, a function called with each batch.
 """
+
 import time
 
 import torch

@@ -13,6 +13,7 @@ cluster makes its own token in its folder and hands its path to every node and
 driver (``RAY_AUTH_TOKEN_PATH``): nothing is read from or written to the home
 directory (Ray's default is ``~/.ray/auth_token``).
 """
+
 from __future__ import annotations
 
 import os
@@ -57,7 +58,9 @@ class LocalCluster:
         self.env = {**DRIVER_ENV, "RAY_AUTH_TOKEN_PATH": self.token_path}
         self._saved: dict[str, str | None] | None = None
         common = [
-            f"--num-cpus={cpus}", f"--object-store-memory={object_store}", "--disable-usage-stats",
+            f"--num-cpus={cpus}",
+            f"--object-store-memory={object_store}",
+            "--disable-usage-stats",
         ]
         env = {k: v for k, v in os.environ.items() if k not in _TOKEN_VARS}
         env.update(self.env)

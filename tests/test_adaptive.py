@@ -1,4 +1,5 @@
 """The depth controller on scripted observations."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Pure analysis of synthetic traces: in flight, waits, matching, coverage, verdicts."""
+
 from __future__ import annotations
 
 import json
@@ -106,19 +107,45 @@ def test_memory_peaks_and_errors():
 
 @pytest.mark.parametrize(
     "fraction,words",
-    [(0.0, "not input-bound"), (0.0499, "not input-bound"), (0.05, "moderately input-bound"),
-     (0.1999, "moderately input-bound"), (0.2, "highly input-bound"), (1.0, "highly input-bound")],
+    [
+        (0.0, "not input-bound"),
+        (0.0499, "not input-bound"),
+        (0.05, "moderately input-bound"),
+        (0.1999, "moderately input-bound"),
+        (0.2, "highly input-bound"),
+        (1.0, "highly input-bound"),
+    ],
 )
 def test_verdict_thresholds(fraction, words):
     assert verdict(fraction) == words
 
 
 REPORT_KEYS = {
-    "meta", "produced_batches", "consumed_batches", "consumed_outside_steps", "read_ahead_batches",
-    "read_ahead_bytes", "peak_in_flight_batches", "peak_in_flight_bytes", "mean_in_flight_batches",
-    "peak_building_batches", "producer_time", "consumer_step", "input_wait_seconds", "wall_seconds",
-    "input_bound_fraction", "verdict", "batch_bytes", "peak_rss_bytes", "peak_children_bytes",
-    "peak_total_bytes", "coverage", "errors", "series", "notes", "nodes",
+    "meta",
+    "produced_batches",
+    "consumed_batches",
+    "consumed_outside_steps",
+    "read_ahead_batches",
+    "read_ahead_bytes",
+    "peak_in_flight_batches",
+    "peak_in_flight_bytes",
+    "mean_in_flight_batches",
+    "peak_building_batches",
+    "producer_time",
+    "consumer_step",
+    "input_wait_seconds",
+    "wall_seconds",
+    "input_bound_fraction",
+    "verdict",
+    "batch_bytes",
+    "peak_rss_bytes",
+    "peak_children_bytes",
+    "peak_total_bytes",
+    "coverage",
+    "errors",
+    "series",
+    "notes",
+    "nodes",
 }
 
 
@@ -129,14 +156,27 @@ def test_report_json_schema():
     assert set(data) == REPORT_KEYS
     assert set(data["producer_time"]) == {"n", "median", "p95", "mean"}
     assert set(data["series"]) == {"t", "batches", "bytes"}
-    assert set(data["coverage"][0]) == {"run", "epoch", "unit", "consumed", "total", "duplicates", "never_count", "never"}
+    assert set(data["coverage"][0]) == {
+        "run",
+        "epoch",
+        "unit",
+        "consumed",
+        "total",
+        "duplicates",
+        "never_count",
+        "never",
+    }
     assert "series" not in analyze(trace).to_dict(series=False)
     assert data["nodes"] == {}
     on_nodes = Trace(produced=[Produced(0, 1, 5, worker="n1:7")], consumed=[Consumed(0, 1)], end=1)
     node = json.loads(analyze(on_nodes).to_json())["nodes"]["n1"]
     assert set(node) == {
-        "produced_batches", "produced_bytes", "peak_held_batches", "peak_held_bytes",
-        "read_ahead_batches", "read_ahead_bytes",
+        "produced_batches",
+        "produced_bytes",
+        "peak_held_batches",
+        "peak_held_bytes",
+        "read_ahead_batches",
+        "read_ahead_bytes",
     }
 
 
@@ -161,8 +201,9 @@ def test_blocks_matched_by_rows_leave_with_the_batch_that_takes_their_last_row()
     assert r.nodes["a"].produced_batches == 2 and r.nodes["a"].peak_held_bytes == 40
     assert r.nodes["b"].peak_held_batches == 1 and r.nodes["b"].read_ahead_batches == 0
     # Stopped after two batches: block 0 is released, blocks 1 and 2 were read ahead.
-    early = analyze(Trace(meta={"match": "rows"}, produced=produced, consumed=consumed[:2],
-                          marks=run_marks(0.0, 5.5, 0), end=5.5))
+    early = analyze(
+        Trace(meta={"match": "rows"}, produced=produced, consumed=consumed[:2], marks=run_marks(0.0, 5.5, 0), end=5.5)
+    )
     assert early.read_ahead_batches == 2 and early.read_ahead_bytes == 50
     assert early.nodes["a"].read_ahead_bytes == 30 and early.nodes["b"].read_ahead_bytes == 20
     from queuetune.render.console import report_rows

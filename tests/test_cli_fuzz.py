@@ -3,6 +3,7 @@
 Every input either works (exit 0, and ``--json`` output parses) or exits 2 with
 exactly one line on stderr naming the problem; no exception escapes ``main``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,9 +59,25 @@ def check(argv: list[str]) -> tuple[int, str, str]:
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=16)
 # Characters that parsers of numbers, units and shapes might half-accept.
 NEAR_ALPHABET = st.sampled_from(
-    list("0123456789.,+-_ xX×eEiIbBkKmMgGtT\t\n")
-    + ["\u00a0", "\u2009", "\u3000", "\u0663", "\uff13", "\u00b2", "\u2167", "\u2179", "\u0445", "\u2715", "\u00d7",
-       "\uff58", "\u0130", "\u212a", "\x00", "\ud800"]
+    [
+        *list("0123456789.,+-_ xX×eEiIbBkKmMgGtT\t\n"),
+        "\xa0",
+        "\u2009",
+        "\u3000",
+        "٣",
+        "３",
+        "²",
+        "Ⅷ",
+        "ⅹ",
+        "х",
+        "✕",
+        "×",
+        "ｘ",
+        "İ",
+        "K",
+        "\x00",
+        "�",
+    ]
 )
 NEAR_TEXT = st.text(NEAR_ALPHABET, max_size=16)
 TEXT = st.one_of(ANY_TEXT, NEAR_TEXT)
@@ -75,13 +92,34 @@ def _case(draw, text: str) -> str:
 @st.composite
 def sizes(draw) -> str:
     """Near-valid byte sizes: a number in some spelling, spaces, a unit in some case."""
-    number = draw(st.one_of(
-        st.integers(-10, 10**25).map(str),
-        st.decimals(allow_nan=True, allow_infinity=True, places=draw(st.integers(0, 40))).map(str),
-        st.floats(allow_nan=True, allow_infinity=True).map(repr),
-        st.sampled_from(["", ".", "5.", ".5", "1e30", "1E3", "0x10", "1_000", "\u0663", "\uff11\uff12", "1,5",
-                         "-0", "+3", "--3", "0" * 40 + "1", "9" * 19, "9" * 20]),
-    ))
+    number = draw(
+        st.one_of(
+            st.integers(-10, 10**25).map(str),
+            st.decimals(allow_nan=True, allow_infinity=True, places=draw(st.integers(0, 40))).map(str),
+            st.floats(allow_nan=True, allow_infinity=True).map(repr),
+            st.sampled_from(
+                [
+                    "",
+                    ".",
+                    "5.",
+                    ".5",
+                    "1e30",
+                    "1E3",
+                    "0x10",
+                    "1_000",
+                    "\u0663",
+                    "\uff11\uff12",
+                    "1,5",
+                    "-0",
+                    "+3",
+                    "--3",
+                    "0" * 40 + "1",
+                    "9" * 19,
+                    "9" * 20,
+                ]
+            ),
+        )
+    )
     unit = draw(st.one_of(st.just(""), st.sampled_from(UNIT_NAMES).map(lambda u: _case(draw, u))))
     space = st.sampled_from(["", " ", "  ", "\t", "\n", "\u00a0", "\u3000"])
     return draw(space) + number + draw(space) + unit + draw(space)
@@ -90,11 +128,18 @@ def sizes(draw) -> str:
 @st.composite
 def shapes(draw) -> str:
     """Near-valid shapes: dimensions joined by separators, some of them look-alikes of 'x'."""
-    dims = draw(st.lists(
-        st.one_of(st.integers(1, 512), st.integers(-5, 0), st.integers(2**31, 2**70),
-                  st.sampled_from(["", " ", "\u0663", "\uff13", "2.5", "1e3", "+4", "00", "007"])).map(str),
-        min_size=1, max_size=5,
-    ))
+    dims = draw(
+        st.lists(
+            st.one_of(
+                st.integers(1, 512),
+                st.integers(-5, 0),
+                st.integers(2**31, 2**70),
+                st.sampled_from(["", " ", "\u0663", "\uff13", "2.5", "1e3", "+4", "00", "007"]),
+            ).map(str),
+            min_size=1,
+            max_size=5,
+        )
+    )
     seps = st.sampled_from(["x", "X", "\u00d7", ",", " x ", "\u2179", "\u0445", "\u2715", "*", "xx", ", ", "\uff58"])
     text = dims[0]
     for dim in dims[1:]:
@@ -107,16 +152,70 @@ def shapes(draw) -> str:
 NUMPY_NAMES = sorted(str(name) for name in np.sctypeDict)
 DTYPES = st.one_of(
     st.sampled_from(NUMPY_NAMES),
-    st.sampled_from(["float32", "bfloat16", "f4", "<f4", ">f8", "=i2", "|u1", "object", "O", "str", "U4", "S8",
-                     "V8", "float128", "longdouble", "complex256", "datetime64", "m8[s]", "M8[ns]", "f4,f4",
-                     "(2,)f4", "[('a', 'f4')]", "i8\x00", "float32 ", " float32", "Float32", "FLOAT32", "f", "",
-                     "a", "b1", "?", "void", "float7", "\u0444", "T", "StringDType"]),
+    st.sampled_from(
+        [
+            "float32",
+            "bfloat16",
+            "f4",
+            "<f4",
+            ">f8",
+            "=i2",
+            "|u1",
+            "object",
+            "O",
+            "str",
+            "U4",
+            "S8",
+            "V8",
+            "float128",
+            "longdouble",
+            "complex256",
+            "datetime64",
+            "m8[s]",
+            "M8[ns]",
+            "f4,f4",
+            "(2,)f4",
+            "[('a', 'f4')]",
+            "i8\x00",
+            "float32 ",
+            " float32",
+            "Float32",
+            "FLOAT32",
+            "f",
+            "",
+            "a",
+            "b1",
+            "?",
+            "void",
+            "float7",
+            "\u0444",
+            "T",
+            "StringDType",
+        ]
+    ),
     TEXT,
 )
 COUNTS = st.one_of(
     st.integers(-3, 2**70).map(str),
-    st.sampled_from(["", " 4 ", "4.0", "1e3", "0x10", "1_0", "+2", "-0", "\u0663", "\uff14", "\u00b2", "9" * 30,
-                     "nan", "inf", "True"]),
+    st.sampled_from(
+        [
+            "",
+            " 4 ",
+            "4.0",
+            "1e3",
+            "0x10",
+            "1_0",
+            "+2",
+            "-0",
+            "\u0663",
+            "\uff14",
+            "\u00b2",
+            "9" * 30,
+            "nan",
+            "inf",
+            "True",
+        ]
+    ),
     TEXT,
 )
 INT_LISTS = st.one_of(
@@ -126,30 +225,65 @@ INT_LISTS = st.one_of(
 )
 NUMBERS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.sampled_from(["0", "-0", "0.99", "1", "1e-400", "1e400", "nan", "-inf", "infinity", "NaN", " 0.5 ", "0,5",
-                     "\u0660.\u0665", "1_0", "0x1p-2", "5e-324", "1.0000000000000000001"]),
+    st.sampled_from(
+        [
+            "0",
+            "-0",
+            "0.99",
+            "1",
+            "1e-400",
+            "1e400",
+            "nan",
+            "-inf",
+            "infinity",
+            "NaN",
+            " 0.5 ",
+            "0,5",
+            "\u0660.\u0665",
+            "1_0",
+            "0x1p-2",
+            "5e-324",
+            "1.0000000000000000001",
+        ]
+    ),
     TEXT,
 )
 
 
 # table and estimate
 
+
 @FUZZ
 @given(
-    dtype=DTYPES, unit=st.one_of(st.sampled_from(UNIT_NAMES), TEXT), channels=COUNTS,
-    batches=INT_LISTS, table_sizes=INT_LISTS, as_json=st.booleans(),
+    dtype=DTYPES,
+    unit=st.one_of(st.sampled_from(UNIT_NAMES), TEXT),
+    channels=COUNTS,
+    batches=INT_LISTS,
+    table_sizes=INT_LISTS,
+    as_json=st.booleans(),
 )
 def test_table_options_fuzz(dtype, unit, channels, batches, table_sizes, as_json):
-    argv = ["table", "--dtype", dtype, "--unit", unit, "--channels", channels, "--batches", batches,
-            "--sizes", table_sizes]
-    check(argv + ["--json"] if as_json else argv)
+    argv = [
+        "table",
+        "--dtype",
+        dtype,
+        "--unit",
+        unit,
+        "--channels",
+        channels,
+        "--batches",
+        batches,
+        "--sizes",
+        table_sizes,
+    ]
+    check([*argv, "--json"] if as_json else argv)
 
 
 @FUZZ
 @given(shape=st.one_of(shapes(), TEXT), batch=COUNTS, dtype=DTYPES, as_json=st.booleans())
 def test_estimate_shape_batch_dtype_fuzz(shape, batch, dtype, as_json):
     argv = ["estimate", "--shape", shape, "--batch", batch, "--dtype", dtype]
-    code, out, _ = check(argv + ["--json"] if as_json else argv)
+    code, out, _ = check([*argv, "--json"] if as_json else argv)
     if code == 0 and as_json:
         assert json.loads(out)["batch"]["inputs"]["input"]["shape"] == list(parse_shape(shape))
 
@@ -161,7 +295,7 @@ def test_estimate_shape_batch_dtype_fuzz(shape, batch, dtype, as_json):
 )
 def test_estimate_labels_fuzz(labels, label_dtype):
     argv = ["estimate", "--shape", "8x8", "--batch", "4", "--labels", labels, "--json"]
-    check(argv if label_dtype is None else argv + ["--label-dtype", label_dtype])
+    check(argv if label_dtype is None else [*argv, "--label-dtype", label_dtype])
 
 
 LOADER_OPTIONS = ["--workers", "--max-queue-size", "--num-workers", "--prefetch-factor", "--buffer"]
@@ -218,8 +352,9 @@ def test_estimate_ray_fuzz(sizes_given, counts, shape):
 # tune: the options are parsed before the factory is looked for, so a parse that
 # succeeds ends at the missing factory file, a parse that fails names the option.
 
+
 def _tune_error(argv: list[str]) -> str:
-    code, out, err = check(["tune", MISSING_FACTORY, *argv])
+    code, _out, err = check(["tune", MISSING_FACTORY, *argv])
     assert code == 2
     return err
 
@@ -250,14 +385,21 @@ def test_tune_budget_fuzz(budget):
 )
 def test_tune_options_fuzz(tolerance, steps, warmup, rounds, workers, framework):
     argv: list[str] = []
-    for flag, value in [("--tolerance", tolerance), ("--steps", steps), ("--warmup", warmup),
-                        ("--rounds", rounds), ("--workers", workers), ("--framework", framework)]:
+    for flag, value in [
+        ("--tolerance", tolerance),
+        ("--steps", steps),
+        ("--warmup", warmup),
+        ("--rounds", rounds),
+        ("--workers", workers),
+        ("--framework", framework),
+    ]:
         if value is not None:
             argv += [flag, value]
     _tune_error(argv)
 
 
 # budgets against an independent reading of the same text
+
 
 @st.composite
 def plain_sizes(draw) -> tuple[str, str, str]:
@@ -277,13 +419,14 @@ def test_parse_bytes_agrees_with_decimal_arithmetic(size):
     text, number, unit = size
     expected = int((Decimal(number) * UNITS[unit]).to_integral_value(rounding="ROUND_HALF_UP"))
     if expected <= 0:
-        with pytest.raises(ValueError, match="rounds to zero|must be positive"):
+        with pytest.raises(ValueError, match=r"rounds to zero|must be positive"):
             parse_bytes(text)
     else:
         assert parse_bytes(text) == expected
 
 
 # report: paths and the contents of trace files
+
 
 @FUZZ
 @given(path=ANY_TEXT, as_json=st.booleans())
@@ -295,7 +438,10 @@ def test_report_path_fuzz(path, as_json):
 
 
 JSON_LEAVES = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=6),
 )
 JSON_VALUES = st.recursive(
@@ -316,33 +462,94 @@ def trace_records(draw) -> dict:
     number = maybe(st.one_of(st.floats(-10, 10), st.integers(-3, 3)))
     count = maybe(st.integers(0, 3))
     key = st.one_of(st.none(), st.integers(0, 5), st.lists(st.integers(0, 5), max_size=2))
-    produced = draw(st.lists(st.fixed_dictionaries(
-        {"start": number, "end": number, "nbytes": maybe(st.integers(0, 10**6))},
-        optional={"index": maybe(st.one_of(st.none(), st.integers(-1, 5))), "key": maybe(key),
-                  "worker": maybe(st.sampled_from(["", "123"])), "extra": JSON_VALUES},
-    ), max_size=6))
-    consumed = draw(st.lists(st.fixed_dictionaries(
-        {"requested": number, "consumed": number},
-        optional={"run": count, "epoch": count, "nbytes": maybe(st.one_of(st.none(), st.integers(0, 10**6))),
-                  "key": maybe(key), "samples": maybe(st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3)))},
-    ), max_size=6))
-    marks = draw(st.lists(st.fixed_dictionaries(
-        {"t": number, "kind": maybe(st.sampled_from(["run_begin", "run_end", "epoch_begin", "epoch_end", "error",
-                                                     "pause_begin", "pause_end", "depth"]))},
-        optional={"value": maybe(st.one_of(st.integers(0, 3), st.text(max_size=5)))},
-    ), max_size=6))
-    memory = draw(st.lists(st.fixed_dictionaries(
-        {"t": number, "rss": maybe(st.integers(0, 10**9))},
-        optional={"children": count, "n_children": count},
-    ), max_size=2))
-    meta = draw(st.fixed_dictionaries({}, optional={
-        "framework": st.sampled_from(["python", "keras", "torch"]), "depth": number,
-        "num_batches": st.one_of(st.none(), count), "num_samples": st.one_of(st.none(), count),
-        "match_scope": maybe(st.sampled_from(["run", "all"])), "pre_run_consumes": maybe(count),
-        "settings": maybe(st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
-    }))
-    record = {"format": "queuetune-trace", "version": 1, "meta": meta, "start": draw(number), "end": draw(number),
-              "produced": produced, "consumed": consumed, "marks": marks, "memory": memory}
+    produced = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"start": number, "end": number, "nbytes": maybe(st.integers(0, 10**6))},
+                optional={
+                    "index": maybe(st.one_of(st.none(), st.integers(-1, 5))),
+                    "key": maybe(key),
+                    "worker": maybe(st.sampled_from(["", "123"])),
+                    "extra": JSON_VALUES,
+                },
+            ),
+            max_size=6,
+        )
+    )
+    consumed = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"requested": number, "consumed": number},
+                optional={
+                    "run": count,
+                    "epoch": count,
+                    "nbytes": maybe(st.one_of(st.none(), st.integers(0, 10**6))),
+                    "key": maybe(key),
+                    "samples": maybe(st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3))),
+                },
+            ),
+            max_size=6,
+        )
+    )
+    marks = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "t": number,
+                    "kind": maybe(
+                        st.sampled_from(
+                            [
+                                "run_begin",
+                                "run_end",
+                                "epoch_begin",
+                                "epoch_end",
+                                "error",
+                                "pause_begin",
+                                "pause_end",
+                                "depth",
+                            ]
+                        )
+                    ),
+                },
+                optional={"value": maybe(st.one_of(st.integers(0, 3), st.text(max_size=5)))},
+            ),
+            max_size=6,
+        )
+    )
+    memory = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"t": number, "rss": maybe(st.integers(0, 10**9))},
+                optional={"children": count, "n_children": count},
+            ),
+            max_size=2,
+        )
+    )
+    meta = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "framework": st.sampled_from(["python", "keras", "torch"]),
+                "depth": number,
+                "num_batches": st.one_of(st.none(), count),
+                "num_samples": st.one_of(st.none(), count),
+                "match_scope": maybe(st.sampled_from(["run", "all"])),
+                "pre_run_consumes": maybe(count),
+                "settings": maybe(st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
+            },
+        )
+    )
+    record = {
+        "format": "queuetune-trace",
+        "version": 1,
+        "meta": meta,
+        "start": draw(number),
+        "end": draw(number),
+        "produced": produced,
+        "consumed": consumed,
+        "marks": marks,
+        "memory": memory,
+    }
     if corrupt:
         record["version"] = draw(st.sampled_from([1, 1, 1, 2, 0, "1", 1.0, None]))
         record["meta"] = draw(st.one_of(st.just(meta), JSON_VALUES))
@@ -374,13 +581,43 @@ def test_report_trace_content_fuzz(trace_dir, record, as_json):
 
 # a mixed command line, as a user might type it
 
+
 @FUZZ
-@given(st.lists(st.one_of(TEXT, st.sampled_from(
-    ["table", "estimate", "report", "tune", "--json", "--shape", "--batch", "--budget", "--dtype", "--unit",
-     "--labels", "--framework", "--workers", "--tolerance", "-h", "--", "-", "--version=1", "--json=1"])), max_size=6))
+@given(
+    st.lists(
+        st.one_of(
+            TEXT,
+            st.sampled_from(
+                [
+                    "table",
+                    "estimate",
+                    "report",
+                    "tune",
+                    "--json",
+                    "--shape",
+                    "--batch",
+                    "--budget",
+                    "--dtype",
+                    "--unit",
+                    "--labels",
+                    "--framework",
+                    "--workers",
+                    "--tolerance",
+                    "-h",
+                    "--",
+                    "-",
+                    "--version=1",
+                    "--json=1",
+                ]
+            ),
+        ),
+        max_size=6,
+    )
+)
 def test_any_argv_fuzz(argv):
-    assume(not any(arg in ("demo", "--plot", "--save") or arg.startswith("--p") or arg.startswith("--s")
-                   for arg in argv))
+    assume(
+        not any(arg in ("demo", "--plot", "--save") or arg.startswith("--p") or arg.startswith("--s") for arg in argv)
+    )
     assume(not (argv and argv[0] == "tune" and len(argv) > 1 and ":" in argv[1]))
     code, out, err = run(argv)
     if code == 0 and out and not err:
@@ -394,8 +631,22 @@ FOUND = [
     # before the fixes: an error line of 330 digits, of 5000 characters, or an int() limit message
     (["estimate", "--shape", "2", "--batch", "2", "--transient-factor", "1e308"], "about 2^"),
     (["estimate", "--shape", "2", "--batch", "9" * 5000], "too large"),
-    (["estimate", "--shape", "2", "--batch", "2", "--framework", "torch", "--num-workers", "9" * 3000,
-      "--prefetch-factor", "9" * 3000], "too large"),
+    (
+        [
+            "estimate",
+            "--shape",
+            "2",
+            "--batch",
+            "2",
+            "--framework",
+            "torch",
+            "--num-workers",
+            "9" * 3000,
+            "--prefetch-factor",
+            "9" * 3000,
+        ],
+        "too large",
+    ),
     # before the fixes: "embedded null byte", naming neither the trace nor the path
     (["report", "bad\x00name.json"], "cannot read trace 'bad\\x00name.json'"),
     # before the fixes: int() took other scripts' digits and underscores, which shapes and sizes refuse
@@ -472,11 +723,14 @@ def test_console_process_exit_codes(argv, tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("argv", [
-    ["estimate", "--shape", "3x", "--batch", "64"],
-    ["tune", MISSING_FACTORY, "--budget", "1.5 parsec"],
-    ["table", "--dtype", "object"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["estimate", "--shape", "3x", "--batch", "64"],
+        ["tune", MISSING_FACTORY, "--budget", "1.5 parsec"],
+        ["table", "--dtype", "object"],
+    ],
+)
 def test_console_script_exit_codes(argv, tmp_path):
     script = Path(sys.executable).parent / "queuetune"
     result = subprocess.run([str(script), *argv], capture_output=True, text=True, cwd=tmp_path, timeout=100)

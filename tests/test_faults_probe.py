@@ -7,6 +7,7 @@ Each case checks that the original error reaches the caller, that the trace up t
 the fault is kept and reads back from disk, and (through the autouse fixture in
 conftest.py) that no queuetune thread and no child process is left running.
 """
+
 from __future__ import annotations
 
 import gc
@@ -69,8 +70,9 @@ def marks(trace: Trace, kind: str) -> list:
 class Plan:
     """What a loader does for item ``i``: how many rows, whether it fails, whether it is slow."""
 
-    def __init__(self, n: int, fail_at: int | None = None, rows=None, slow_from: int | None = None,
-                 delay: float = 0.0, item=None) -> None:
+    def __init__(
+        self, n: int, fail_at: int | None = None, rows=None, slow_from: int | None = None, delay: float = 0.0, item=None
+    ) -> None:
         self.n, self.fail_at, self.rows = n, fail_at, rows or (lambda i: ROWS)
         self.slow_from, self.delay, self.item = slow_from, delay, item
 
@@ -167,7 +169,7 @@ def loop(watched, on_batch=None) -> tuple[list[int], BaseException | None]:
             got.append(ident(batch))
             if on_batch is not None and on_batch(len(got)) == "break":
                 break
-    except BaseException as exc:  # noqa: BLE001 - the caller checks what arrived
+    except BaseException as exc:
         return got, exc.with_traceback(None)
     return got, None
 
@@ -445,9 +447,14 @@ def fit(model, watched, callbacks=()) -> BaseException | None:
     """``model.fit`` over the watched dataset with the probe's callback last; what it raised."""
     probe = queuetune.probe_of(watched)
     try:
-        model.fit(watched, epochs=1, shuffle=False, verbose=0,
-                  callbacks=[*callbacks, probe.keras_callback(print_report=False)])
-    except BaseException as exc:  # noqa: BLE001 - the caller checks what arrived
+        model.fit(
+            watched,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[*callbacks, probe.keras_callback(print_report=False)],
+        )
+    except BaseException as exc:
         return exc.with_traceback(None)
     return None
 
@@ -590,8 +597,7 @@ def test_batches_that_grow_mid_run_under_keras_fit():
     # last ones never: compare each build with its own index, and with what trained.
     assert len(seen) == n and set(seen) <= {p.index for p in produced}
     # each batch is (x, y): y holds one float32 per row
-    assert [p.nbytes for p in produced] == [bytes_of(growing(p.index)) + 4 * growing(p.index)
-                                            for p in produced]
+    assert [p.nbytes for p in produced] == [bytes_of(growing(p.index)) + 4 * growing(p.index) for p in produced]
     assert {growing(p.index) for p in produced} == {2, 200}
     assert probe.report().peak_in_flight_bytes >= bytes_of(200)
     close(watched)

@@ -1,4 +1,5 @@
 """The probe on Keras 3 PyDatasets and generators, with the callback (torch backend)."""
+
 from __future__ import annotations
 
 import time
@@ -134,7 +135,11 @@ def test_fit_coverage_matches_what_the_training_steps_received(workers, shuffle)
     ds = queuetune.watch(Batches(n=8, workers=workers, max_queue_size=4))
     probe = queuetune.probe_of(ds)
     model.fit(
-        ds, validation_data=Batches(n=3), epochs=2, shuffle=shuffle, verbose=0,
+        ds,
+        validation_data=Batches(n=3),
+        epochs=2,
+        shuffle=shuffle,
+        verbose=0,
         callbacks=[probe.keras_callback(print_report=False)],
     )
     probe.settle()

@@ -1,4 +1,5 @@
 """Batch bytes, loader footprints and the article's table."""
+
 from __future__ import annotations
 
 import json
@@ -10,12 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import ARTICLE_ROWS
 from queuetune.memory import (
     ARTICLE_BATCHES,
     ARTICLE_SIZES,
     FRAMEWORKS,
     BatchSpec,
     Footprint,
+    _local_cpus,
     batch_bytes,
     footprint,
     label_bytes,
@@ -23,15 +26,13 @@ from queuetune.memory import (
     ray_object_store_bytes,
     seed_table,
 )
-from queuetune.memory import _local_cpus
 from queuetune.units import format_number
-from helpers import ARTICLE_ROWS
 
 MiB = 2**20
 
 
-
 # batch_bytes and labels
+
 
 @pytest.mark.parametrize(
     ("shape", "batch", "dtype", "expected"),
@@ -94,14 +95,16 @@ def test_label_bytes():
     assert label_spec(None) == ((), "int64")
 
 
-@pytest.mark.parametrize(("classes", "error"), [(0, ValueError), (-3, ValueError), ("ten", ValueError),
-                                                (2.5, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    ("classes", "error"), [(0, ValueError), (-3, ValueError), ("ten", ValueError), (2.5, TypeError), (True, TypeError)]
+)
 def test_label_bytes_rejects(classes, error):
     with pytest.raises(error):
         label_bytes(64, classes)
 
 
 # BatchSpec
+
 
 def test_batch_spec_with_named_inputs():
     spec = BatchSpec(
@@ -136,8 +139,7 @@ def test_batch_spec_single():
         ({"inputs": [("x", (4,))], "batch_size": 4}, TypeError),
         ({"inputs": {"": ((4,), "float32")}, "batch_size": 4}, TypeError),
         ({"inputs": {"x": ((4,), "float32")}, "batch_size": 4, "labels": "int"}, TypeError),
-        ({"inputs": {"a": ((2**30, 2**30), "float32"), "b": ((2**30, 2**30), "float32")}, "batch_size": 2},
-         ValueError),
+        ({"inputs": {"a": ((2**30, 2**30), "float32"), "b": ((2**30, 2**30), "float32")}, "batch_size": 2}, ValueError),
     ],
 )
 def test_batch_spec_rejects(kwargs, error):
@@ -321,8 +323,9 @@ def test_footprint_rejects_bad_settings(framework, kwargs, error, match):
         footprint(BATCH, framework, **kwargs)
 
 
-@pytest.mark.parametrize(("batch", "error"), [(0, ValueError), (-1, ValueError), (1.5, TypeError),
-                                              (True, TypeError), (2**63, ValueError)])
+@pytest.mark.parametrize(
+    ("batch", "error"), [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), (2**63, ValueError)]
+)
 def test_footprint_rejects_bad_batch_bytes(batch, error):
     with pytest.raises(error):
         footprint(batch, "none")
@@ -336,7 +339,13 @@ def test_footprint_total_past_the_limit():
 def test_frameworks_list_their_settings():
     assert set(FRAMEWORKS) == {"keras", "generator", "torch", "tfdata", "ray", "none"}
     assert FRAMEWORKS["keras"] == ("workers", "use_multiprocessing", "max_queue_size")
-    assert FRAMEWORKS["ray"] == ("prefetch_batches", "concurrency", "object_store_memory", "object_store_bytes", "ram_bytes")
+    assert FRAMEWORKS["ray"] == (
+        "prefetch_batches",
+        "concurrency",
+        "object_store_memory",
+        "object_store_bytes",
+        "ram_bytes",
+    )
 
 
 # Ray Data
@@ -347,14 +356,20 @@ RAY_BATCH = 12 * MiB
 def test_ray_counts_budget_tasks_prefetch_and_the_consumed_batch():
     fp = footprint(RAY_BATCH, "ray", prefetch_batches=1, concurrency=2, object_store_memory=256 * MiB)
     assert [(line.label, line.batches) for line in fp.lines] == [
-        ("held ahead", 21), ("being built", 2), ("prefetched", 1), ("consumed", 1)
+        ("held ahead", 21),
+        ("being built", 2),
+        ("prefetched", 1),
+        ("consumed", 1),
     ]
     assert fp.depth == 21 + 2 + 1
     assert "stops at half, 10 " in fp.lines[0].explanation
     assert fp.total_bytes == 25 * RAY_BATCH == 314572800
     assert fp.settings == {
-        "prefetch_batches": 1, "concurrency": 2, "object_store_memory": 256 * MiB,
-        "object_store_bytes": None, "ram_bytes": None,
+        "prefetch_batches": 1,
+        "concurrency": 2,
+        "object_store_memory": 256 * MiB,
+        "object_store_bytes": None,
+        "ram_bytes": None,
     }
 
 
@@ -441,6 +456,7 @@ def test_ray_estimate_does_not_import_ray():
 
 # the article's table
 
+
 def test_seed_table_reproduces_the_article():
     table = seed_table()
     assert table["unit"] == "GiB"
@@ -474,8 +490,14 @@ def test_seed_table_defaults():
 
 def test_seed_table_options():
     table = seed_table(batches=[1, 2], sizes=[10], channels=1, dtype="uint8", unit="B")
-    assert table == {"unit": "B", "dtype": "uint8", "channels": 1, "batches": [1, 2], "sizes": [10],
-                     "values": [[100.0], [200.0]]}
+    assert table == {
+        "unit": "B",
+        "dtype": "uint8",
+        "channels": 1,
+        "batches": [1, 2],
+        "sizes": [10],
+        "values": [[100.0], [200.0]],
+    }
     assert seed_table(unit="gb")["unit"] == "GB"
     assert seed_table(dtype="f2")["dtype"] == "float16"
     assert seed_table(unit="MiB")["values"][0][0] == 0.375

@@ -1,4 +1,5 @@
 """The byte counter: nested arrays and tensors of every framework."""
+
 from __future__ import annotations
 
 import numpy as np

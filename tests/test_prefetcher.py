@@ -1,7 +1,9 @@
 """The memory-bounded prefetcher: order, exactly once, the byte bound, errors, shutdown."""
+
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 import time
 import traceback
@@ -11,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import queuetune
 from helpers import assert_nothing_left_running
 from queuetune import BudgetExceeded, Prefetcher
 from queuetune.nbytes import nbytes
@@ -98,13 +99,22 @@ def consume(prefetcher, source, limit=None):
     depth=st.integers(1, 6),
     slack=st.integers(0, 4),
 )
-def test_every_batch_once_in_order_and_within_the_budget(first, others, delays, workers, ordered, adaptive, depth, slack):
+def test_every_batch_once_in_order_and_within_the_budget(
+    first, others, delays, workers, ordered, adaptive, depth, slack
+):
     # the first batch is the largest, so the reservation never underestimates
     sizes = [first] + [min(s, first) for s in others]
     source = Recorded(sizes, delays)
     budget = first * (1 + slack)
-    with Prefetcher(source, max_bytes=budget, workers=workers, ordered=ordered, adaptive=adaptive,
-                    depth=None if adaptive else depth, sample_memory=False) as p:
+    with Prefetcher(
+        source,
+        max_bytes=budget,
+        workers=workers,
+        ordered=ordered,
+        adaptive=adaptive,
+        depth=None if adaptive else depth,
+        sample_memory=False,
+    ) as p:
         got = consume(p, source)
         if ordered:
             assert got == list(range(len(sizes)))
@@ -120,7 +130,9 @@ def test_every_batch_once_in_order_and_within_the_budget(first, others, delays, 
 
 @pytest.mark.timeout(120)
 @settings(max_examples=30, deadline=None)
-@given(sizes=st.lists(st.integers(1, 40_000), min_size=1, max_size=20), slack=st.integers(0, 3), workers=st.integers(1, 3))
+@given(
+    sizes=st.lists(st.integers(1, 40_000), min_size=1, max_size=20), slack=st.integers(0, 3), workers=st.integers(1, 3)
+)
 def test_a_batch_that_outgrows_the_budget_fails_clearly_never_silently(sizes, slack, workers):
     source = Recorded(sizes, [0.0005])
     budget = sizes[0] * (1 + slack)
@@ -139,7 +151,9 @@ def test_a_batch_that_outgrows_the_budget_fails_clearly_never_silently(sizes, sl
 def test_one_batch_larger_than_the_budget_is_an_error_at_the_first_batch():
     source = Recorded([5000, 10])
     with Prefetcher(source, max_bytes=4096) as p:
-        with pytest.raises(BudgetExceeded, match=r"4\.9 KiB \(5000 bytes\) does not fit in max_bytes=4\.0 KiB \(4096 bytes\)"):
+        with pytest.raises(
+            BudgetExceeded, match=r"4\.9 KiB \(5000 bytes\) does not fit in max_bytes=4\.0 KiB \(4096 bytes\)"
+        ):
             next(iter(p))
     assert source.builds() == [0]
 
@@ -267,7 +281,7 @@ def stalled_run(ordered):
 @pytest.mark.timeout(60)
 def test_one_stall_deepens_at_once_in_order_within_the_budget():
     depths, limit, peak = stalled_run(ordered=True)
-    jumps = [b - a for a, b in zip(depths, depths[1:])]
+    jumps = [b - a for a, b in itertools.pairwise(depths)]
     # The workers outpace the consumer, so the depth had no reason to grow
     # before the stall; 400 ms held up everything behind it, at 5 ms a step:
     # deeper by more than one batch in one decision, stopped by the budget.
@@ -279,7 +293,7 @@ def test_one_stall_deepens_at_once_in_order_within_the_budget():
 @pytest.mark.timeout(60)
 def test_out_of_order_a_stall_is_no_reason_to_deepen_by_more_than_one():
     depths, limit, peak = stalled_run(ordered=False)
-    assert all(b - a in (1, -1) for a, b in zip(depths, depths[1:]))
+    assert all(b - a in (1, -1) for a, b in itertools.pairwise(depths))
     assert max(depths) <= limit
     assert peak <= 12_000
 
@@ -313,7 +327,7 @@ def test_a_steady_slow_load_deepens_one_batch_at_a_time_up_to_what_the_workers_u
             source.taken(batch["i"])
             time.sleep(0.002)
         depths = [m.value for m in p.trace().marks if m.kind == "depth"]
-    assert all(b - a in (1, -1) for a, b in zip(depths, depths[1:]))
+    assert all(b - a in (1, -1) for a, b in itertools.pairwise(depths))
     assert max(depths) <= 4 + 1  # every worker building, and one more
 
 

@@ -1,4 +1,5 @@
 """The probe on plain generators and iterables: counts, order, errors, bad input."""
+
 from __future__ import annotations
 
 import time

@@ -1,7 +1,9 @@
 """The queue model: exact results on constant times, tf.data's closed form on
 exponential ones, monotonicity in depth, ordered delivery, traces, bad input."""
+
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -104,7 +106,7 @@ def test_throughput_and_peak_do_not_fall_with_depth(producer, workers):
     throughput = [p.throughput for p in curve]
     peaks = [p.peak_in_flight_batches for p in curve]
     # Same seed, same draws at every depth: only scheduling differs, so allow 1 %.
-    for before, after in zip(throughput, throughput[1:]):
+    for before, after in itertools.pairwise(throughput):
         assert after >= before * 0.99
     assert peaks == sorted(peaks)
     assert all(p.peak_in_flight_batches <= p.depth + 1 for p in curve)
@@ -381,9 +383,18 @@ def test_too_short_traces_are_refused():
 # --- bad input ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (1.5, TypeError),
-                                        (2.0, TypeError), ("4", TypeError), (True, TypeError),
-                                        (None, TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (0, ValueError),
+        (-3, ValueError),
+        (1.5, TypeError),
+        (2.0, TypeError),
+        ("4", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+    ],
+)
 def test_bad_depths_and_workers(bad, error):
     m = model(C(0.01), C(0.01))
     if bad != 0:  # depth 0 is a loader with no read-ahead
@@ -484,10 +495,21 @@ def test_predict_curve_shape_and_reproducibility():
     assert simulate(m, 4, seed=7) == simulate(m, 4, seed=7)
     assert simulate(m, 4, seed=7).throughput != simulate(m, 4, seed=8).throughput
     d = curve[0].to_dict()
-    assert d["depth"] == 1 and d["batches"] == 2000 and set(d) >= {
-        "throughput", "input_wait_fraction", "mean_in_flight_batches", "peak_in_flight_batches",
-        "mean_in_flight_bytes", "peak_in_flight_bytes", "mean_queued_batches", "peak_queued_batches",
-    }
+    assert (
+        d["depth"] == 1
+        and d["batches"] == 2000
+        and set(d)
+        >= {
+            "throughput",
+            "input_wait_fraction",
+            "mean_in_flight_batches",
+            "peak_in_flight_batches",
+            "mean_in_flight_bytes",
+            "peak_in_flight_bytes",
+            "mean_queued_batches",
+            "peak_queued_batches",
+        }
+    )
 
 
 # --- invariants --------------------------------------------------------------------------
@@ -512,9 +534,7 @@ kinds = st.sampled_from(["constant", "exponential"])
 def test_invariants(producer, consumer, workers, depth, ordered, batches, seed, rules, transit, handover):
     make = {"constant": C, "exponential": Distribution.exponential}
     prod, cons = make[producer[0]](producer[1]), make[consumer[0]](consumer[1])
-    m = PipelineModel(
-        prod, cons, workers, 10.0, ordered, rules[0], rules[1], transit, handover=handover * cons.minimum
-    )
+    m = PipelineModel(prod, cons, workers, 10.0, ordered, rules[0], rules[1], transit, handover=handover * cons.minimum)
     p = simulate(m, depth, batches=batches, seed=seed)
     assert 0.0 <= p.input_wait_fraction <= 1.0
     assert 0.0 <= p.empty_fraction <= 1.0

@@ -1,5 +1,6 @@
 """Ray Data on a two-node cluster on this machine: blocks counted in the remote
 tasks on each node, batches where the trainer takes them, matched by rows."""
+
 from __future__ import annotations
 
 import os
@@ -120,9 +121,7 @@ def test_blocks_are_counted_on_each_node_and_batches_where_taken(cluster):
     assert len(report.nodes) == 2
     assert {report.meta["nodes"][short] for short in report.nodes} == node_ids
     assert sum(n.produced_batches for n in report.nodes.values()) == 12
-    assert sum(n.produced_bytes for n in report.nodes.values()) == sum(
-        p.nbytes for p in probe.trace().produced
-    )
+    assert sum(n.produced_bytes for n in report.nodes.values()) == sum(p.nbytes for p in probe.trace().produced)
     assert all(n.read_ahead_batches == 0 for n in report.nodes.values())
     assert 1 <= report.peak_in_flight_batches <= 12
     assert report.input_bound_fraction is not None
@@ -356,8 +355,9 @@ def test_cli_tune_a_ray_factory(cluster, tmp_path, capsys):
         "        compute=ray.data.TaskPoolStrategy(size=concurrency))\n"
         "    return Job(ds, step=lambda batch: time.sleep(0.005), kwargs={'batch_size': 2})\n"
     )
-    code = main(["tune", f"{factory}:make", "--framework", "ray", "--steps", "80", "--warmup", "8",
-                 "--rounds", "1", "--json"])
+    code = main(
+        ["tune", f"{factory}:make", "--framework", "ray", "--steps", "80", "--warmup", "8", "--rounds", "1", "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == (0 if out["chosen"] else 1)
     assert out["framework"] == "ray"

@@ -1,4 +1,5 @@
 """The probe on torch DataLoaders: counts, bounds, order, coverage, errors, cleanup."""
+
 from __future__ import annotations
 
 import gc
@@ -326,9 +327,7 @@ def _skip_first_half(worker_id: int) -> None:
 
 @pytest.mark.timeout(60)
 def test_worker_init_fn_reaches_the_dataset_through_the_wrapper():
-    loader = queuetune.watch(
-        DataLoader(Stream(16), batch_size=2, num_workers=2, worker_init_fn=_skip_first_half)
-    )
+    loader = queuetune.watch(DataLoader(Stream(16), batch_size=2, num_workers=2, worker_init_fn=_skip_first_half))
     assert sorted(i for b in loader for i in items(b)) == list(range(8, 16))
     assert settled_report(loader).produced_batches == 4
     finish(loader)
@@ -428,9 +427,7 @@ def test_closing_the_iterator_ends_the_run_and_stops_the_workers():
 
 @pytest.mark.timeout(90)
 def test_persistent_workers_serve_several_runs():
-    loader = queuetune.watch(
-        DataLoader(Numbers(), batch_size=8, shuffle=True, num_workers=2, persistent_workers=True)
-    )
+    loader = queuetune.watch(DataLoader(Numbers(), batch_size=8, shuffle=True, num_workers=2, persistent_workers=True))
     for _ in range(2):
         assert sorted(i for b in loader for i in items(b)) == list(range(N))
     report = settled_report(loader)
@@ -523,9 +520,7 @@ def test_spawned_workers_report_through_the_channel(tmp_path):
     # would outlive this test in the pytest process.
     script = tmp_path / "spawn_probe.py"
     script.write_text(SPAWN_SCRIPT)
-    out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=100, check=True
-    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert sorted(result["seen"]) == list(range(24))
     assert result["produced"] == result["consumed"] == 6

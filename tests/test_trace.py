@@ -1,4 +1,5 @@
 """Trace: plain data that round-trips through JSON and refuses what it cannot read."""
+
 from __future__ import annotations
 
 import json

@@ -2,6 +2,7 @@
 
 The files are in tests/data/traces/ (README.md there says how each was made).
 """
+
 from __future__ import annotations
 
 import contextlib

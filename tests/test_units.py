@@ -1,4 +1,5 @@
 """Parsing and formatting of byte sizes, shapes, dtypes and counts."""
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,8 @@ from queuetune.units import (
     unit_factor,
 )
 
-
 # parse_bytes
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),
@@ -54,8 +55,29 @@ def test_parse_bytes_accepts(text, expected):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "   ", "0", "0GiB", "-1", "-1GB", "nan", "inf", "-inf", "NaN GiB", "1e9", "1.5 parsec", "GiB", "1..5GB",
-     "1 2 GB", "0.4B", "9999999999999999999999", "8192PiB", "10000000TiB", "½GB", "１GB"],
+    [
+        "",
+        "   ",
+        "0",
+        "0GiB",
+        "-1",
+        "-1GB",
+        "nan",
+        "inf",
+        "-inf",
+        "NaN GiB",
+        "1e9",
+        "1.5 parsec",
+        "GiB",
+        "1..5GB",
+        "1 2 GB",
+        "0.4B",
+        "9999999999999999999999",
+        "8192PiB",
+        "10000000TiB",
+        "½GB",
+        "１GB",
+    ],
 )
 def test_parse_bytes_rejects_values(text):
     with pytest.raises(ValueError) as info:
@@ -113,6 +135,7 @@ def test_parse_bytes_matches_exact_arithmetic(number, unit):
 
 
 # format_bytes, format_number, units
+
 
 @pytest.mark.parametrize(
     ("n", "expected"),
@@ -178,6 +201,7 @@ def test_units_table():
 
 # parse_shape
 
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -197,8 +221,27 @@ def test_parse_shape_accepts(value, expected):
 
 @pytest.mark.parametrize(
     "value",
-    ["", "  ", "256xx3", "x256", "256x", "256x0x3", "256x-3", "256x3.0", "a", "256x3x", "1e3", "256 3",
-     "99999999999999999999x2", "4294967296x4294967296", (), [], (0, 3), (-1,), (2**40, 2**40)],
+    [
+        "",
+        "  ",
+        "256xx3",
+        "x256",
+        "256x",
+        "256x0x3",
+        "256x-3",
+        "256x3.0",
+        "a",
+        "256x3x",
+        "1e3",
+        "256 3",
+        "99999999999999999999x2",
+        "4294967296x4294967296",
+        (),
+        [],
+        (0, 3),
+        (-1,),
+        (2**40, 2**40),
+    ],
 )
 def test_parse_shape_rejects_values(value):
     with pytest.raises(ValueError):
@@ -239,14 +282,34 @@ def test_parse_shape_fuzz_sequences(dims):
 
 # dtypes
 
+
 @pytest.mark.parametrize(
     ("name", "size"),
     [
-        ("float64", 8), ("float32", 4), ("float16", 2), ("bfloat16", 2),
-        ("uint8", 1), ("int8", 1), ("int16", 2), ("uint16", 2), ("int32", 4), ("uint32", 4),
-        ("int64", 8), ("uint64", 8), ("bool", 1), ("complex64", 8), ("complex128", 16),
-        ("f4", 4), ("float", 8), ("double", 8), ("half", 2), ("f8", 8), (">f4", 4),
-        (np.float32, 4), (np.dtype("float16"), 2), (np.uint8, 1),
+        ("float64", 8),
+        ("float32", 4),
+        ("float16", 2),
+        ("bfloat16", 2),
+        ("uint8", 1),
+        ("int8", 1),
+        ("int16", 2),
+        ("uint16", 2),
+        ("int32", 4),
+        ("uint32", 4),
+        ("int64", 8),
+        ("uint64", 8),
+        ("bool", 1),
+        ("complex64", 8),
+        ("complex128", 16),
+        ("f4", 4),
+        ("float", 8),
+        ("double", 8),
+        ("half", 2),
+        ("f8", 8),
+        (">f4", 4),
+        (np.float32, 4),
+        (np.dtype("float16"), 2),
+        (np.uint8, 1),
     ],
 )
 def test_dtype_itemsize(name, size):
@@ -259,8 +322,9 @@ def test_dtype_aliases_resolve_to_names():
     assert dtype_name(np.float16) == "float16"
 
 
-@pytest.mark.parametrize("name", ["float128", "str", "U4", "object", "O", "datetime64", "V4", "foo", "", "Float32",
-                                  "f4,f4", "(", "int4"])
+@pytest.mark.parametrize(
+    "name", ["float128", "str", "U4", "object", "O", "datetime64", "V4", "foo", "", "Float32", "f4,f4", "(", "int4"]
+)
 def test_dtype_rejects_unknown(name):
     with pytest.raises(ValueError) as info:
         dtype_itemsize(name)
@@ -285,6 +349,7 @@ def test_dtype_fuzz(text):
 
 
 # integers and the 2^63 guard
+
 
 def test_positive_int():
     assert positive_int(3, "x") == 3

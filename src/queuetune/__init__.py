@@ -1,8 +1,20 @@
 """queuetune: measure, estimate and right-size the batch queues of input pipelines."""
+
 __version__ = "0.1.0"
 
 from .prefetcher import BudgetExceeded, Prefetcher, PrefetcherClosed, WorkerDied
 from .probe import Probe, probe_of, report, watch
 from .trace import Trace
 
-__all__ = ["BudgetExceeded", "Prefetcher", "PrefetcherClosed", "WorkerDied", "Probe", "Trace", "probe_of", "report", "watch", "__version__"]
+__all__ = [
+    "BudgetExceeded",
+    "Prefetcher",
+    "PrefetcherClosed",
+    "Probe",
+    "Trace",
+    "WorkerDied",
+    "__version__",
+    "probe_of",
+    "report",
+    "watch",
+]

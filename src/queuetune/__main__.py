@@ -1,4 +1,5 @@
 """``python -m queuetune``: the same command line as the ``queuetune`` script."""
+
 import sys
 
 from queuetune.cli import main

@@ -1,5 +1,6 @@
 """The prefetcher's depth controller: deepen while the consumer waits, shallow
 again when the queue stays full and the consumer never waits, with hysteresis."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Pure functions from a Trace to a Report: read-ahead, in flight, waits, memory, coverage."""
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
@@ -151,9 +152,7 @@ def analyze(trace: Trace) -> Report:
         released = {i for i, r in enumerate(freed) if r is not None}
         read_ahead = len(produced) - len(released)
     else:
-        consumed_bytes = [
-            produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)
-        ]
+        consumed_bytes = [produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)]
         flows = [(r, 1, size) for r, size in zip(releases, consumed_bytes) if r is not None]
         flows += [(runs[r][0], 1, produced[i].nbytes) for r, i in matching.hidden]
         released = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
@@ -193,9 +192,7 @@ def analyze(trace: Trace) -> Report:
         mean_in_flight_batches=mean_batches,
         peak_building_batches=_peak_overlap([(p.start, p.end) for p in produced]),
         producer_time=Timing.of([p.end - p.start for p in produced]),
-        consumer_step=Timing.of(
-            [r - c.consumed for c, r in zip(consumed, releases) if r is not None]
-        ),
+        consumer_step=Timing.of([r - c.consumed for c, r in zip(consumed, releases) if r is not None]),
         input_wait_seconds=wait_total,
         wall_seconds=wall,
         input_bound_fraction=fraction,
@@ -227,9 +224,7 @@ def _runs(trace: Trace) -> dict[int, tuple[float, float]]:
     return {r: (b, ends.get(r, b)) for r, b in begins.items()}
 
 
-def _releases(
-    consumed: list[Consumed], runs: dict[int, tuple[float, float]], end: float
-) -> list[float | None]:
+def _releases(consumed: list[Consumed], runs: dict[int, tuple[float, float]], end: float) -> list[float | None]:
     """When the consumer let go of each batch: when it asked for the next one in
     the same run, else at the end of the run."""
     releases: list[float | None] = []
@@ -284,9 +279,7 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> M
         if scoped and c.run != current_run:
             current_run = c.run
             begin = runs[c.run][0] if c.run in runs else float("-inf")
-            early = [
-                i for i in fifo if i not in taken and floor <= trace.produced[i].start < begin
-            ]
+            early = [i for i in fifo if i not in taken and floor <= trace.produced[i].start < begin]
             for i in early[:pre_run]:
                 taken.add(i)
                 hidden.append((c.run, i))
@@ -523,9 +516,9 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
         if c.samples is not None:
             unit = "sample"
             by_epoch[(c.run, c.epoch)].extend(c.samples)
-        elif j is not None and trace.produced[j].index is not None:
+        elif j is not None and (index := trace.produced[j].index) is not None:
             unit = unit or "batch"
-            by_epoch[(c.run, c.epoch)].append(trace.produced[j].index)
+            by_epoch[(c.run, c.epoch)].append(index)
     if unit is None:
         return []
     total = trace.meta.get("num_samples" if unit == "sample" else "num_batches")

@@ -1,4 +1,5 @@
 """The ``queuetune`` command line: parses arguments and wires them to the library."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSp
 from queuetune.render.json import dumps
 from queuetune.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
 
-__all__ = ["Command", "COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 PROG = "queuetune"
 USAGE_ERROR = 2
@@ -46,6 +47,7 @@ class Command:
 
 
 # Argument types: argparse turns ArgumentTypeError into "argument --x: <message>".
+
 
 def _arg(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
@@ -112,15 +114,20 @@ def _unit(text: str) -> str:
 
 # table
 
+
 def _configure_table(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", help="element dtype (default: float32)")
     parser.add_argument("--channels", type=_positive("channels"), default=3, help="channels (default: 3)")
     parser.add_argument(
-        "--batches", type=_int_list("batch size"), default=list(ARTICLE_BATCHES),
+        "--batches",
+        type=_int_list("batch size"),
+        default=list(ARTICLE_BATCHES),
         help="comma-separated batch sizes (default: 32,64,...,65536)",
     )
     parser.add_argument(
-        "--sizes", type=_int_list("image size"), default=list(ARTICLE_SIZES),
+        "--sizes",
+        type=_int_list("image size"),
+        default=list(ARTICLE_SIZES),
         help="comma-separated square image sizes (default: 32,64,...,1024)",
     )
     parser.add_argument("--unit", type=_arg(_unit), default="GiB", help="B, KiB, MiB, GiB, GB, ... (default: GiB)")
@@ -154,16 +161,36 @@ _FRAMEWORK_OPTIONS = (
     ("--prefetch-factor", "prefetch_factor", _positive("prefetch_factor"), "torch: prefetch_factor (default 2)"),
     ("--buffer", "buffer", _nonnegative("buffer"), "tfdata/generator: prefetch buffer in batches (default 1)"),
     ("--backend", "backend", str, "generator: Keras backend, tensorflow, torch or jax (default tensorflow)"),
-    ("--prefetch-batches", "prefetch_batches", _nonnegative("prefetch_batches"),
-     "ray: iter_batches prefetch_batches (default 1)"),
-    ("--concurrency", "concurrency", _positive("concurrency"),
-     "ray: map_batches tasks at once (default: Ray's one per CPU, counted as this machine's CPUs)"),
-    ("--object-store-memory", "object_store_memory", _arg(parse_bytes),
-     "ray: Ray Data's object store budget, e.g. 2GiB (or give one of the next two)"),
-    ("--object-store-bytes", "object_store_bytes", _arg(parse_bytes),
-     "ray: the cluster's object store, e.g. 8GiB; Ray Data's budget is half of it"),
-    ("--ram-bytes", "ram_bytes", _arg(parse_bytes),
-     "ray: one node's memory, e.g. 64GiB; its default object store is 30%% of it (at most 200 GB)"),
+    (
+        "--prefetch-batches",
+        "prefetch_batches",
+        _nonnegative("prefetch_batches"),
+        "ray: iter_batches prefetch_batches (default 1)",
+    ),
+    (
+        "--concurrency",
+        "concurrency",
+        _positive("concurrency"),
+        "ray: map_batches tasks at once (default: Ray's one per CPU, counted as this machine's CPUs)",
+    ),
+    (
+        "--object-store-memory",
+        "object_store_memory",
+        _arg(parse_bytes),
+        "ray: Ray Data's object store budget, e.g. 2GiB (or give one of the next two)",
+    ),
+    (
+        "--object-store-bytes",
+        "object_store_bytes",
+        _arg(parse_bytes),
+        "ray: the cluster's object store, e.g. 8GiB; Ray Data's budget is half of it",
+    ),
+    (
+        "--ram-bytes",
+        "ram_bytes",
+        _arg(parse_bytes),
+        "ray: one node's memory, e.g. 64GiB; its default object store is 30%% of it (at most 200 GB)",
+    ),
 )
 _FRAMEWORK_FLAGS = (
     ("--use-multiprocessing", "use_multiprocessing", "keras: use_multiprocessing=True"),
@@ -184,7 +211,9 @@ def _configure_estimate(parser: argparse.ArgumentParser) -> None:
     for flag, dest, text in _FRAMEWORK_FLAGS:
         loader.add_argument(flag, dest=dest, action="store_true", default=None, help=text)
     parser.add_argument(
-        "--transient-factor", type=_arg(_float), default=None,
+        "--transient-factor",
+        type=_arg(_float),
+        default=None,
         help="multiply the consumed batch for transient copies (the article suggests 2)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -214,9 +243,12 @@ def _run_estimate(args: argparse.Namespace) -> int:
 
 # demo
 
+
 def _configure_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=_positive("steps"), default=10, help="predict(steps=...) (default 10)")
-    parser.add_argument("--batch-size", type=_positive("batch size"), default=128, help="samples per batch (default 128)")
+    parser.add_argument(
+        "--batch-size", type=_positive("batch size"), default=128, help="samples per batch (default 128)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -234,6 +266,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 # report
+
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", help="a trace saved with Trace.save() (JSON)")
@@ -261,15 +294,31 @@ def _run_report(args: argparse.Namespace) -> int:
 
 # tune
 
+
 def _configure_tune(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("factory", metavar="FILE.py:FACTORY", help="a function that builds the loader and its consumer")
-    parser.add_argument("--framework", choices=["keras", "torch", "tfdata", "ray", "python"], help="fail unless the loader is of this framework")
+    parser.add_argument(
+        "--framework",
+        choices=["keras", "torch", "tfdata", "ray", "python"],
+        help="fail unless the loader is of this framework",
+    )
     parser.add_argument("--budget", type=_arg(parse_bytes), help="most bytes in flight, e.g. 2GiB")
-    parser.add_argument("--tolerance", type=_arg(_fraction), default=0.02, help="throughput that may be given up (default 0.02)")
+    parser.add_argument(
+        "--tolerance", type=_arg(_fraction), default=0.02, help="throughput that may be given up (default 0.02)"
+    )
     parser.add_argument("--steps", type=_positive("steps"), default=100, help="batches per trial (default 100)")
-    parser.add_argument("--warmup", type=_nonnegative("warmup"), default=10, help="batches left out of each trial's throughput (default 10)")
-    parser.add_argument("--rounds", type=_positive("rounds"), default=3, help="trials of each setting, interleaved (default 3)")
-    parser.add_argument("--workers", type=_int_list("workers"), help="worker counts to consider, e.g. 2,4 (default: the loader's)")
+    parser.add_argument(
+        "--warmup",
+        type=_nonnegative("warmup"),
+        default=10,
+        help="batches left out of each trial's throughput (default 10)",
+    )
+    parser.add_argument(
+        "--rounds", type=_positive("rounds"), default=3, help="trials of each setting, interleaved (default 3)"
+    )
+    parser.add_argument(
+        "--workers", type=_int_list("workers"), help="worker counts to consider, e.g. 2,4 (default: the loader's)"
+    )
     parser.add_argument("--plot", metavar="FILE.png", help="draw throughput and in-flight memory against depth")
     parser.add_argument("--save", metavar="RESULT.json", help="save the result as JSON")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

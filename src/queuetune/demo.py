@@ -1,10 +1,12 @@
 """The article's experiment on the installed Keras 3: how many batches does the
 loader build for ``predict(steps=10)``, and how many reach the model?"""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .analysis import Report
 from .memory import footprint
@@ -54,7 +56,8 @@ def run_demo(
     os.environ.setdefault("KERAS_BACKEND", "torch")
     from .frameworks import require
 
-    keras = require("keras", "keras")
+    require("keras", "keras")
+    import keras
     import numpy as np
 
     inputs, classes = 60, 10
@@ -120,9 +123,7 @@ def run_demo(
     }
 
 
-def _run_result(
-    run: DemoRun, batch_size: int, predicted: int, report: Report, backend: str
-) -> dict[str, Any]:
+def _run_result(run: DemoRun, batch_size: int, predicted: int, report: Report, backend: str) -> dict[str, Any]:
     batch = int(report.batch_bytes.median or 1)
     if run.loader == "generator":
         estimate = footprint(batch, "generator", backend=backend)

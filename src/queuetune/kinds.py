@@ -1,4 +1,5 @@
 """What kind of loader an object is, told without importing its framework."""
+
 from __future__ import annotations
 
 from typing import Any

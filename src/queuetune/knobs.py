@@ -5,6 +5,7 @@ taken by the consumer (the queue model's depth); depth 0 means the consumer
 builds each batch itself when it asks (no read-ahead at all). Plain iterables
 use queuetune's own prefetch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

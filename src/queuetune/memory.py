@@ -3,6 +3,7 @@
 No framework is imported here; the loader rules come from reading each
 framework's source (see ``design.md``) and are written out as arithmetic.
 """
+
 from __future__ import annotations
 
 import math
@@ -293,9 +294,7 @@ def _torch(settings: dict[str, Any]) -> _RuleResult:
     pin_memory = _flag(settings.get("pin_memory", False), "pin_memory")
     if workers == 0:
         if prefetch_factor is not None:
-            raise ValueError(
-                "prefetch_factor can only be set with num_workers > 0 (torch raises the same error)"
-            )
+            raise ValueError("prefetch_factor can only be set with num_workers > 0 (torch raises the same error)")
         resolved = {"num_workers": 0, "prefetch_factor": None, "pin_memory": pin_memory}
         lines = [("prefetched", 0, "num_workers=0: batches are loaded in the main process, nothing read ahead")]
         if pin_memory:
@@ -396,7 +395,9 @@ def _ray(settings: dict[str, Any]) -> _RuleResult:
     prefetch = nonnegative_int(settings.get("prefetch_batches", 1), "prefetch_batches")
     concurrency = settings.get("concurrency")
     concurrency = _local_cpus() if concurrency is None else positive_int(concurrency, "concurrency")
-    given = [name for name in ("object_store_memory", "object_store_bytes", "ram_bytes") if settings.get(name) is not None]
+    given = [
+        name for name in ("object_store_memory", "object_store_bytes", "ram_bytes") if settings.get(name) is not None
+    ]
     if len(given) > 1:
         raise ValueError(f"give one of object_store_memory, object_store_bytes, ram_bytes, not {' and '.join(given)}")
     if not given:
@@ -587,8 +588,7 @@ def seed_table(
     name = dtype_name(dtype)
     unit_name, factor = unit_factor(unit)
     values = [
-        [batch_bytes((size, size, channel_count), batch, name) / factor for size in size_list]
-        for batch in batch_list
+        [batch_bytes((size, size, channel_count), batch, name) / factor for size in size_list] for batch in batch_list
     ]
     return {
         "unit": unit_name,

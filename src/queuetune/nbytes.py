@@ -1,4 +1,5 @@
 """The byte counter shared by the probe and the prefetcher: bytes held by a batch."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Bounded read-ahead for plain iterables: one background thread, a fixed count of batches."""
+
 from __future__ import annotations
 
 import queue

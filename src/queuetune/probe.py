@@ -1,4 +1,5 @@
 """watch(): wrap a loader so that it records what it builds and what is consumed."""
+
 from __future__ import annotations
 
 import types

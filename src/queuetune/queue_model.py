@@ -50,6 +50,7 @@ Counts, all over time:
 >>> round(p.throughput, 6), p.input_wait_fraction, p.peak_in_flight_batches
 (50.0, 0.0, 3)
 """
+
 from __future__ import annotations
 
 import heapq
@@ -127,9 +128,7 @@ class Distribution:
         arr = np.asarray(items, dtype=float)
         self._set("empirical", {"n": float(len(arr))}, float(arr.mean()), float(arr.min()), arr)
 
-    def _set(
-        self, kind: str, params: dict[str, float], mean: float, minimum: float, values: np.ndarray | None
-    ) -> None:
+    def _set(self, kind: str, params: dict[str, float], mean: float, minimum: float, values: np.ndarray | None) -> None:
         if not mean > 0:
             raise ValueError(f"a {kind} distribution of durations must have a positive mean, got {mean}")
         self.kind, self.params, self.mean, self.minimum, self._values = kind, params, mean, minimum, values
@@ -187,9 +186,7 @@ class Distribution:
         p = _duration(probability, "probability")
         if p > 1:
             raise ValueError(f"probability must be between 0 and 1, got {p}")
-        return cls._synthetic(
-            "stalls", {"base": b, "stall": s, "probability": p}, b + p * s, b if p < 1 else b + s
-        )
+        return cls._synthetic("stalls", {"base": b, "stall": s, "probability": p}, b + p * s, b if p < 1 else b + s)
 
     @property
     def values(self) -> np.ndarray | None:
@@ -305,9 +302,7 @@ class PipelineModel:
         """
         produced = trace.produced
         if len(produced) < MIN_PRODUCED:
-            raise ValueError(
-                f"the trace has {len(produced)} produced batches; the model needs at least {MIN_PRODUCED}"
-            )
+            raise ValueError(f"the trace has {len(produced)} produced batches; the model needs at least {MIN_PRODUCED}")
         rules = rules_of(trace.meta)
         ready, delivered = _handover_waits(trace)
         overhead = _mean_or_zero(ready)

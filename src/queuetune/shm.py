@@ -7,6 +7,7 @@ no copy, and the memory is freed when the last view of the array goes. Files
 are named with the receiver's pid, so :func:`sweep` removes what a killed
 worker left behind.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -25,7 +26,7 @@ MIN_BYTES = 64 * 1024
 class SharedArray:
     """What a worker sends for one array: where it is, and its shape and dtype."""
 
-    __slots__ = ("path", "shape", "dtype")
+    __slots__ = ("dtype", "path", "shape")
 
     def __init__(self, path: str, shape: tuple[int, ...], dtype: str) -> None:
         self.path, self.shape, self.dtype = path, shape, dtype

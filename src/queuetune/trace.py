@@ -4,6 +4,7 @@ Times are seconds on the system's monotonic clock (shared by the worker
 processes of one machine), so events from workers and from the consumer
 compare directly.
 """
+
 from __future__ import annotations
 
 import functools
@@ -127,10 +128,10 @@ class Trace:
         Every version-1 file loads, whichever queuetune saved it: a record's
         fields missing from older files take their defaults.
 
-        >>> Trace.from_dict({"format": FORMAT, "version": 2})
+        >>> Trace.from_dict({"format": FORMAT, "version": 2})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: trace format version 2 is not supported by this queuetune (it reads version 1); it was saved by a newer queuetune
+        ValueError: trace format version 2 is not supported by this queuetune (it reads version 1); ...
         """
         if not isinstance(data, dict):
             raise ValueError(
@@ -216,15 +217,24 @@ _CHECKS: dict[str, tuple[str, Any]] = {
     "int | None": ("an integer or null", lambda v: v is None or _is_int(v)),
     "str": ("a string", lambda v: isinstance(v, str)),
     "dict | None": ("an object or null", lambda v: v is None or isinstance(v, dict)),
-    "list[int] | None": ("a list of integers or null", lambda v: v is None or (
-        isinstance(v, list) and all(_is_int(x) for x in v))),
+    "list[int] | None": (
+        "a list of integers or null",
+        lambda v: v is None or (isinstance(v, list) and all(_is_int(x) for x in v)),
+    ),
 }
 
 
 # The entries of ``meta`` that the analysis and the report read.
 _META = {
-    "name": "str", "type": "str", "loader": "str", "framework": "str", "match_scope": "str", "match": "str",
-    "settings": "dict | None", "num_batches": "int | None", "num_samples": "int | None",
+    "name": "str",
+    "type": "str",
+    "loader": "str",
+    "framework": "str",
+    "match_scope": "str",
+    "match": "str",
+    "settings": "dict | None",
+    "num_batches": "int | None",
+    "num_samples": "int | None",
     "pre_run_consumes": "int | None",
 }
 

@@ -9,6 +9,7 @@ The trials confirm the model rather than overrule it on noise: a setting the
 model predicts to keep throughput is refused only when it measured slower than
 the tolerance by more than the trials' own noise (:func:`trial_noise`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Report, analyze, consumed_by_block
-from .knobs import BY_FRAMEWORK, Knobs, reachable_depths
+from .kinds import is_dataloader, is_keras_model, is_pydataset, is_ray_dataset, is_tf_dataset
+from .knobs import BY_FRAMEWORK, Knobs, RayKnobs, reachable_depths
 from .nbytes import nbytes
 from .prefetch import prefetch
-from .kinds import is_dataloader, is_keras_model, is_pydataset, is_ray_dataset, is_tf_dataset
 from .probe import probe_of, watch
 from .recorder import clock
 from .trace import Trace
@@ -72,14 +73,10 @@ def as_job(made: Any) -> Job:
             job = Job(loader, step=consumer)
         else:
             raise TypeError(
-                f"the factory's consumer must be a step function or a Keras model, "
-                f"got {type(consumer).__name__}"
+                f"the factory's consumer must be a step function or a Keras model, got {type(consumer).__name__}"
             )
     else:
-        raise TypeError(
-            "the factory must return queuetune.Job(...) or (loader, consumer), "
-            f"got {type(made).__name__}"
-        )
+        raise TypeError(f"the factory must return queuetune.Job(...) or (loader, consumer), got {type(made).__name__}")
     if job.model is None and job.step is None:
         raise TypeError("the job needs a consumer: a step function or a Keras model")
     if is_ray_dataset(job.loader):
@@ -456,7 +453,7 @@ def _keep_partial(trace: Trace, exc: BaseException) -> None:
         fd, path = tempfile.mkstemp(prefix=f"queuetune-trial-{os.getpid()}-", suffix=".json")
         with os.fdopen(fd, "w") as file:
             file.write(trace.to_json())
-    except Exception as error:  # noqa: BLE001 - the trial's own error matters more
+    except Exception as error:
         exc.add_note(f"queuetune: the trial's trace could not be saved ({error})")
         return
     exc.add_note(f"queuetune: the trace recorded up to the fault is saved in {path}")
@@ -574,7 +571,7 @@ def tune(
     if isinstance(probe_job.loader, types.GeneratorType):
         probe_job.loader.close()
     default_workers = knobs.workers(default) if knobs.workers_knob else None
-    worker_counts = workers or [default_workers]
+    worker_counts: list[int | None] = list(workers) if workers else [default_workers]
 
     total = 2 + candidates * rounds
     done = 0
@@ -590,7 +587,7 @@ def tune(
     tick("warm-up")
     base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
     tick("baseline")
-    if framework == "ray" and base_trace.produced:
+    if isinstance(knobs, RayKnobs) and base_trace.produced:
         # A depth counts blocks: the budget that holds one depends on their size.
         block = statistics.median(p.nbytes for p in base_trace.produced)
         knobs = dataclasses.replace(knobs, block_bytes=int(block))
@@ -678,7 +675,7 @@ def _candidates(
         if keeping:
             first = keeping[0]
             position = ordered.index(first)
-            neighbours = [first] + ordered[max(0, position - 1) : position] + ordered[position + 1 : position + 3]
+            neighbours = [first, *ordered[max(0, position - 1) : position], *ordered[position + 1 : position + 3]]
             for p in neighbours:
                 settings = {**default, **p["settings"]}
                 if settings not in picked:
@@ -688,9 +685,7 @@ def _candidates(
     return picked[:count]
 
 
-def _trial(
-    settings: dict[str, Any], knobs: Knobs, framework: str, round_: int, report: Report, rate: float
-) -> Trial:
+def _trial(settings: dict[str, Any], knobs: Knobs, framework: str, round_: int, report: Report, rate: float) -> Trial:
     depth = knobs.depth(settings)
     peak_batches, peak_bytes, estimated = report.peak_in_flight_batches, report.peak_in_flight_bytes, False
     if framework == "tfdata":
@@ -786,9 +781,7 @@ def trial_noise(trials: list[Trial]) -> float:
     return math.sqrt(squares / ((len(rows) - 1) * (len(complete) - 1)))
 
 
-def decide(
-    candidates: list[Candidate], tolerance: float, budget: int | None, margin: float = 0.0
-) -> Candidate | None:
+def decide(candidates: list[Candidate], tolerance: float, budget: int | None, margin: float = 0.0) -> Candidate | None:
     """The least peak in-flight memory among candidates that keep throughput (and
     fit ``budget``); ties go to the shallower queue.
 
@@ -831,8 +824,7 @@ def explain(result: TuneResult, knobs: Knobs, baseline: Report) -> list[str]:
     if fraction is not None:
         side = "loading" if fraction >= 0.05 else "the model"
         lines.append(
-            f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run: "
-            f"{baseline.verdict})."
+            f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run: {baseline.verdict})."
         )
     candidates = result.candidates
     for c in candidates:

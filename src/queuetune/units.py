@@ -3,6 +3,7 @@
 Every function here validates its input and raises ``ValueError`` (bad value)
 or ``TypeError`` (wrong type) with a message that names the offending value.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """One module per framework; each is imported only when its loader is used."""
+
 from __future__ import annotations
 
 import importlib
@@ -14,6 +15,4 @@ def require(module: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(
-            f"{module} is needed for this: pip install 'queuetune[{extra}]' ({exc})"
-        ) from None
+        raise ImportError(f"{module} is needed for this: pip install 'queuetune[{extra}]' ({exc})") from None

@@ -1,5 +1,6 @@
 """Keras 3: a watched PyDataset (counts where batches are built, in worker threads
 or processes) and a callback that counts where batches reach the model."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +8,9 @@ from typing import Any
 
 from . import require
 
-keras = require("keras", "keras")
+require("keras", "keras")
+
+import keras  # noqa: E402
 
 from ..knobs import KERAS  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
@@ -44,9 +47,7 @@ class WatchedPyDataset(keras.utils.PyDataset):
                 self._recorder.error(exc)
             raise
         end = clock()
-        self._channel.emit(
-            (start, end, nbytes(batch), index, key_of(index), os.getpid(), _thread_id())
-        )
+        self._channel.emit((start, end, nbytes(batch), index, key_of(index), os.getpid(), _thread_id()))
         return batch
 
     @property
@@ -86,9 +87,7 @@ def settings(dataset: Any) -> dict[str, Any]:
     }
 
 
-def watch_pydataset(
-    dataset: Any, meta: dict[str, Any], sample_memory: bool
-) -> tuple[WatchedPyDataset, Recorder]:
+def watch_pydataset(dataset: Any, meta: dict[str, Any], sample_memory: bool) -> tuple[WatchedPyDataset, Recorder]:
     knobs = settings(dataset)
     try:
         count = dataset.num_batches
@@ -220,7 +219,7 @@ class KerasPrefetcher(Prefetcher, keras.utils.PyDataset):
         return len(self)
 
     def __getitem__(self, index: int) -> Any:
-        if index == 0 and self._next_index != 0 or self._stream is None and index == 0:
+        if (index == 0 and self._next_index != 0) or (self._stream is None and index == 0):
             self._stream = iter(self)
             self._next_index = 0
         if self._stream is None or index != self._next_index:

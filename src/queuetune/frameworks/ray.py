@@ -20,6 +20,7 @@ Blocks and batches are matched by rows (``meta["match"] = "rows"``): a block
 is released when the trainer has taken its last row, so the report counts
 blocks in flight and their bytes whatever the batch size.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,9 @@ from typing import Any
 
 from . import require
 
-ray = require("ray", "ray")
+require("ray.data", "ray")
 
+import ray  # noqa: E402
 import ray.data  # noqa: E402
 
 from ..knobs import RAY, RayKnobs  # noqa: E402
@@ -77,8 +79,12 @@ class CountBlocks:
         accessor = BlockAccessor.for_block(block)
         start = _LAST_DONE.get(self.token, end)
         record = (
-            min(start, end), end, int(accessor.size_bytes()), int(accessor.num_rows()),
-            ray.get_runtime_context().get_node_id(), os.getpid(),
+            min(start, end),
+            end,
+            int(accessor.size_bytes()),
+            int(accessor.num_rows()),
+            ray.get_runtime_context().get_node_id(),
+            os.getpid(),
         )
         self.collector.add.remote(record)
         _LAST_DONE[self.token] = time.time()
@@ -160,7 +166,9 @@ class RayRecorder(Recorder):
         for start, end, size, rows, node, pid in self._remote:
             short = node[:8]
             nodes[short] = node
-            produced.append(Produced(start - self._offset, end - self._offset, size, worker=f"{short}:{pid}", rows=rows))
+            produced.append(
+                Produced(start - self._offset, end - self._offset, size, worker=f"{short}:{pid}", rows=rows)
+            )
         produced.sort(key=lambda p: p.start)
         trace.produced = produced
         trace.meta["nodes"] = nodes
@@ -264,7 +272,7 @@ def _is_plain(value: Any) -> bool:
 def watch_dataset(dataset: Any, meta: dict[str, Any], sample_memory: bool) -> tuple[WatchedDataset, RayRecorder]:
     """Append the counting step to ``dataset`` and return the watched dataset and its recorder."""
     token = uuid.uuid4().hex
-    collector = Collector.options(name=f"queuetune-{token}").remote()
+    collector = Collector.options(name=f"queuetune-{token}").remote()  # type: ignore[attr-defined]
     fusing = fusing_arguments(dataset)
     counted = dataset.map_batches(
         CountBlocks(collector, token), batch_size=None, batch_format=None, zero_copy_batch=True, **fusing

@@ -9,6 +9,7 @@ key (the batch's sample indices), so the analysis matches each consumed batch
 to the batch that was built for it, and the consumed side's indices give the
 epoch's coverage.
 """
+
 from __future__ import annotations
 
 import operator
@@ -23,8 +24,9 @@ from typing import Any
 
 from . import require
 
-torch = require("torch", "torch")
+require("torch", "torch")
 
+import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 from ..knobs import TORCH  # noqa: E402
@@ -165,9 +167,7 @@ class WatchedCollate:
             key, _ = batch_key(indices, batched)
             if not batched and isinstance(key, int):
                 index = key
-        self._channel.emit(
-            (start, end, nbytes(batch), index, key_of(key), os.getpid(), threading.get_native_id())
-        )
+        self._channel.emit((start, end, nbytes(batch), index, key_of(key), os.getpid(), threading.get_native_id()))
         return batch
 
     def __repr__(self) -> str:
@@ -326,18 +326,14 @@ class WatchedDataLoader(DataLoader):
         if iterable:
             options.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
         elif loader.batch_size is not None:
-            options.update(
-                sampler=loader.sampler, batch_size=loader.batch_size, drop_last=loader.drop_last
-            )
+            options.update(sampler=loader.sampler, batch_size=loader.batch_size, drop_last=loader.drop_last)
         elif loader.batch_sampler is not None:
             options.update(batch_sampler=loader.batch_sampler)
         else:
             options.update(sampler=loader.sampler, batch_size=None)
-        super().__init__(_wrap_dataset(dataset, channel, token, iterable), **options)
+        super().__init__(_wrap_dataset(dataset, channel, token, iterable), **options)  # type: ignore[arg-type]
         if not iterable:
-            self._queuetune_indices = RecordingSampler(
-                super()._index_sampler, batched=self.batch_sampler is not None
-            )
+            self._queuetune_indices = RecordingSampler(super()._index_sampler, batched=self.batch_sampler is not None)
 
     @property
     def _index_sampler(self) -> Any:

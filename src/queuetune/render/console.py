@@ -1,4 +1,5 @@
 """Console rendering of a probe's report."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -103,7 +104,11 @@ def _ms(seconds: float | None) -> str:
 
 def _coverage(cov: Coverage) -> str:
     total = f" of {cov.total}" if cov.total is not None else ""
-    text = f"{cov.consumed}{total} {cov.unit}es consumed" if cov.unit == "batch" else f"{cov.consumed}{total} samples consumed"
+    text = (
+        f"{cov.consumed}{total} {cov.unit}es consumed"
+        if cov.unit == "batch"
+        else f"{cov.consumed}{total} samples consumed"
+    )
     text += f"; more than once: {_listing(cov.duplicates)}"
     if cov.never_count is not None:
         more = "…" if cov.never_count > len(cov.never) else ""
@@ -130,8 +135,14 @@ def print_demo(result: dict[str, Any], console: Console | None = None) -> None:
     )
     table = Table()
     table.add_column("loader")
-    for column in ("reached the model", "built by the loader", "never used", "peak in flight",
-                   "estimated", "input wait"):
+    for column in (
+        "reached the model",
+        "built by the loader",
+        "never used",
+        "peak in flight",
+        "estimated",
+        "input wait",
+    ):
         table.add_column(column, justify="right")
     for run in result["runs"]:
         fraction = run["input_bound_fraction"]

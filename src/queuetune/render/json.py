@@ -1,4 +1,5 @@
 """JSON rendering: plain data to text, with numpy scalars made plain."""
+
 from __future__ import annotations
 
 import json

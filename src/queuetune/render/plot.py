@@ -1,5 +1,6 @@
 """Plots drawn with matplotlib (an optional dependency): the seed table as a
 heatmap, and a report's batches and bytes in flight over time."""
+
 from __future__ import annotations
 
 import os
@@ -107,9 +108,15 @@ def plot_tune(result: Any, path: str | os.PathLike[str]) -> None:
         rate.plot(depths, [r["throughput"] for r in rows], label=f"predicted, {workers} worker(s)")
         memory.plot(depths, [r["peak_built_bytes"] / 2**20 for r in rows], label=f"predicted, {workers} worker(s)")
     measured = result.trials
-    rate.scatter([t.depth for t in measured], [t.throughput for t in measured], color="black", s=12, label="measured trials")
+    rate.scatter(
+        [t.depth for t in measured], [t.throughput for t in measured], color="black", s=12, label="measured trials"
+    )
     memory.scatter(
-        [t.depth for t in measured], [t.peak_in_flight_bytes / 2**20 for t in measured], color="black", s=12, label="measured trials"
+        [t.depth for t in measured],
+        [t.peak_in_flight_bytes / 2**20 for t in measured],
+        color="black",
+        s=12,
+        label="measured trials",
     )
     if result.chosen is not None:
         for axes in (rate, memory):

@@ -1,4 +1,5 @@
 """Rich console tables for the seed table, a batch and a footprint."""
+
 from __future__ import annotations
 
 from typing import IO, Any
@@ -45,7 +46,11 @@ def batch_table(spec: BatchSpec) -> Table:
     lines = spec.lines()
     for index, (name, shape, dtype, nbytes) in enumerate(lines):
         view.add_row(
-            name, "x".join(map(str, shape)), dtype, f"{nbytes:,}", format_bytes(nbytes),
+            name,
+            "x".join(map(str, shape)),
+            dtype,
+            f"{nbytes:,}",
+            format_bytes(nbytes),
             end_section=index == len(lines) - 1,
         )
     total = spec.nbytes
@@ -70,7 +75,11 @@ def footprint_table(fp: Footprint) -> Table:
     view.add_column("why")
     for index, line in enumerate(fp.lines):
         view.add_row(
-            line.label, f"{line.batches:g}", f"{line.bytes:,}", format_bytes(line.bytes), line.explanation,
+            line.label,
+            f"{line.batches:g}",
+            f"{line.bytes:,}",
+            format_bytes(line.bytes),
+            line.explanation,
             end_section=index == len(fp.lines) - 1,
         )
     total = fp.total_bytes

@@ -8,6 +8,7 @@ writes tests/data/traces/SHA-<loader>.json for each loader below that the
 checked-out version can watch. Uses only the API every version has:
 queuetune.watch, queuetune.probe_of(...).trace().save(...).
 """
+
 from __future__ import annotations
 
 import sys
@@ -103,7 +104,7 @@ def keras_predict(path: Path) -> None:
 def main(tag: str) -> None:
     recordings = {"generator": generator, "iterable": iterable, "error": error}
     try:
-        import queuetune.frameworks.torch  # noqa: F401  (versions before the torch probe lack it)
+        import queuetune.frameworks.torch
     except ImportError:
         pass
     else:
