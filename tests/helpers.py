@@ -1,4 +1,5 @@
 """Shared test helpers."""
+
 from __future__ import annotations
 
 import threading
@@ -6,16 +7,20 @@ import time
 
 import psutil
 
+from queuetune.recorder import multiprocessing_helpers
+
 
 def queuetune_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("queuetune")]
 
 
 def assert_nothing_left_running(timeout: float = 10.0, threads: bool = True) -> None:
-    """Fail unless, within ``timeout``, no queuetune thread and no child process is alive."""
+    """Fail unless, within ``timeout``, no queuetune thread and no child process is alive
+    (Python's own multiprocessing helpers aside: see ``multiprocessing_helpers``)."""
     deadline = time.monotonic() + timeout
     while True:
-        alive = [c for c in psutil.Process().children(recursive=True) if _alive(c)]
+        helpers = multiprocessing_helpers()
+        alive = [c for c in psutil.Process().children(recursive=True) if c.pid not in helpers and _alive(c)]
         named = queuetune_threads() if threads else []
         if not alive and not named:
             return

@@ -3,6 +3,7 @@ killed, a consumer that leaves, a batch that grows, batches that are not arrays,
 empty epochs, a producer too slow. Each case: the original error (or a clear one
 of ours) reaches the consumer, nothing hangs, nothing is left running or in
 shared memory, and the trace up to the fault saves and loads."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune import BudgetExceeded, Prefetcher, PrefetcherClosed, Trace, WorkerDied, shm
-from queuetune.recorder import key_of
+from queuetune.recorder import key_of, multiprocessing_helpers
 
 pytestmark = pytest.mark.faults
 
@@ -173,7 +174,9 @@ def test_a_source_error_at_a_random_batch_reaches_the_consumer_and_leaves_nothin
     source, kwargs, index = make(kind, n, fail_at=fail_at, delay=0.002)
     p = Prefetcher(source, max_bytes="2MiB", workers=2, mode=mode, ordered=ordered, sample_memory=False, **kwargs)
     got = []
-    with pytest.raises(Corrupt, match=f"^record {fail_at * (4 if kind == 'torch' else 1) + (kind == 'torch')} is corrupt$"):
+    with pytest.raises(
+        Corrupt, match=f"^record {fail_at * (4 if kind == 'torch' else 1) + (kind == 'torch')} is corrupt$"
+    ):
         for batch in p:
             got.append(index(batch))
     assert_delivered(got, n, ordered, upto=fail_at)
@@ -224,7 +227,7 @@ def test_a_worker_killed_mid_epoch_is_a_clear_error_and_the_next_epoch_starts_ne
         for batch in p:
             got.append(index(batch))
             if len(got) == kill_at:
-                victim = psutil.Process().children()[0]
+                victim = next(c for c in psutil.Process().children() if c.pid not in multiprocessing_helpers())
                 victim.send_signal(signal.SIGKILL)
     message = str(info.value)
     assert f"worker process of the prefetcher died (pid {victim.pid}, killed by SIGKILL)" in message
@@ -272,7 +275,7 @@ def test_a_consumer_that_leaves_stops_the_workers_and_the_next_epoch_is_whole(mo
                 signal.raise_signal(signal.SIGINT)
                 time.sleep(1)  # the handler runs before this returns
                 pytest.fail("SIGINT did not interrupt the loop")
-    except BaseException as exc:  # noqa: BLE001  (compared below)
+    except BaseException as exc:
         assert how != "break" and type(exc) is expected[how]
     else:
         assert how == "break"
@@ -317,8 +320,11 @@ def test_a_batch_that_grows_4x_keeps_the_budget_or_fails_clearly(mode, ordered, 
                 got.append(int(batch["i"]))
                 time.sleep(0.002)  # a consumer slower than the workers: the queue fills
         except BudgetExceeded as exc:
-            assert re.search(r"batch \d+ is [\d.]+ KiB, larger than any before \([\d.]+ KiB\): with it, "
-                             r"[\d.]+ [KM]iB would be in flight, over max_bytes=", str(exc)) or "does not fit" in str(exc)
+            assert re.search(
+                r"batch \d+ is [\d.]+ KiB, larger than any before \([\d.]+ KiB\): with it, "
+                r"[\d.]+ [KM]iB would be in flight, over max_bytes=",
+                str(exc),
+            ) or "does not fit" in str(exc)
             assert len(got) == len(set(got)) and (not ordered or got == list(range(len(got))))
         else:
             assert_delivered(got, n, ordered)
@@ -397,8 +403,11 @@ def same(a, b):
 def test_batches_that_are_not_arrays_are_delivered_unchanged_or_fail_clearly(mode, shape):
     with Prefetcher(Odd(shape), max_bytes="1MiB", workers=2, mode=mode, sample_memory=False) as p:
         if mode == "process" and shape == "unpicklable":
-            with pytest.raises(TypeError, match=r"batch 0 of the epoch .*could not be sent back from its worker "
-                               r"process \(TypeError: cannot pickle '_thread.lock' object\).*picklable"):
+            with pytest.raises(
+                TypeError,
+                match=r"batch 0 of the epoch .*could not be sent back from its worker "
+                r"process \(TypeError: cannot pickle '_thread.lock' object\).*picklable",
+            ):
                 list(p)
         else:
             got = list(p)
@@ -407,9 +416,9 @@ def test_batches_that_are_not_arrays_are_delivered_unchanged_or_fail_clearly(mod
                 assert all(b["lock"] is not None for b in got)
             report = p.report()
             assert report.consumed_batches == 9
-            assert [c.nbytes for c in p.trace().consumed] == [20_000 * 4 if shape == "dict" else
-                                                              (8 * (i + 1) if shape == "nested" else 0)
-                                                              for i in range(9)]
+            assert [c.nbytes for c in p.trace().consumed] == [
+                20_000 * 4 if shape == "dict" else (8 * (i + 1) if shape == "nested" else 0) for i in range(9)
+            ]
         assert_epoch_cleaned_up()
 
 
@@ -436,8 +445,15 @@ def test_batches_of_zero_bytes_are_still_built_by_several_workers_at_once():
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("case", ["empty", "batch-larger-than-the-data", pytest.param("keras", marks=pytest.mark.keras),
-                                  pytest.param("torch", marks=pytest.mark.torch)])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "empty",
+        "batch-larger-than-the-data",
+        pytest.param("keras", marks=pytest.mark.keras),
+        pytest.param("torch", marks=pytest.mark.torch),
+    ],
+)
 @pytest.mark.parametrize("mode", MODES)
 def test_an_epoch_of_zero_batches_ends_at_once(mode, case, tmp_path):
     kwargs = {}
@@ -471,12 +487,16 @@ def test_a_stalled_batch_times_out_naming_it_and_the_epoch_stops(mode, ordered, 
     n, stall_at = 10, 3
     release = threading.Event() if mode == "thread" else None  # a process sleeps: it is killed
     source, kwargs, index = make(kind, n, stall_at=stall_at, release=release)
-    p = Prefetcher(source, max_bytes="4MiB", workers=2, mode=mode, ordered=ordered, timeout=0.5,
-                   sample_memory=False, **kwargs)
+    p = Prefetcher(
+        source, max_bytes="4MiB", workers=2, mode=mode, ordered=ordered, timeout=0.5, sample_memory=False, **kwargs
+    )
     got = []
     try:
-        with pytest.raises(TimeoutError, match=rf"^batch {stall_at} of the epoch .* was not ready within "
-                           r"timeout=0.5 s; the epoch is stopped$"):
+        with pytest.raises(
+            TimeoutError,
+            match=rf"^batch {stall_at} of the epoch .* was not ready within "
+            r"timeout=0.5 s; the epoch is stopped$",
+        ):
             for batch in p:
                 got.append(index(batch))
     finally:
@@ -516,8 +536,14 @@ def test_close_from_another_thread_wakes_the_waiting_consumer(mode):
 
 @pytest.mark.parametrize(
     "timeout,error",
-    [(0, ValueError), (-1.0, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
-     ("1", TypeError), (True, TypeError)],
+    [
+        (0, ValueError),
+        (-1.0, ValueError),
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        ("1", TypeError),
+        (True, TypeError),
+    ],
 )
 def test_a_bad_timeout_is_refused_naming_it(timeout, error):
     with pytest.raises(error, match="timeout"):

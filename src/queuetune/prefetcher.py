@@ -15,12 +15,16 @@ ready within ``timeout`` seconds is a ``TimeoutError``; :meth:`Prefetcher.close`
 from another thread wakes a waiting consumer with :class:`PrefetcherClosed`.
 The next ``for`` loop starts new workers.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
-from concurrent.futures.process import BrokenProcessPool
+import functools
 import math
+import multiprocessing
+import multiprocessing.context
 import os
+import pickle
 import random
 import signal
 import statistics
@@ -30,6 +34,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +111,16 @@ class Prefetcher:
     for builds that can hang). ``close()`` from another thread wakes a waiting
     consumer with :class:`PrefetcherClosed`.
 
+    ``multiprocessing_context`` (``mode="process"`` only), as for torch's
+    ``DataLoader``: ``"fork"``, ``"forkserver"``, ``"spawn"`` or a context from
+    ``multiprocessing.get_context``; ``None`` takes Python's default start
+    method (``fork`` on Linux up to Python 3.13, ``forkserver`` from 3.14,
+    ``spawn`` on macOS). With ``forkserver`` and ``spawn`` the source and
+    ``collate_fn`` are pickled to each worker, so they must be defined at a
+    module's top level; ``fork`` copies them. Python keeps one fork server and
+    one resource tracker process per interpreter for these two, started on
+    first use.
+
     ``trace_epochs``: how many of the latest epochs :meth:`trace` keeps (each
     batch's record costs a few hundred bytes, which over weeks of epochs would
     grow without end); ``None`` keeps them all.
@@ -155,6 +170,7 @@ class Prefetcher:
         sample_memory: bool = True,
         timeout: float | None = None,
         trace_epochs: int | None = 16,
+        multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
     ) -> None:
         self.max_bytes = parse_bytes(max_bytes)
         self.timeout = _check_timeout(timeout)
@@ -164,6 +180,7 @@ class Prefetcher:
         if mode not in MODES:
             raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
         self.mode = mode
+        self.multiprocessing_context = _check_context(multiprocessing_context, mode)
         self.adaptive = bool(adaptive)
         self.max_depth = positive_int(max_depth, "max depth")
         if depth is None:
@@ -181,9 +198,7 @@ class Prefetcher:
         self._indexable = _indexable(source)
         if not self._indexable:
             if source is None or not hasattr(source, "__iter__") or isinstance(source, (str, bytes, dict)):
-                raise TypeError(
-                    f"Prefetcher needs an indexable dataset or an iterable, got {type(source).__name__}"
-                )
+                raise TypeError(f"Prefetcher needs an indexable dataset or an iterable, got {type(source).__name__}")
             if mode == "process":
                 raise ValueError("a plain iterable is read by one thread: use mode='thread'")
             if self.batch_size is not None:
@@ -199,6 +214,7 @@ class Prefetcher:
                     "max_bytes": self.max_bytes,
                     "workers": self.num_workers,
                     "mode": mode,
+                    **({"start_method": self._start_method()} if mode == "process" else {}),
                     "adaptive": self.adaptive,
                     "ordered": self.ordered,
                 },
@@ -257,6 +273,11 @@ class Prefetcher:
         if self.drop_last and groups and len(groups[-1]) < size:
             groups.pop()
         return groups
+
+    def _start_method(self) -> str:
+        """How worker processes start: the given context's method, or Python's default."""
+        context = self.multiprocessing_context or multiprocessing.get_context()
+        return context.get_start_method()
 
     def build_now(self, index: int) -> Any:
         """Build batch ``index`` (of the unshuffled order) in the calling thread."""
@@ -354,14 +375,25 @@ class _Epoch:
         if owner.mode == "thread" or not owner._indexable:
             workers = owner.num_workers if owner._indexable else 1
             return cf.ThreadPoolExecutor(workers, thread_name_prefix="queuetune-prefetch")
-        import multiprocessing
-
-        return cf.ProcessPoolExecutor(
+        context = owner.multiprocessing_context or multiprocessing.get_context()
+        pool = cf.ProcessPoolExecutor(
             owner.num_workers,
-            mp_context=multiprocessing.get_context("fork"),
+            mp_context=context,
             initializer=_init_process,
             initargs=(owner._source, owner.batch_size, owner.collate_fn, self.recorder.channel, os.getpid()),
         )
+        try:
+            with self.recorder.channel.reader_paused():
+                _start_workers(pool, owner.num_workers)
+        except (TypeError, AttributeError, pickle.PicklingError) as exc:
+            _shutdown(pool)
+            method = context.get_start_method()
+            raise TypeError(
+                f"the source or collate_fn could not be sent to a worker process started with {method!r} "
+                f"({type(exc).__name__}: {exc}): with 'spawn' or 'forkserver' they must be picklable "
+                "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
+            ) from exc
+        return pool
 
     # --- scheduling (under self.lock) ---------------------------------------------------
 
@@ -396,7 +428,7 @@ class _Epoch:
             self.reserved += task.reserved
             self.submitted += 1
             task.future = self._submit(indices)
-            task.future.add_done_callback(lambda f, t=task: self._built(t, f))
+            task.future.add_done_callback(functools.partial(self._built, task))
 
     def _submit(self, indices: Any) -> cf.Future:
         owner = self.owner
@@ -504,7 +536,10 @@ class _Epoch:
                     # they were all busy when it was asked for.
                     stalled = self._stalled(step)
                     changed = self.controller.observe(
-                        seen.waited, seen.full, can_grow=seen.can_grow or stalled, limit=seen.limit,
+                        seen.waited,
+                        seen.full,
+                        can_grow=seen.can_grow or stalled,
+                        limit=seen.limit,
                         wait=got - asked if stalled else None,
                         step=step,
                     )
@@ -568,7 +603,7 @@ class _Epoch:
             ready = [t for t in pending if t.future.done()]  # type: ignore[union-attr]
             # Depth helps only while a worker sits idle for the lack of it, not
             # for the lack of batches left to start (the epoch's end).
-            building = sum(1 for t in self.tasks.values() if not t.future.done())  # type: ignore[union-attr]
+            building = len([t for t in self.tasks.values() if t.future is not None and not t.future.done()])
             left = not self.exhausted and (self.total is None or self.submitted < self.total)
             estimate = self._estimate()
             seen = _Seen(
@@ -584,9 +619,13 @@ class _Epoch:
         futures = [t.future for t in pending]
         deadline = None if timeout is None else clock() + timeout
         while True:
-            left = None if deadline is None else max(0.0, deadline - clock())
+            remaining = None if deadline is None else max(0.0, deadline - clock())
             # In slices, to see a dead worker process even if the pool does not.
-            piece = left if self.owner.mode != "process" else min(left if left is not None else LIVENESS, LIVENESS)
+            piece = (
+                remaining
+                if self.owner.mode != "process"
+                else min(LIVENESS if remaining is None else remaining, LIVENESS)
+            )
             done, _ = cf.wait([*futures, self.wakeup], timeout=piece, return_when=cf.FIRST_COMPLETED)  # type: ignore[list-item]
             if self.wakeup.done():
                 raise self._closed_error()
@@ -730,6 +769,26 @@ def _describe(task: _Task) -> str:
     return f"batch {task.position} of the epoch"
 
 
+def _check_context(value: Any, mode: str) -> multiprocessing.context.BaseContext | None:
+    if value is None:
+        return None
+    if mode != "process":
+        raise ValueError("multiprocessing_context needs mode='process': thread mode starts no process")
+    if isinstance(value, str):
+        methods = multiprocessing.get_all_start_methods()
+        if value not in methods:
+            raise ValueError(
+                f"multiprocessing_context must be one of {', '.join(map(repr, methods))} "
+                f"or a multiprocessing context, got {value!r}"
+            )
+        return multiprocessing.get_context(value)
+    if isinstance(value, multiprocessing.context.BaseContext):
+        return value
+    raise TypeError(
+        f"multiprocessing_context must be a start method name or a multiprocessing context, got {type(value).__name__}"
+    )
+
+
 def _check_timeout(timeout: Any) -> float | None:
     if timeout is None:
         return None
@@ -749,9 +808,7 @@ def _key(task: _Task) -> Any:
 def _emit(channel: Channel, start: float, batch: Any, indices: Any) -> None:
     key = None if indices is None else (tuple(indices) if isinstance(indices, list) else indices)
     index = indices if isinstance(indices, int) else None
-    channel.emit(
-        (start, clock(), nbytes(batch), index, key_of(key), os.getpid(), threading.get_native_id())
-    )
+    channel.emit((start, clock(), nbytes(batch), index, key_of(key), os.getpid(), threading.get_native_id()))
 
 
 def _make(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None) -> Any:
@@ -771,13 +828,35 @@ def _build(source: Any, indices: Any, batch_size: int | None, collate_fn: Callab
 _WORKER: dict[str, Any] = {}
 
 
-def _init_process(source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, owner: int) -> None:
+def _init_process(
+    source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, owner: int
+) -> None:
     _WORKER.update(source=source, batch_size=batch_size, collate_fn=collate_fn, channel=channel, owner=owner)
     torch = sys.modules.get("torch")
     if torch is not None:
         # As torch's own DataLoader workers do: a forked child that uses the intra-op
         # thread pool the parent already started hangs.
         torch.set_num_threads(1)
+
+
+def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:
+    """Start the pool's worker processes now, while no thread of queuetune's runs.
+
+    A forked child gets a copy of every lock in the parent as it stood at the
+    fork, and a lock that another thread held then stays held in the child for
+    ever. So the workers are forked here, as the epoch is created, in the
+    consumer's own thread: before the epoch's lock is first taken, before any
+    build is submitted (so no callback of ours runs), before the recorder's
+    memory sampler starts (it runs from the epoch's first batch), with the
+    previous epoch's pool shut down and the recorder's pipe reader paused by
+    the caller. No thread of queuetune's is alive at the fork, and the child
+    writes its records with a bare ``os.write``, taking no lock. The pool forks
+    every worker at its first submit (``fork``); with ``spawn`` and
+    ``forkserver`` nothing is forked from this process, and each submit starts
+    one more worker.
+    """
+    for _ in range(workers):
+        pool.submit(os.getpid)
 
 
 def _build_in_process(indices: Any) -> Any:

@@ -1,13 +1,16 @@
 """Recording: the events a probe collects, from worker threads, worker processes
 and the consumer, turned into a :class:`~queuetune.trace.Trace` on demand."""
+
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 
@@ -44,10 +47,41 @@ class Channel:
         self._flush_seq = self._flushed_seq = 0
         if processes:
             self._r, self._w = os.pipe()
-            self._reader = threading.Thread(
-                target=self._read, args=(self._r, sink), name="queuetune-channel", daemon=True
-            )
-            self._reader.start()
+            self._start_reader()
+
+    def _start_reader(self) -> None:
+        if self._r is None or self._sink is None or self._reader is not None:
+            return
+        self._reader = threading.Thread(
+            target=self._read, args=(self._r, self._sink), name="queuetune-channel", daemon=True
+        )
+        self._reader.start()
+
+    def _stop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is None or self._w is None:
+            return
+        try:
+            os.write(self._w, _RECORD.pack(0.0, 0.0, 0, 0, 0, _STOP, 0, 0))
+        except OSError:
+            return
+        reader.join(timeout=5)
+
+    @contextlib.contextmanager
+    def reader_paused(self) -> Iterator[None]:
+        """No reader thread while the block runs: a process forked in it copies no
+        thread of this channel's, nor a lock one holds. Records written meanwhile
+        wait in the pipe for the next reader. Use it only where no other thread
+        flushes or closes the channel.
+        """
+        if os.getpid() != self._pid:
+            yield
+            return
+        self._stop_reader()
+        try:
+            yield
+        finally:
+            self._start_reader()
 
     def emit(self, record: tuple) -> None:
         if os.getpid() == self._pid:
@@ -117,12 +151,13 @@ class Channel:
         self._r = self._w = None
 
     def __reduce__(self) -> tuple:
-        from multiprocessing import context
+        from multiprocessing import context, reduction
 
-        popen = context.get_spawning_popen()
-        if popen is None or self._w is None:
+        if context.get_spawning_popen() is None or self._w is None:
             return (_detached_channel, (self._pid,))
-        return (_child_channel, (self._pid, popen.duplicate_for_child(self._w)))
+        # Pickled for a process being started: the start method carries the pipe's
+        # write end across (spawn keeps its number, the fork server passes it).
+        return (_child_channel, (self._pid, reduction.DupFd(self._w)))
 
 
 def _detached_channel(pid: int) -> Channel:
@@ -131,9 +166,9 @@ def _detached_channel(pid: int) -> Channel:
     return channel
 
 
-def _child_channel(pid: int, fd: int) -> Channel:
+def _child_channel(pid: int, fd: Any) -> Channel:
     channel = _detached_channel(pid)
-    channel._w = fd
+    channel._w = fd.detach()
     return channel
 
 
@@ -169,6 +204,21 @@ def key_of(value: Any) -> Any:
     return None if value is None else _int64(hash(value))
 
 
+def multiprocessing_helpers() -> set[int]:
+    """Pids of the fork server and the resource tracker that Python's multiprocessing
+    starts on the first use of ``forkserver`` or ``spawn`` and keeps, one of each,
+    until the interpreter exits. They are not a loader's workers; the workers the
+    fork server starts are its children, and count as this process's descendants.
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    pids = {
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+    }
+    return {pid for pid in pids if pid is not None}
+
+
 class MemorySampler:
     """Samples resident memory of this process and unique memory of its children."""
 
@@ -201,7 +251,8 @@ class MemorySampler:
     def sample(self) -> None:
         try:
             rss = self._process.memory_info().rss
-            children = self._process.children(recursive=True)
+            helpers = multiprocessing_helpers()
+            children = [c for c in self._process.children(recursive=True) if c.pid not in helpers]
         except psutil.Error:
             return
         unique = 0
@@ -257,13 +308,9 @@ class Recorder:
         self.consumer = "iterator"
         self._finalizer = weakref.finalize(self, _shutdown, self.channel, self._sampler)
 
-    def produced(
-        self, start: float, end: float, nbytes: int, index: int | None = None, key: Any = None
-    ) -> None:
+    def produced(self, start: float, end: float, nbytes: int, index: int | None = None, key: Any = None) -> None:
         """Record a batch built between ``start`` and ``end`` (call it where it was built)."""
-        self.channel.emit(
-            (start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id())
-        )
+        self.channel.emit((start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id()))
 
     def consumed(
         self,
@@ -280,9 +327,7 @@ class Recorder:
             self.run_begin(requested)
         if not self._epoch_open:
             self.epoch_begin(requested)
-        self._consumed.append(
-            Consumed(requested, consumed, self.run, self.epoch, nbytes, key_of(key), samples, rows)
-        )
+        self._consumed.append(Consumed(requested, consumed, self.run, self.epoch, nbytes, key_of(key), samples, rows))
 
     def mark(self, kind: str, value: Any = None, t: float | None = None) -> None:
         self._marks.append(Mark(clock() if t is None else t, kind, value))
