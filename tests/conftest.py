@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import signal
 import sys
@@ -7,8 +8,8 @@ import pytest
 os.environ.setdefault("KERAS_BACKEND", "torch")
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import assert_nothing_left_running  # noqa: E402
-from ray_cluster import DRIVER_ENV  # noqa: E402
+from helpers import assert_nothing_left_running
+from ray_cluster import DRIVER_ENV
 
 os.environ.update(DRIVER_ENV)  # before anything imports ray
 
@@ -16,6 +17,16 @@ os.environ.update(DRIVER_ENV)  # before anything imports ray
 # tests that send SIGINT need Python's own handler (KeyboardInterrupt).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# Each marker's test needs this module; without it, the test is skipped.
+NEEDS = {"keras": "keras", "torch": "torch", "tf": "tensorflow", "ray": "ray", "plot": "matplotlib"}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, module in NEEDS.items():
+        if item.get_closest_marker(marker) is not None and importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (the test is marked {marker!r})")
 
 
 @pytest.fixture(autouse=True)

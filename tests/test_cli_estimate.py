@@ -1,4 +1,5 @@
 """The command line: `queuetune table`, `queuetune estimate`, and how every error is reported."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,13 +13,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from helpers import ARTICLE_ROWS
 from queuetune import __version__, cli
 from queuetune.cli import Command, build_parser, main
-from helpers import ARTICLE_ROWS
 
 MiB = 2**20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -49,6 +49,7 @@ def table_rows(out: str) -> list[list[str]]:
 
 # table
 
+
 def test_table_prints_the_article_exactly(capsys):
     assert main(["table"]) == 0
     captured = capsys.readouterr()
@@ -56,7 +57,13 @@ def test_table_prints_the_article_exactly(capsys):
     assert table_rows(captured.out) == ARTICLE_ROWS
     header = next(line for line in captured.out.splitlines() if "batch" in line and "|" in line)
     assert [cell.strip() for cell in header.strip().strip("|").split("|")] == [
-        "batch", "32x32", "64x64", "128x128", "256x256", "512x512", "1024x1024"
+        "batch",
+        "32x32",
+        "64x64",
+        "128x128",
+        "256x256",
+        "512x512",
+        "1024x1024",
     ]
 
 
@@ -75,14 +82,33 @@ def test_table_json_schema(capsys):
 
 
 def test_table_options(capsys):
-    argv = ["table", "--json", "--dtype", "uint8", "--channels", "1", "--batches", "1,2", "--sizes", "10",
-            "--unit", "b"]
+    argv = [
+        "table",
+        "--json",
+        "--dtype",
+        "uint8",
+        "--channels",
+        "1",
+        "--batches",
+        "1,2",
+        "--sizes",
+        "10",
+        "--unit",
+        "b",
+    ]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data == {"unit": "B", "dtype": "uint8", "channels": 1, "batches": [1, 2], "sizes": [10],
-                    "values": [[100.0], [200.0]]}
+    assert data == {
+        "unit": "B",
+        "dtype": "uint8",
+        "channels": 1,
+        "batches": [1, 2],
+        "sizes": [10],
+        "values": [[100.0], [200.0]],
+    }
 
 
+@pytest.mark.plot
 def test_table_plot_writes_a_png(tmp_path, capsys):
     path = tmp_path / "table.png"
     assert main(["table", "--plot", str(path)]) == 0
@@ -92,6 +118,7 @@ def test_table_plot_writes_a_png(tmp_path, capsys):
     assert "table.png" in captured.out
 
 
+@pytest.mark.plot
 def test_table_plot_with_json_keeps_stdout_json(tmp_path, capsys):
     path = tmp_path / "small.png"
     assert main(["table", "--json", "--batches", "1", "--sizes", "1", "--plot", str(path)]) == 0
@@ -108,6 +135,7 @@ def test_table_plot_without_matplotlib(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
+@pytest.mark.plot
 def test_table_plot_into_a_missing_directory(tmp_path, capsys):
     code = main(["table", "--plot", str(tmp_path / "missing" / "x.png")])
     captured = capsys.readouterr()
@@ -117,6 +145,7 @@ def test_table_plot_into_a_missing_directory(tmp_path, capsys):
 
 
 # estimate
+
 
 def test_estimate_just_the_batch(capsys):
     assert main(["estimate", "--shape", "256x256x3", "--batch", "64"]) == 0
@@ -134,8 +163,9 @@ def test_estimate_json_without_framework(capsys):
     assert data["batch"]["batch_size"] == 64
     assert data["batch"]["inputs"] == {"input": {"shape": [256, 256, 3], "dtype": "float32"}}
     assert data["batch"]["labels"] is None
-    assert data["batch"]["lines"] == [{"name": "input", "shape": [64, 256, 256, 3], "dtype": "float32",
-                                       "bytes": 48 * MiB}]
+    assert data["batch"]["lines"] == [
+        {"name": "input", "shape": [64, 256, 256, 3], "dtype": "float32", "bytes": 48 * MiB}
+    ]
 
 
 def estimate_json(*extra: str) -> dict:
@@ -178,8 +208,11 @@ def test_estimate_json_schema_with_framework():
         (["--transient-factor", "2"], 0, 2),
         # 512 MiB // 12 MiB = 42 held, 2 being built, 1 prefetched; then the consumed batch
         (["--framework", "ray", "--concurrency", "2", "--object-store-memory", "512MiB"], 45, 46),
-        (["--framework", "ray", "--concurrency", "1", "--prefetch-batches", "4", "--object-store-memory", "120MiB"],
-         15, 16),
+        (
+            ["--framework", "ray", "--concurrency", "1", "--prefetch-batches", "4", "--object-store-memory", "120MiB"],
+            15,
+            16,
+        ),
         (["--framework", "ray", "--concurrency", "2", "--object-store-bytes", "1GiB"], 45, 46),
         # 30% of 8 GiB = 2576980377 B of store, half of it the budget: 102 batches
         (["--framework", "ray", "--concurrency", "2", "--prefetch-batches", "0", "--ram-bytes", "8GiB"], 104, 105),
@@ -209,8 +242,22 @@ def test_estimate_dtype():
 
 
 def test_estimate_console_breakdown(capsys):
-    argv = ["estimate", "--shape", "128x128x3", "--batch", "64", "--labels", "10",
-            "--framework", "torch", "--num-workers", "4", "--pin-memory", "--transient-factor", "2"]
+    argv = [
+        "estimate",
+        "--shape",
+        "128x128x3",
+        "--batch",
+        "64",
+        "--labels",
+        "10",
+        "--framework",
+        "torch",
+        "--num-workers",
+        "4",
+        "--pin-memory",
+        "--transient-factor",
+        "2",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     for label in ("input", "labels", "prefetched", "pinned copies", "consumed", "transient", "total"):
@@ -226,11 +273,17 @@ def test_estimate_ray_json_schema():
     assert set(fp) == {"framework", "settings", "batch_bytes", "depth", "total_batches", "total_bytes", "lines"}
     store = int(16 * 2**30 * 3 / 10)
     assert fp["settings"] == {
-        "prefetch_batches": 1, "concurrency": 2, "object_store_memory": store // 2,
-        "object_store_bytes": store, "ram_bytes": 16 * 2**30,
+        "prefetch_batches": 1,
+        "concurrency": 2,
+        "object_store_memory": store // 2,
+        "object_store_bytes": store,
+        "ram_bytes": 16 * 2**30,
     }
     assert [(line["label"], line["batches"]) for line in fp["lines"]] == [
-        ("held ahead", (store // 2) // (12 * MiB)), ("being built", 2), ("prefetched", 1), ("consumed", 1)
+        ("held ahead", (store // 2) // (12 * MiB)),
+        ("being built", 2),
+        ("prefetched", 1),
+        ("consumed", 1),
     ]
     assert fp["depth"] == 204 + 2 + 1
     assert fp["total_bytes"] == (204 + 2 + 1 + 1) * 12 * MiB
@@ -248,8 +301,19 @@ def test_estimate_ray_default_concurrency_is_this_machines_cpus():
 
 
 def test_estimate_ray_console(capsys):
-    argv = ["estimate", "--shape", "128x128x3", "--batch", "64", "--framework", "ray", "--concurrency", "2",
-            "--object-store-memory", "2GiB"]
+    argv = [
+        "estimate",
+        "--shape",
+        "128x128x3",
+        "--batch",
+        "64",
+        "--framework",
+        "ray",
+        "--concurrency",
+        "2",
+        "--object-store-memory",
+        "2GiB",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     for label in ("held ahead", "being built", "prefetched", "consumed", "total"):
@@ -297,8 +361,19 @@ BAD_ARGV = [
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "keras", "--max-queue-size", "0"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "keras", "--num-workers", "2"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--prefetch-factor", "2"],
-    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--num-workers", "2",
-     "--prefetch-factor", "0"],
+    [
+        "estimate",
+        "--shape",
+        "256x256x3",
+        "--batch",
+        "64",
+        "--framework",
+        "torch",
+        "--num-workers",
+        "2",
+        "--prefetch-factor",
+        "0",
+    ],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--use-multiprocessing"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "tfdata", "--buffer", "-1"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "generator", "--backend", "mxnet"],
@@ -314,14 +389,58 @@ BAD_ARGV = [
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "-1GiB"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "2 parsecs"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "8MiB"],
-    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
-     "--ram-bytes", "16GiB"],
-    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
-     "--concurrency", "0"],
-    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
-     "--prefetch-batches", "-1"],
-    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
-     "--num-workers", "2"],
+    [
+        "estimate",
+        "--shape",
+        "256x256x3",
+        "--batch",
+        "64",
+        "--framework",
+        "ray",
+        "--object-store-memory",
+        "1GiB",
+        "--ram-bytes",
+        "16GiB",
+    ],
+    [
+        "estimate",
+        "--shape",
+        "256x256x3",
+        "--batch",
+        "64",
+        "--framework",
+        "ray",
+        "--object-store-memory",
+        "1GiB",
+        "--concurrency",
+        "0",
+    ],
+    [
+        "estimate",
+        "--shape",
+        "256x256x3",
+        "--batch",
+        "64",
+        "--framework",
+        "ray",
+        "--object-store-memory",
+        "1GiB",
+        "--prefetch-batches",
+        "-1",
+    ],
+    [
+        "estimate",
+        "--shape",
+        "256x256x3",
+        "--batch",
+        "64",
+        "--framework",
+        "ray",
+        "--object-store-memory",
+        "1GiB",
+        "--num-workers",
+        "2",
+    ],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--object-store-memory", "1GiB"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--object-store-memory", "1GiB"],
     ["table", "--unit", "G\u2028iB"],
@@ -344,20 +463,66 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys):
         (["table", "--dtype", "float7"], "float7"),
         (["estimate", "--shape", "2x2", "--batch", "64", "--framework", "mxnet"], "mxnet"),
         (["estimate", "--shape", "2x2", "--batch", "0"], "--batch"),
-        (["estimate", "--shape", "2x2", "--batch", "1", "--framework", "torch", "--prefetch-factor", "2"],
-         "prefetch_factor"),
+        (
+            ["estimate", "--shape", "2x2", "--batch", "1", "--framework", "torch", "--prefetch-factor", "2"],
+            "prefetch_factor",
+        ),
         (["estimate", "--shape", "65536x65536x65536", "--batch", "65536"], "exceeds 2^63 bytes"),
         (["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray"], "ray needs the object store"),
-        (["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "8MiB"],
-         "smaller than one batch"),
-        (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--object-store-memory", "0"],
-         "--object-store-memory"),
-        (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--ram-bytes", "1GiB",
-          "--object-store-bytes", "1GiB"], "not object_store_bytes and ram_bytes"),
-        (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--ram-bytes", "1GiB",
-          "--concurrency", "-2"], "--concurrency"),
-        (["estimate", "--shape", "2", "--batch", "1", "--framework", "keras", "--ram-bytes", "1GiB"],
-         "'ram_bytes' does not apply to framework 'keras'"),
+        (
+            [
+                "estimate",
+                "--shape",
+                "256x256x3",
+                "--batch",
+                "64",
+                "--framework",
+                "ray",
+                "--object-store-memory",
+                "8MiB",
+            ],
+            "smaller than one batch",
+        ),
+        (
+            ["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--object-store-memory", "0"],
+            "--object-store-memory",
+        ),
+        (
+            [
+                "estimate",
+                "--shape",
+                "2",
+                "--batch",
+                "1",
+                "--framework",
+                "ray",
+                "--ram-bytes",
+                "1GiB",
+                "--object-store-bytes",
+                "1GiB",
+            ],
+            "not object_store_bytes and ram_bytes",
+        ),
+        (
+            [
+                "estimate",
+                "--shape",
+                "2",
+                "--batch",
+                "1",
+                "--framework",
+                "ray",
+                "--ram-bytes",
+                "1GiB",
+                "--concurrency",
+                "-2",
+            ],
+            "--concurrency",
+        ),
+        (
+            ["estimate", "--shape", "2", "--batch", "1", "--framework", "keras", "--ram-bytes", "1GiB"],
+            "'ram_bytes' does not apply to framework 'keras'",
+        ),
     ],
 )
 def test_error_messages_name_the_problem(argv, fragment, capsys):
@@ -415,16 +580,60 @@ def test_console_script_exit_codes():
 # fuzzing the command line: every input either works (exit 0) or is one error line (exit 2)
 
 _VALUES = st.one_of(
-    st.sampled_from(["0", "1", "2", "4", "10", "-1", "2.5", "nan", "inf", "int", "", "256x256x3", "256xx3", "3x3",
-                     "float32", "bfloat16", "f4", "float7", "GiB", "gb", "parsec", "keras", "torch", "tfdata",
-                     "generator", "none", "jax", "32,64", "1,,2", "99999999999999999999", "2305843009213693952",
-                     "65536x65536x65536"]),
+    st.sampled_from(
+        [
+            "0",
+            "1",
+            "2",
+            "4",
+            "10",
+            "-1",
+            "2.5",
+            "nan",
+            "inf",
+            "int",
+            "",
+            "256x256x3",
+            "256xx3",
+            "3x3",
+            "float32",
+            "bfloat16",
+            "f4",
+            "float7",
+            "GiB",
+            "gb",
+            "parsec",
+            "keras",
+            "torch",
+            "tfdata",
+            "generator",
+            "none",
+            "jax",
+            "32,64",
+            "1,,2",
+            "99999999999999999999",
+            "2305843009213693952",
+            "65536x65536x65536",
+        ]
+    ),
     st.text(max_size=12),
 )
 _TABLE_OPTIONS = ["--dtype", "--channels", "--batches", "--sizes", "--unit"]
-_ESTIMATE_OPTIONS = ["--shape", "--batch", "--dtype", "--labels", "--label-dtype", "--framework", "--workers",
-                     "--max-queue-size", "--num-workers", "--prefetch-factor", "--buffer", "--backend",
-                     "--transient-factor"]
+_ESTIMATE_OPTIONS = [
+    "--shape",
+    "--batch",
+    "--dtype",
+    "--labels",
+    "--label-dtype",
+    "--framework",
+    "--workers",
+    "--max-queue-size",
+    "--num-workers",
+    "--prefetch-factor",
+    "--buffer",
+    "--backend",
+    "--transient-factor",
+]
 _FLAGS = ["--json", "--use-multiprocessing", "--pin-memory"]
 
 

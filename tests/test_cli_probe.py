@@ -1,4 +1,5 @@
 """The CLI's demo and report commands: JSON schemas, exit codes, one-line errors."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,15 @@ import queuetune
 from queuetune.cli import main
 
 RUN_KEYS = {
-    "loader", "workers", "max_queue_size", "batch_size", "consumed_batches", "produced_batches",
-    "peak_in_flight_batches", "peak_in_flight_bytes", "input_bound_fraction",
+    "loader",
+    "workers",
+    "max_queue_size",
+    "batch_size",
+    "consumed_batches",
+    "produced_batches",
+    "peak_in_flight_batches",
+    "peak_in_flight_bytes",
+    "input_bound_fraction",
 }
 
 
@@ -23,13 +31,17 @@ def test_demo_json_reproduces_the_article_experiment():
     pytest.importorskip("keras")
     out = subprocess.run(
         [sys.executable, "-m", "queuetune.cli", "demo", "--json"],
-        capture_output=True, text=True, timeout=170,
+        capture_output=True,
+        text=True,
+        timeout=170,
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["backend"] == "torch" and data["keras"].startswith("3.")
     assert [(r["loader"], r["workers"], r["max_queue_size"]) for r in data["runs"]] == [
-        ("pydataset", 4, 10), ("pydataset", 4, 2), ("generator", 0, None),
+        ("pydataset", 4, 10),
+        ("pydataset", 4, 2),
+        ("generator", 0, None),
     ]
     for run in data["runs"]:
         assert RUN_KEYS <= set(run)
@@ -47,8 +59,7 @@ def test_demo_json_reproduces_the_article_experiment():
     assert data["advice"]
 
 
-@pytest.mark.timeout(30)
-def test_report_command_renders_a_saved_trace(tmp_path, capsys):
+def saved_trace(tmp_path):
     watched = queuetune.watch([np.zeros(10, "float32")] * 3)
     for _ in watched:
         pass
@@ -56,12 +67,22 @@ def test_report_command_renders_a_saved_trace(tmp_path, capsys):
     path = tmp_path / "trace.json"
     probe.trace().save(path)
     probe.close()
+    return path
 
+
+@pytest.mark.timeout(30)
+def test_report_command_renders_a_saved_trace(tmp_path, capsys):
+    path = saved_trace(tmp_path)
     assert main(["report", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["produced_batches"] == 3 and data["consumed_batches"] == 3
     assert data["peak_in_flight_bytes"] == 40
 
+
+@pytest.mark.plot
+@pytest.mark.timeout(30)
+def test_report_command_plots_a_saved_trace(tmp_path, capsys):
+    path = saved_trace(tmp_path)
     png = tmp_path / "flight.png"
     assert main(["report", str(path), "--plot", str(png)]) == 0
     text = capsys.readouterr().out
@@ -71,7 +92,11 @@ def test_report_command_renders_a_saved_trace(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "content,message",
-    [(None, "cannot read trace"), ("{", "not valid JSON"), ('{"format": "queuetune-trace", "version": 0}', "version 0")],
+    [
+        (None, "cannot read trace"),
+        ("{", "not valid JSON"),
+        ('{"format": "queuetune-trace", "version": 0}', "version 0"),
+    ],
 )
 def test_report_command_bad_trace_is_one_line_and_exit_2(tmp_path, capsys, content, message):
     path = tmp_path / "t.json"
