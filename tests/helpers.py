@@ -6,8 +6,14 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from queuetune.recorder import multiprocessing_helpers
+
+
+#: pytest's own outcomes (a test's timeout is a Failed raised inside the test): a
+#: helper that returns what the code under test raised must raise these instead.
+OUTCOMES = (pytest.fail.Exception, pytest.skip.Exception, pytest.exit.Exception)
 
 
 def queuetune_threads() -> list[str]:

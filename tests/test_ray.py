@@ -100,6 +100,16 @@ def test_the_cluster_brings_its_own_token(cluster):
     assert all(e.get("RAY_AUTH_MODE") == "token" and "RAY_AUTH_TOKEN" not in e for e in environments)
 
 
+def test_the_clusters_workers_run_at_the_priority_of_the_rest(cluster):
+    """Not at Ray's default nice 15, which a busy machine starves (see ray_cluster.py)."""
+
+    @ray.remote
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert set(ray.get([niceness.remote() for _ in range(4)])) == {0}
+
+
 def test_blocks_are_counted_on_each_node_and_batches_where_taken(cluster):
     watched = queuetune.watch(dataset(scheduling_strategy="SPREAD"))
     probe = queuetune.probe_of(watched)
