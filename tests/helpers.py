@@ -10,7 +10,6 @@ import pytest
 
 from queuetune.recorder import multiprocessing_helpers
 
-
 #: pytest's own outcomes (a test's timeout is a Failed raised inside the test): a
 #: helper that returns what the code under test raised must raise these instead.
 OUTCOMES = (pytest.fail.Exception, pytest.skip.Exception, pytest.exit.Exception)
