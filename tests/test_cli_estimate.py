@@ -324,6 +324,7 @@ def test_estimate_ray_console(capsys):
 
 # errors: one line on stderr, exit code 2, never a traceback
 
+# fmt: off
 BAD_ARGV = [
     [],
     ["frobnicate"],
@@ -361,19 +362,8 @@ BAD_ARGV = [
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "keras", "--max-queue-size", "0"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "keras", "--num-workers", "2"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--prefetch-factor", "2"],
-    [
-        "estimate",
-        "--shape",
-        "256x256x3",
-        "--batch",
-        "64",
-        "--framework",
-        "torch",
-        "--num-workers",
-        "2",
-        "--prefetch-factor",
-        "0",
-    ],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--num-workers", "2",
+     "--prefetch-factor", "0"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--use-multiprocessing"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "tfdata", "--buffer", "-1"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "generator", "--backend", "mxnet"],
@@ -389,63 +379,20 @@ BAD_ARGV = [
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "-1GiB"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "2 parsecs"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "8MiB"],
-    [
-        "estimate",
-        "--shape",
-        "256x256x3",
-        "--batch",
-        "64",
-        "--framework",
-        "ray",
-        "--object-store-memory",
-        "1GiB",
-        "--ram-bytes",
-        "16GiB",
-    ],
-    [
-        "estimate",
-        "--shape",
-        "256x256x3",
-        "--batch",
-        "64",
-        "--framework",
-        "ray",
-        "--object-store-memory",
-        "1GiB",
-        "--concurrency",
-        "0",
-    ],
-    [
-        "estimate",
-        "--shape",
-        "256x256x3",
-        "--batch",
-        "64",
-        "--framework",
-        "ray",
-        "--object-store-memory",
-        "1GiB",
-        "--prefetch-batches",
-        "-1",
-    ],
-    [
-        "estimate",
-        "--shape",
-        "256x256x3",
-        "--batch",
-        "64",
-        "--framework",
-        "ray",
-        "--object-store-memory",
-        "1GiB",
-        "--num-workers",
-        "2",
-    ],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
+     "--ram-bytes", "16GiB"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
+     "--concurrency", "0"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
+     "--prefetch-batches", "-1"],
+    ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "1GiB",
+     "--num-workers", "2"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "torch", "--object-store-memory", "1GiB"],
     ["estimate", "--shape", "256x256x3", "--batch", "64", "--object-store-memory", "1GiB"],
     ["table", "--unit", "G\u2028iB"],
     ["table", "x\ny"],
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("argv", BAD_ARGV, ids=lambda argv: " ".join(argv) or "(nothing)")
@@ -455,76 +402,33 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys):
     assert_one_line_error(code, captured.out, captured.err)
 
 
-@pytest.mark.parametrize(
-    ("argv", "fragment"),
-    [
-        (["estimate", "--shape", "256xx3", "--batch", "64"], "malformed shape '256xx3'"),
-        (["table", "--unit", "parsec"], "parsec"),
-        (["table", "--dtype", "float7"], "float7"),
-        (["estimate", "--shape", "2x2", "--batch", "64", "--framework", "mxnet"], "mxnet"),
-        (["estimate", "--shape", "2x2", "--batch", "0"], "--batch"),
-        (
-            ["estimate", "--shape", "2x2", "--batch", "1", "--framework", "torch", "--prefetch-factor", "2"],
-            "prefetch_factor",
-        ),
-        (["estimate", "--shape", "65536x65536x65536", "--batch", "65536"], "exceeds 2^63 bytes"),
-        (["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray"], "ray needs the object store"),
-        (
-            [
-                "estimate",
-                "--shape",
-                "256x256x3",
-                "--batch",
-                "64",
-                "--framework",
-                "ray",
-                "--object-store-memory",
-                "8MiB",
-            ],
-            "smaller than one batch",
-        ),
-        (
-            ["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--object-store-memory", "0"],
-            "--object-store-memory",
-        ),
-        (
-            [
-                "estimate",
-                "--shape",
-                "2",
-                "--batch",
-                "1",
-                "--framework",
-                "ray",
-                "--ram-bytes",
-                "1GiB",
-                "--object-store-bytes",
-                "1GiB",
-            ],
-            "not object_store_bytes and ram_bytes",
-        ),
-        (
-            [
-                "estimate",
-                "--shape",
-                "2",
-                "--batch",
-                "1",
-                "--framework",
-                "ray",
-                "--ram-bytes",
-                "1GiB",
-                "--concurrency",
-                "-2",
-            ],
-            "--concurrency",
-        ),
-        (
-            ["estimate", "--shape", "2", "--batch", "1", "--framework", "keras", "--ram-bytes", "1GiB"],
-            "'ram_bytes' does not apply to framework 'keras'",
-        ),
-    ],
-)
+# argv, and what its one-line error must name
+# fmt: off
+ERROR_CASES = [
+    (["estimate", "--shape", "256xx3", "--batch", "64"], "malformed shape '256xx3'"),
+    (["table", "--unit", "parsec"], "parsec"),
+    (["table", "--dtype", "float7"], "float7"),
+    (["estimate", "--shape", "2x2", "--batch", "64", "--framework", "mxnet"], "mxnet"),
+    (["estimate", "--shape", "2x2", "--batch", "0"], "--batch"),
+    (["estimate", "--shape", "2x2", "--batch", "1", "--framework", "torch", "--prefetch-factor", "2"],
+     "prefetch_factor"),
+    (["estimate", "--shape", "65536x65536x65536", "--batch", "65536"], "exceeds 2^63 bytes"),
+    (["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray"], "ray needs the object store"),
+    (["estimate", "--shape", "256x256x3", "--batch", "64", "--framework", "ray", "--object-store-memory", "8MiB"],
+     "smaller than one batch"),
+    (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--object-store-memory", "0"],
+     "--object-store-memory"),
+    (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--ram-bytes", "1GiB",
+      "--object-store-bytes", "1GiB"], "not object_store_bytes and ram_bytes"),
+    (["estimate", "--shape", "2", "--batch", "1", "--framework", "ray", "--ram-bytes", "1GiB",
+      "--concurrency", "-2"], "--concurrency"),
+    (["estimate", "--shape", "2", "--batch", "1", "--framework", "keras", "--ram-bytes", "1GiB"],
+     "'ram_bytes' does not apply to framework 'keras'"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("argv", "fragment"), ERROR_CASES)
 def test_error_messages_name_the_problem(argv, fragment, capsys):
     main(argv)
     assert fragment in capsys.readouterr().err
