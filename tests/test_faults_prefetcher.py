@@ -347,6 +347,53 @@ def test_a_batch_that_grows_past_the_whole_budget_is_an_error_naming_its_size(mo
         assert_epoch_cleaned_up()
 
 
+class Counted:
+    """An array-like of ``size`` bytes that sets ``event`` the second time its size
+    is read: the worker thread reads it once to record the build, then once to
+    account for it, under the epoch's lock."""
+
+    def __init__(self, size: int, event: threading.Event) -> None:
+        self.size, self.event, self.reads = size, event, 0
+
+    @property
+    def nbytes(self) -> int:
+        self.reads += 1
+        if self.reads == 2:
+            self.event.set()
+        return self.size
+
+
+class LateSmallBatch:
+    """Batches 0-4 of 100 kB; batch 5 is 400 kB; batch 4 is built only once batch 5's
+    size is being accounted for, so its own accounting comes after batch 5's."""
+
+    def __init__(self) -> None:
+        self.accounting = threading.Event()
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> dict:
+        if i == 5:
+            return {"i": i, "x": Counted(400_000, self.accounting)}
+        if i == 4 and not self.accounting.wait(30):
+            raise TimeoutError("batch 5 was never accounted for")
+        return {"i": i, "x": np.zeros(100_000, np.uint8)}
+
+
+@pytest.mark.timeout(60)
+def test_the_first_budget_fault_is_the_one_reported():
+    """A small batch accounted for after an oversized one does not replace its error
+    (found on a busy machine: 'batch 4 is 97.7 KiB, larger than any before (390.6 KiB)')."""
+    with Prefetcher(LateSmallBatch(), max_bytes=300_000, workers=2, sample_memory=False) as p:
+        got = []
+        with pytest.raises(BudgetExceeded, match=r"a batch of .* \(4000\d\d bytes\) does not fit in max_bytes"):
+            for batch in p:
+                got.append(int(batch["i"]))
+    assert got == [0, 1, 2, 3]
+    assert_nothing_left_running()
+
+
 # --- 5. batches that are not arrays --------------------------------------------------------
 
 

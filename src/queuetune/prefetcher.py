@@ -489,20 +489,27 @@ class _Epoch:
             self.held += size
             self.ready += 1
             owner = self.owner
-            if size > owner.max_bytes:
-                self.error = BudgetExceeded(
-                    f"a batch of {format_bytes(size)} ({size} bytes) does not fit in max_bytes="
-                    f"{format_bytes(owner.max_bytes)} ({owner.max_bytes} bytes)"
-                )
-            elif self.held + self.reserved > owner.max_bytes:
-                self.error = BudgetExceeded(
-                    f"batch {task.position} is {format_bytes(size)}, larger than any before "
-                    f"({format_bytes(owner._largest)}): with it, {format_bytes(self.held + self.reserved)} "
-                    f"would be in flight, over max_bytes={format_bytes(owner.max_bytes)}"
-                )
+            if self.error is None:  # the first fault is the one to report
+                self.error = self._budget_fault(task, size)
             owner._largest = max(owner._largest, size)
             owner._sized = True
             self._fill()
+
+    def _budget_fault(self, task: _Task, size: int) -> BudgetExceeded | None:
+        """The error if the batch just built breaks the budget (before ``_largest`` takes it in)."""
+        owner = self.owner
+        if size > owner.max_bytes:
+            return BudgetExceeded(
+                f"a batch of {format_bytes(size)} ({size} bytes) does not fit in max_bytes="
+                f"{format_bytes(owner.max_bytes)} ({owner.max_bytes} bytes)"
+            )
+        if self.held + self.reserved > owner.max_bytes:
+            return BudgetExceeded(
+                f"batch {task.position} is {format_bytes(size)}, larger than any before "
+                f"({format_bytes(owner._largest)}): with it, {format_bytes(self.held + self.reserved)} "
+                f"would be in flight, over max_bytes={format_bytes(owner.max_bytes)}"
+            )
+        return None
 
     # --- the consumer ------------------------------------------------------------------
 
