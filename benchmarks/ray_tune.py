@@ -391,7 +391,8 @@ def main() -> int:
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="queuetune_pngs_"))
     entries: dict[str, dict[str, Any]] = {}
-    cluster = LocalCluster(nodes=2, cpus=1, object_store=NODE_STORE)
+    # Ray's own worker priority (nice 15), as a user's cluster has it.
+    cluster = LocalCluster(nodes=2, cpus=1, object_store=NODE_STORE, worker_niceness=None)
     try:
         cluster.connect(logging_level="ERROR", log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
