@@ -41,7 +41,7 @@ from typing import Any
 from .adaptive import DepthController
 from .kinds import is_pydataset
 from .nbytes import nbytes
-from .recorder import Channel, Recorder, clock, key_of
+from .recorder import Channel, Recorder, built_here, clock
 from .trace import Trace
 from .units import format_bytes, parse_bytes, positive_int
 
@@ -815,7 +815,7 @@ def _key(task: _Task) -> Any:
 def _emit(channel: Channel, start: float, batch: Any, indices: Any) -> None:
     key = None if indices is None else (tuple(indices) if isinstance(indices, list) else indices)
     index = indices if isinstance(indices, int) else None
-    channel.emit((start, clock(), nbytes(batch), index, key_of(key), os.getpid(), threading.get_native_id()))
+    channel.emit(built_here(start, clock(), nbytes(batch), index, key))
 
 
 def _make(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None) -> Any:

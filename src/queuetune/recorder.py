@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -18,7 +18,31 @@ from .trace import Consumed, Mark, MemorySample, Produced, Trace
 
 clock = time.monotonic
 
-# start, end, nbytes, index, key, pid, native thread id, flags (1: index set, 2: key set)
+
+class Built(NamedTuple):
+    """A batch built: when (on the machine's monotonic clock), its bytes, its
+    index and matching key (see :func:`key_of`), and where (process, native thread)."""
+
+    start: float
+    end: float
+    nbytes: int
+    batch_index: int | None
+    key: int | None
+    pid: int
+    thread: int
+
+
+def built_here(start: float, end: float, nbytes: int, index: int | None = None, key: Any = None) -> Built:
+    """The record of a batch built in this thread, keyed by ``key``.
+
+    >>> record = built_here(0.0, 1.0, 8, index=3, key=3)
+    >>> record.nbytes, record.batch_index, record.key, record.pid == os.getpid()
+    (8, 3, 3, True)
+    """
+    return Built(start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id())
+
+
+# A Built on the pipe, and its flags (1: index set, 2: key set)
 _RECORD = struct.Struct("<ddqqqqqq")
 _HAS_INDEX, _HAS_KEY = 1, 2
 # pids of control records: a real record always carries a worker's pid (> 0)
@@ -37,9 +61,9 @@ class Channel:
     creating process drains the pipe.
     """
 
-    def __init__(self, sink: Callable[[tuple], None], processes: bool) -> None:
+    def __init__(self, sink: Callable[[Built], None], processes: bool) -> None:
         self._pid = os.getpid()
-        self._sink: Callable[[tuple], None] | None = sink
+        self._sink: Callable[[Built], None] | None = sink
         self._r: int | None = None
         self._w: int | None = None
         self._reader: threading.Thread | None = None
@@ -83,14 +107,14 @@ class Channel:
         finally:
             self._start_reader()
 
-    def emit(self, record: tuple) -> None:
+    def emit(self, record: Built) -> None:
         if os.getpid() == self._pid:
             if self._sink is not None:
                 self._sink(record)
         elif self._w is not None:
             os.write(self._w, _pack(record))
 
-    def _read(self, fd: int, sink: Callable[[tuple], None]) -> None:
+    def _read(self, fd: int, sink: Callable[[Built], None]) -> None:
         pending = b""
         while True:
             try:
@@ -172,7 +196,7 @@ def _child_channel(pid: int, fd: Any) -> Channel:
     return channel
 
 
-def _pack(record: tuple) -> bytes:
+def _pack(record: Built) -> bytes:
     start, end, nbytes, index, key, pid, tid = record
     flags = 0
     if index is not None:
@@ -182,9 +206,9 @@ def _pack(record: tuple) -> bytes:
     return _RECORD.pack(start, end, nbytes, index or 0, key or 0, pid, tid, flags)
 
 
-def _unpack(fields: tuple) -> tuple:
+def _unpack(fields: tuple) -> Built:
     start, end, nbytes, index, key, pid, tid, flags = fields
-    return (
+    return Built(
         start,
         end,
         nbytes,
@@ -295,7 +319,7 @@ class Recorder:
         self.keep_runs = keep_runs
         self.meta = dict(meta)
         self.start = clock()
-        self._produced: list[tuple] = []
+        self._produced: list[Built] = []
         self._consumed: list[Consumed] = []
         self._marks: list[Mark] = []
         self._memory: list[MemorySample] = []
@@ -310,7 +334,7 @@ class Recorder:
 
     def produced(self, start: float, end: float, nbytes: int, index: int | None = None, key: Any = None) -> None:
         """Record a batch built between ``start`` and ``end`` (call it where it was built)."""
-        self.channel.emit((start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id()))
+        self.channel.emit(built_here(start, end, nbytes, index, key))
 
     def consumed(
         self,
@@ -379,7 +403,7 @@ class Recorder:
         # Each list is in the order it was recorded and earlier runs have ended:
         # what goes is a prefix, cut with `del` so a concurrent append is not lost.
         for records, when in (
-            (self._produced, lambda r: r[0]),
+            (self._produced, lambda r: r.start),
             (self._consumed, lambda c: c.requested),
             (self._memory, lambda m: m.t),
         ):
@@ -403,8 +427,10 @@ class Recorder:
         self.channel.flush()
         parent = os.getpid()
         produced = [
-            Produced(s, e, n, i, k, str(pid) if pid != parent else f"thread-{tid}")
-            for s, e, n, i, k, pid, tid in list(self._produced)
+            Produced(
+                b.start, b.end, b.nbytes, b.batch_index, b.key, str(b.pid) if b.pid != parent else f"thread-{b.thread}"
+            )
+            for b in list(self._produced)
         ]
         produced.sort(key=lambda p: p.start)
         consumed = list(self._consumed)

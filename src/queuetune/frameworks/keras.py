@@ -15,7 +15,7 @@ import keras  # noqa: E402
 from ..knobs import KERAS  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
 from ..prefetcher import Prefetcher  # noqa: E402
-from ..recorder import Channel, Recorder, clock, key_of  # noqa: E402
+from ..recorder import Channel, Recorder, built_here, clock  # noqa: E402
 
 
 class WatchedPyDataset(keras.utils.PyDataset):
@@ -47,7 +47,7 @@ class WatchedPyDataset(keras.utils.PyDataset):
                 self._recorder.error(exc)
             raise
         end = clock()
-        self._channel.emit((start, end, nbytes(batch), index, key_of(index), os.getpid(), _thread_id()))
+        self._channel.emit(built_here(start, end, nbytes(batch), index, index))
         return batch
 
     @property
@@ -70,12 +70,6 @@ class WatchedPyDataset(keras.utils.PyDataset):
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._inner, name)
-
-
-def _thread_id() -> int:
-    import threading
-
-    return threading.get_native_id()
 
 
 def settings(dataset: Any) -> dict[str, Any]:

@@ -13,7 +13,6 @@ epoch's coverage.
 from __future__ import annotations
 
 import operator
-import os
 import threading
 import uuid
 import weakref
@@ -31,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 from ..knobs import TORCH  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
-from ..recorder import Channel, Recorder, clock, key_of  # noqa: E402
+from ..recorder import Channel, Recorder, built_here, clock  # noqa: E402
 
 # Per thread (a worker process's fetch loop, or the main thread with
 # num_workers=0): the batch whose items were fetched and not yet collated, by
@@ -167,7 +166,7 @@ class WatchedCollate:
             key, _ = batch_key(indices, batched)
             if not batched and isinstance(key, int):
                 index = key
-        self._channel.emit((start, end, nbytes(batch), index, key_of(key), os.getpid(), threading.get_native_id()))
+        self._channel.emit(built_here(start, end, nbytes(batch), index, key))
         return batch
 
     def __repr__(self) -> str:
