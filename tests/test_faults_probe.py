@@ -582,7 +582,7 @@ def test_batches_that_grow_mid_run_are_counted_at_their_real_size(kind):
     report = probe.report()
     big = bytes_of(200)
     assert report.peak_in_flight_bytes >= big
-    assert report.peak_in_flight_bytes <= (trace.meta["depth"] + 2) * big
+    assert report.peak_in_flight_bytes <= (trace.meta.depth + 2) * big
     close(watched)
 
 

@@ -71,7 +71,7 @@ def test_pydataset_with_workers_builds_queue_plus_one_ahead(model, queue_size, e
     # the queue, the one the feeder is blocked putting, and the one the model holds
     assert queue_size <= report.peak_in_flight_batches <= queue_size + 2
     assert report.peak_building_batches <= 4
-    assert report.meta["depth"] == queue_size + 1
+    assert report.meta.depth == queue_size + 1
     probe.close()
     assert_nothing_left_running()
 

@@ -491,7 +491,7 @@ def test_the_trace_keeps_the_latest_epochs_only(mode):
         trace = p.trace()
     assert {c.run for c in trace.consumed} == {3, 4}
     assert len(trace.consumed) == len(trace.produced) == 14
-    assert trace.meta["forgotten_runs"] == 3
+    assert trace.meta.forgotten_runs == 3
     assert [m.value for m in trace.marks if m.kind == "run_begin"] == [3, 4]
     report = analyze(Trace.from_json(trace.to_json()))
     assert report.consumed_batches == report.produced_batches == 14
@@ -506,4 +506,4 @@ def test_without_a_limit_the_trace_keeps_every_epoch():
             assert sum(1 for _ in p) == 3
         trace = p.trace()
     assert len(trace.consumed) == len(trace.produced) == 60
-    assert "forgotten_runs" not in trace.meta
+    assert trace.meta.forgotten_runs is None

@@ -71,7 +71,7 @@ def test_every_batch_once_in_order_under_each_start_method(method):
             assert all(isinstance(b["x"].base, mmap.mmap) for b in seen)  # mapped, not unpickled
             assert os.getpid() not in {int(b["pid"]) for b in seen}
         trace = p.trace()
-    assert trace.meta["settings"]["start_method"] == method
+    assert trace.meta.settings["start_method"] == method
     assert len(trace.produced) == len(trace.consumed) == 24
     assert shm.sweep(os.getpid()) == 0
     assert_nothing_left_running()
@@ -81,14 +81,14 @@ def test_a_context_object_is_taken_as_it_is():
     context = multiprocessing.get_context("spawn")
     with Prefetcher(Numbered(3), max_bytes="4MiB", workers=1, mode="process", multiprocessing_context=context) as p:
         assert [int(b["i"]) for b in p] == [0, 1, 2]
-        assert p.trace().meta["settings"]["start_method"] == "spawn"
+        assert p.trace().meta.settings["start_method"] == "spawn"
     assert_nothing_left_running()
 
 
 def test_the_default_is_pythons_default_start_method():
     with Prefetcher(Numbered(2), max_bytes="4MiB", workers=1, mode="process") as p:
         assert [int(b["i"]) for b in p] == [0, 1]
-        assert p.trace().meta["settings"]["start_method"] == multiprocessing.get_start_method()
+        assert p.trace().meta.settings["start_method"] == multiprocessing.get_start_method()
     assert_nothing_left_running()
 
 

@@ -123,13 +123,13 @@ def test_blocks_are_counted_on_each_node_and_batches_where_taken(cluster):
     assert report.produced_batches == 12
     assert report.consumed_batches == 12
     assert report.read_ahead_batches == 0
-    assert report.meta["framework"] == "ray" and report.meta["match"] == "rows"
+    assert report.meta.framework == "ray" and report.meta.match == "rows"
     block = 2 * ROW_FLOATS * 4 + 2 * 8  # two rows of x, two int64 ids
     assert report.batch_bytes.median == pytest.approx(block, rel=0.01)
     # Both nodes built blocks, and the nodes' counts add up to the whole.
     node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(report.nodes) == 2
-    assert {report.meta["nodes"][short] for short in report.nodes} == node_ids
+    assert {report.meta.nodes[short] for short in report.nodes} == node_ids
     assert sum(n.produced_batches for n in report.nodes.values()) == 12
     assert sum(n.produced_bytes for n in report.nodes.values()) == sum(p.nbytes for p in probe.trace().produced)
     assert all(n.read_ahead_batches == 0 for n in report.nodes.values())
@@ -190,7 +190,7 @@ def test_the_counting_step_is_fused_into_the_last_map(cluster):
         consume(watched, batch_size=2)
     finally:
         probe.close()
-    assert probe.trace().meta["settings"]["num_cpus"] == 0.5
+    assert probe.trace().meta.settings["num_cpus"] == 0.5
     stats = watched.dataset.stats()
     assert "MapBatches(build)->MapBatches(CountBlocks)" in stats
 
@@ -255,7 +255,7 @@ def test_the_trace_keeps_rows_and_nodes_through_json(cluster, tmp_path):
     assert [p.rows for p in loaded.produced] == [2, 2, 2, 2]
     assert [c.rows for c in loaded.consumed] == [4, 4]
     assert all(":" in p.worker for p in loaded.produced)
-    assert loaded.meta["nodes"] == trace.meta["nodes"]
+    assert loaded.meta.nodes == trace.meta.nodes
     from queuetune.analysis import analyze
 
     assert analyze(loaded).nodes == analyze(trace).nodes

@@ -82,7 +82,7 @@ def settled_report(loader):
 
 
 def depth(loader) -> int:
-    return queuetune.probe_of(loader).trace().meta["depth"]
+    return queuetune.probe_of(loader).trace().meta.depth
 
 
 @pytest.mark.timeout(60)
@@ -96,17 +96,17 @@ def test_the_watched_loader_is_a_dataloader_with_the_same_settings():
     assert loader.prefetch_factor == 3 and loader.in_order
     assert len(loader.dataset) == N and loader.dataset.bad is None
     meta = queuetune.probe_of(loader).trace().meta
-    assert meta["loader"] == "dataloader" and meta["framework"] == "torch"
-    assert meta["type"] == "Numbers"
-    assert meta["settings"] == {
+    assert meta.loader == "dataloader" and meta.framework == "torch"
+    assert meta.type == "Numbers"
+    assert meta.settings == {
         "num_workers": 2,
         "prefetch_factor": 3,
         "pin_memory": False,
         "batch_size": 8,
         "persistent_workers": False,
     }
-    assert meta["depth"] == 6 and meta["num_samples"] == N and meta["num_batches"] == 5
-    assert meta["versions"] == {"torch": torch.__version__}
+    assert meta.depth == 6 and meta.num_samples == N and meta.num_batches == 5
+    assert meta.versions == {"torch": torch.__version__}
     finish(loader)
 
 
@@ -115,7 +115,7 @@ def test_without_workers_the_depth_is_zero_and_prefetch_factor_none():
     loader = queuetune.watch(DataLoader(Numbers(), batch_size=8))
     meta = queuetune.probe_of(loader).trace().meta
     # No read-ahead: the loop builds each batch when it asks (knobs.TORCH agrees).
-    assert meta["depth"] == 0 and meta["settings"]["prefetch_factor"] is None
+    assert meta.depth == 0 and meta.settings["prefetch_factor"] is None
     finish(loader)
 
 
@@ -301,7 +301,7 @@ def test_an_iterable_dataset_records_each_collated_batch(workers):
     trace = queuetune.probe_of(loader).trace()
     assert all(p.index is None and p.key is None for p in trace.produced)
     assert all(p.end >= p.start for p in trace.produced)
-    assert trace.meta["type"] == "Stream" and "num_samples" not in trace.meta
+    assert trace.meta.type == "Stream" and trace.meta.num_samples is None
     finish(loader)
 
 
@@ -314,7 +314,7 @@ def test_an_iterable_dataset_without_a_length_keeps_having_none():
         len(loader)
     sized = queuetune.watch(DataLoader(SizedStream(10), batch_size=4))
     assert len(sized) == 3 and len(sized.dataset) == 10
-    assert queuetune.probe_of(sized).trace().meta["num_batches"] == 3
+    assert queuetune.probe_of(sized).trace().meta.num_batches == 3
     assert sum(1 for _ in loader) == 2 and sum(1 for _ in sized) == 3
     finish(sized)
     finish(loader)

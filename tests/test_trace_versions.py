@@ -66,7 +66,7 @@ def test_old_trace_loads_and_analyses(name):
     assert report.produced_batches == produced
     assert report.consumed_batches == consumed
     assert report.errors == errors
-    assert report.meta["depth"] == raw["meta"]["depth"]  # the depth the old version recorded is kept as it was
+    assert report.meta.depth == raw["meta"]["depth"]  # the depth the old version recorded is kept as it was
 
 
 @pytest.mark.parametrize("name", sorted(OLD))
@@ -89,13 +89,13 @@ def test_report_command_reads_old_traces(name):
 
 def test_old_plain_loaders_recorded_a_depth_of_one_and_later_ones_zero():
     # The one difference between these files: af51450 made a loader with no read-ahead depth 0.
-    depths = {name: Trace.load(TRACES / name).meta["depth"] for name in OLD}
+    depths = {name: Trace.load(TRACES / name).meta.depth for name in OLD}
     assert depths["2e2d073-generator.json"] == depths["829e633-torch0.json"] == 1
     assert depths["af51450-generator.json"] == depths["af51450-torch0.json"] == 0
     assert depths["829e633-torch2.json"] == 4
     # The Keras probe's meta gained pre_run_consumes after 2e2d073; older files read as 0.
-    assert "pre_run_consumes" not in Trace.load(TRACES / "2e2d073-keras.json").meta
-    assert Trace.load(TRACES / "af51450-keras.json").meta["pre_run_consumes"] == 1
+    assert Trace.load(TRACES / "2e2d073-keras.json").meta.pre_run_consumes is None
+    assert Trace.load(TRACES / "af51450-keras.json").meta.pre_run_consumes == 1
 
 
 @pytest.mark.parametrize("name", sorted(UNSUPPORTED))

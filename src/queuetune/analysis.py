@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .trace import Consumed, Produced, Trace
+from .trace import Consumed, Produced, Trace, TraceMeta
 
 MODERATE, HIGH = 0.05, 0.20
 SERIES_POINTS = 500
@@ -71,7 +71,7 @@ class Report:
     (1, 1, 0.5)
     """
 
-    meta: dict[str, Any]
+    meta: TraceMeta
     produced_batches: int
     consumed_batches: int | None
     consumed_outside_steps: int
@@ -100,6 +100,7 @@ class Report:
     def to_dict(self, series: bool = True) -> dict[str, Any]:
         """Plain data for JSON; ``series=False`` leaves out the time series."""
         data = asdict(self)
+        data["meta"] = self.meta.to_dict()
         if not series:
             data.pop("series")
         return data
@@ -146,7 +147,7 @@ def analyze(trace: Trace) -> Report:
             "keras_callback() to fit/predict/evaluate"
         )
 
-    if trace.meta.get("match") == "rows":
+    if trace.meta.match == "rows":
         freed = row_releases(trace, releases)
         flows = [(r, 1, p.nbytes) for p, r in zip(produced, freed) if r is not None]
         released = {i for i, r in enumerate(freed) if r is not None}
@@ -159,8 +160,8 @@ def analyze(trace: Trace) -> Report:
         read_ahead = len(produced) - len(consumed) - len(matching.hidden)
         freed = _freed_at(produced, matches, releases, matching.hidden, runs)
     unmatched = [p for i, p in enumerate(produced) if i not in released]
-    if trace.meta.get("match_scope") == "run":
-        floors = _run_floors(runs, bool(trace.meta.get("pre_run_consumes")))
+    if trace.meta.match_scope == "run":
+        floors = _run_floors(runs, bool(trace.meta.pre_run_consumes))
         flows += [(t, 1, size) for t, size in _dropped_with_run(unmatched, runs, floors)]
     times, batches, held = _in_flight(produced, flows)
     # The step functions start at 0 before their first change; a consumed batch whose
@@ -181,7 +182,7 @@ def analyze(trace: Trace) -> Report:
     peak_children = max((m.children for m in trace.memory), default=None)
     peak_total = max((m.rss + m.children for m in trace.memory), default=None)
     return Report(
-        meta=dict(trace.meta),
+        meta=replace(trace.meta),
         produced_batches=len(produced),
         consumed_batches=len(consumed) if has_consumer else None,
         consumed_outside_steps=len(matching.hidden),
@@ -253,9 +254,9 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> M
     A consumed batch with a key takes the earliest unmatched produced batch of
     that key. Without a key, batches are taken first in, first out by the time
     their building started (the order Keras's enqueuer submits and serves them).
-    When ``meta["match_scope"] == "run"`` (a loader whose workers are replaced
+    When ``meta.match_scope == "run"`` (a loader whose workers are replaced
     with every pass, or every ``fit``/``predict`` call), batches started before
-    the run began are never candidates. ``meta["pre_run_consumes"] = k`` says
+    the run began are never candidates. ``meta.pre_run_consumes = k`` says
     batches built between the previous run's end and this run's begin belong to
     this run, and the framework itself takes the first ``k`` of them (Keras
     builds the model with one).
@@ -268,8 +269,8 @@ def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> M
             by_key[p.key].append(i)
     fifo = deque(range(len(trace.produced)))
     taken: set[int] = set()
-    scoped = trace.meta.get("match_scope") == "run"
-    pre_run = int(trace.meta.get("pre_run_consumes") or 0)
+    scoped = trace.meta.match_scope == "run"
+    pre_run = trace.meta.pre_run_consumes or 0
     floors = _run_floors(runs, pre_run > 0) if scoped else {}
     hidden: list[tuple[int, int]] = []
     result: list[int | None] = []
@@ -380,7 +381,7 @@ def row_releases(trace: Trace, releases: list[float | None]) -> list[float | Non
 
 def consumed_by_block(trace: Trace) -> Trace:
     """The trace seen one produced batch at a time, for a loader whose consumed
-    batches are cut from produced ones by rows (``meta["match"] == "rows"``: Ray
+    batches are cut from produced ones by rows (``meta.match == "rows"``: Ray
     Data's blocks): each produced batch gets one consumed event, that of the
     consumed batch that takes its first row, with its own rows and bytes. The
     queue model then times the trainer per block. Other traces come back as they are.
@@ -391,7 +392,7 @@ def consumed_by_block(trace: Trace) -> Trace:
     >>> [(c.requested, c.rows, c.nbytes) for c in consumed_by_block(t).consumed]
     [(2, 4, 8), (4, 4, 8)]
     """
-    if trace.meta.get("match") != "rows":
+    if trace.meta.match != "rows":
         return trace
     consumed = []
     for c, p, first, _ in _rows_taken(trace):
@@ -521,7 +522,7 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
             by_epoch[(c.run, c.epoch)].append(index)
     if unit is None:
         return []
-    total = trace.meta.get("num_samples" if unit == "sample" else "num_batches")
+    total = trace.meta.num_samples if unit == "sample" else trace.meta.num_batches
     result = []
     for (run, epoch), items in sorted(by_epoch.items()):
         counts = Counter(items)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .trace import TraceMeta
+
 
 @dataclass(frozen=True)
 class Knobs:
@@ -178,9 +180,9 @@ class LoaderRules:
     removes the head of its queue, before that batch is ready).
     ``processes``: batches cross from worker processes through a pipe.
 
-    >>> rules_of({"framework": "torch", "settings": {"num_workers": 4}})
+    >>> rules_of(TraceMeta(framework="torch", settings={"num_workers": 4}))
     LoaderRules(assignment='round_robin', release='take', processes=True)
-    >>> rules_of({"framework": "keras", "settings": {"workers": 4}}).release
+    >>> rules_of(TraceMeta(framework="keras", settings={"workers": 4})).release
     'request'
     """
 
@@ -189,11 +191,10 @@ class LoaderRules:
     processes: bool = False
 
 
-def rules_of(meta: dict[str, Any]) -> LoaderRules:
+def rules_of(meta: TraceMeta) -> LoaderRules:
     """The rules of the loader a trace's ``meta`` describes (shared, take, threads when unknown)."""
-    framework = meta.get("framework")
-    settings = meta.get("settings")
-    settings = settings if isinstance(settings, dict) else {}
+    framework = meta.framework
+    settings = meta.settings or {}
     if framework == "torch":
         return LoaderRules("round_robin", "take", int(settings.get("num_workers") or 0) > 0)
     if framework == "keras":

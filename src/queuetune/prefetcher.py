@@ -42,7 +42,7 @@ from .adaptive import DepthController
 from .kinds import is_pydataset
 from .nbytes import nbytes
 from .recorder import Channel, Recorder, built_here, clock
-from .trace import Trace
+from .trace import Trace, TraceMeta
 from .units import format_bytes, parse_bytes, positive_int
 
 MODES = ("thread", "process")
@@ -206,11 +206,11 @@ class Prefetcher:
         if collate_fn is not None and self.batch_size is None:
             raise ValueError("collate_fn needs batch_size")
         self.recorder = Recorder(
-            {
-                "loader": "prefetcher",
-                "framework": "queuetune",
-                "type": type(source).__qualname__,
-                "settings": {
+            TraceMeta(
+                loader="prefetcher",
+                framework="queuetune",
+                type=type(source).__qualname__,
+                settings={
                     "max_bytes": self.max_bytes,
                     "workers": self.num_workers,
                     "mode": mode,
@@ -218,18 +218,18 @@ class Prefetcher:
                     "adaptive": self.adaptive,
                     "ordered": self.ordered,
                 },
-                "depth": self.start_depth,
-                "match_scope": "run",
-            },
+                depth=self.start_depth,
+                match_scope="run",
+            ),
             processes=mode == "process",
             sample_memory=sample_memory,
             keep_runs=trace_epochs,
         )
         self.recorder.consumer = "prefetcher"
         if self._indexable:
-            self.recorder.meta["num_batches"] = len(self)
+            self.recorder.meta.num_batches = len(self)
             if self.batch_size is not None:
-                self.recorder.meta["num_samples"] = _length(source)
+                self.recorder.meta.num_samples = _length(source)
         self._largest = 0
         # Whether a batch's size was learned (it may be 0: no arrays in it).
         self._sized = False

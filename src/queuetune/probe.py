@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .kinds import is_dataloader, is_pydataset, is_ray_dataset
 from .nbytes import nbytes
 from .recorder import Recorder, clock
-from .trace import Trace
+from .trace import Trace, TraceMeta
 
 if TYPE_CHECKING:
     from .analysis import Report
@@ -117,7 +117,7 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
         )
     if _is_watched(loader):
         raise ValueError("this loader is already watched by queuetune")
-    meta: dict[str, Any] = {"name": name} if name else {}
+    meta = TraceMeta(name=name or None)
     if is_pydataset(loader):
         from .frameworks.keras import watch_pydataset
 
@@ -131,11 +131,11 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
 
         return _register(*watch_dataset(loader, meta, sample_memory))
     if isinstance(loader, Iterator):
-        meta.update(loader="generator" if isinstance(loader, types.GeneratorType) else "iterator")
+        meta.loader = "generator" if isinstance(loader, types.GeneratorType) else "iterator"
         recorder = Recorder(_with_loader_meta(meta, loader), sample_memory=sample_memory)
         return _register(watched_generator(loader, recorder), recorder)
     if isinstance(loader, Iterable):
-        meta.update(loader="iterable")
+        meta.loader = "iterable"
         recorder = Recorder(_with_loader_meta(meta, loader), sample_memory=sample_memory)
         return _register(WatchedIterable(loader, recorder), recorder)
     raise TypeError(
@@ -176,12 +176,12 @@ def _is_watched(obj: Any) -> bool:
         return False
 
 
-def _with_loader_meta(meta: dict[str, Any], loader: Any) -> dict[str, Any]:
-    meta.setdefault("framework", "python")
-    meta["type"] = type(loader).__qualname__
-    meta["depth"] = 0  # a plain loader reads nothing ahead (knobs: depth 0)
+def _with_loader_meta(meta: TraceMeta, loader: Any) -> TraceMeta:
+    meta.framework = meta.framework or "python"
+    meta.type = type(loader).__qualname__
+    meta.depth = 0  # a plain loader reads nothing ahead (knobs: depth 0)
     try:
-        meta["num_batches"] = len(loader)
+        meta.num_batches = len(loader)
     except TypeError:
         pass
     return meta
@@ -215,7 +215,7 @@ def recorded(
     recorder and raised; with ``close_source`` the source is closed when the
     generator ends.
 
-    >>> rec = Recorder({}, sample_memory=False)
+    >>> rec = Recorder(TraceMeta(), sample_memory=False)
     >>> seen = []
     >>> list(recorded(iter("ab"), rec, lambda asked, got, batch: seen.append(batch)))
     ['a', 'b']

@@ -286,7 +286,7 @@ class PipelineModel:
         Producer times are ``end - start`` of the produced batches; consumer
         steps are the times from one batch's ``consumed`` to the next batch's
         ``requested`` in the same run, plus :func:`handover_time`; ``workers`` is
-        ``meta["settings"]["workers"]`` (Keras) or ``["num_workers"]`` (torch)
+        ``meta.settings["workers"]`` (Keras) or ``["num_workers"]`` (torch)
         when recorded, else the number of distinct ``worker`` values, at least 1;
         ``batch_bytes`` is the median ``nbytes`` of the produced batches; the
         assignment and release rules are the recorded loader's
@@ -431,7 +431,7 @@ def dispatch_time(trace: Trace) -> float:
 
 
 def _trace_workers(trace: Trace) -> int:
-    settings = trace.meta.get("settings")
+    settings = trace.meta.settings
     if isinstance(settings, dict):
         for key in ("workers", "num_workers"):
             value = settings.get(key)

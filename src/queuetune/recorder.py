@@ -4,6 +4,7 @@ and the consumer, turned into a :class:`~queuetune.trace.Trace` on demand."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import struct
 import threading
@@ -14,7 +15,7 @@ from typing import Any, NamedTuple
 
 import psutil
 
-from .trace import Consumed, Mark, MemorySample, Produced, Trace
+from .trace import Consumed, Mark, MemorySample, Produced, Trace, TraceMeta
 
 clock = time.monotonic
 
@@ -292,12 +293,12 @@ class Recorder:
     """Collects produced and consumed events and consumer marks for one loader.
 
     With ``keep_runs=N`` only the last N runs are kept: when a run begins, the
-    records from before the oldest kept run are let go (``meta["forgotten_runs"]``
+    records from before the oldest kept run are let go (``meta.forgotten_runs``
     counts the runs dropped), so a loader that runs for weeks does not grow its
     records without end. Runs must then follow one another, as a prefetcher's
     epochs do.
 
-    >>> rec = Recorder({"loader": "demo"}, sample_memory=False)
+    >>> rec = Recorder(TraceMeta(loader="demo"), sample_memory=False)
     >>> rec.run_begin(); t = clock(); rec.produced(t, t, 8, index=0)
     >>> rec.consumed(t, t, nbytes=8); rec.run_end()
     >>> len(rec.trace().produced), len(rec.trace().consumed)
@@ -307,7 +308,7 @@ class Recorder:
 
     def __init__(
         self,
-        meta: dict[str, Any],
+        meta: TraceMeta,
         *,
         processes: bool = False,
         sample_memory: bool = True,
@@ -317,7 +318,7 @@ class Recorder:
         if keep_runs is not None and (not isinstance(keep_runs, int) or isinstance(keep_runs, bool) or keep_runs < 1):
             raise ValueError(f"keep_runs must be a positive integer or None, got {keep_runs!r}")
         self.keep_runs = keep_runs
-        self.meta = dict(meta)
+        self.meta = meta
         self.start = clock()
         self._produced: list[Built] = []
         self._consumed: list[Consumed] = []
@@ -410,7 +411,7 @@ class Recorder:
             cut = next((i for i, r in enumerate(records) if when(r) >= cutoff), len(records))
             del records[:cut]
         self._marks[:] = [m for m in self._marks if m.t >= cutoff]
-        self.meta["forgotten_runs"] = int(oldest.value)
+        self.meta.forgotten_runs = int(oldest.value)
         self.start = cutoff
 
     def produced_count(self) -> int:
@@ -439,7 +440,7 @@ class Recorder:
         times = [self.start] + [p.end for p in produced] + [c.consumed for c in consumed]
         times += [m.t for m in marks]
         return Trace(
-            meta=dict(self.meta),
+            meta=dataclasses.replace(self.meta, settings=_copy(self.meta.settings), extra=dict(self.meta.extra)),
             start=self.start,
             end=max(times),
             produced=produced,
@@ -459,3 +460,7 @@ def _shutdown(channel: Channel, sampler: MemorySampler | None) -> None:
     if sampler is not None:
         sampler.stop()
     channel.close()
+
+
+def _copy(settings: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if settings is None else dict(settings)

@@ -28,7 +28,7 @@ class Produced:
     """A batch the loader finished building, counted where it was built.
 
     ``rows``: samples in it, when batches are matched to consumed ones by rows
-    (``meta["match"] == "rows"``: Ray Data builds blocks, the trainer takes
+    (``meta.match == "rows"``: Ray Data builds blocks, the trainer takes
     batches of another size). ``worker`` may name a node before a colon
     (``"node:pid"``), for the report's bytes per node.
     """
@@ -77,15 +77,67 @@ class MemorySample:
 
 
 @dataclass
-class Trace:
-    """Everything one probe recorded.
+class TraceMeta:
+    """What a trace says about the loader it recorded; every entry is optional.
 
-    >>> t = Trace(meta={"loader": "generator"}, start=0.0, end=1.0)
-    >>> Trace.from_json(t.to_json()).meta["loader"]
+    ``loader``: how it was watched (``generator``, ``iterable``, ``pydataset``,
+    ``dataloader``, ``ray dataset``, ``prefetcher``...); ``framework``: a name of
+    :mod:`queuetune.frameworks`; ``type``: the class of its dataset;
+    ``settings``: the knobs that bound its queue; ``depth``: that bound, in
+    batches. ``match_scope="run"``: a batch built before a run began is never
+    handed over in it (the loader's workers start afresh each run);
+    ``pre_run_consumes=k``: batches built between two runs belong to the next,
+    and the framework takes the first ``k`` of them itself (Keras builds the
+    model with one); ``match="rows"``: consumed batches are cut from produced
+    ones by rows (Ray Data's blocks). ``extra``: entries this version does not
+    know, kept as they were.
+
+    >>> meta = TraceMeta.from_dict({"loader": "generator", "depth": 0, "from_the_future": 1})
+    >>> meta.loader, meta.extra, meta.to_dict()
+    ('generator', {'from_the_future': 1}, {'loader': 'generator', 'depth': 0, 'from_the_future': 1})
+    """
+
+    name: str | None = None
+    loader: str | None = None
+    framework: str | None = None
+    type: str | None = None
+    settings: dict[str, Any] | None = None
+    depth: int | None = None
+    num_batches: int | None = None
+    num_samples: int | None = None
+    match_scope: str | None = None
+    match: str | None = None
+    pre_run_consumes: int | None = None
+    versions: dict[str, Any] | None = None
+    nodes: dict[str, str] | None = None
+    forgotten_runs: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TraceMeta:
+        """Known entries into fields, the others into ``extra`` (no checks: see :meth:`Trace.from_dict`)."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(
+            **{k: v for k, v in data.items() if k in known},
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entries that are set, as plain data (``extra`` merged in)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {**{k: v for k, v in data.items() if v is not None}, **self.extra}
+
+
+@dataclass
+class Trace:
+    """Everything one probe recorded. A ``meta`` given as a dict becomes a :class:`TraceMeta`.
+
+    >>> t = Trace(meta=TraceMeta(loader="generator"), start=0.0, end=1.0)
+    >>> Trace.from_json(t.to_json()).meta.loader
     'generator'
     """
 
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: TraceMeta = field(default_factory=TraceMeta)
     start: float = 0.0
     end: float = 0.0
     produced: list[Produced] = field(default_factory=list)
@@ -93,12 +145,16 @@ class Trace:
     marks: list[Mark] = field(default_factory=list)
     memory: list[MemorySample] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.meta, dict):
+            self.meta = TraceMeta.from_dict(self.meta)
+
     def to_dict(self) -> dict[str, Any]:
         """The trace as JSON-ready plain data, with its format and version."""
         return {
             "format": FORMAT,
             "version": VERSION,
-            "meta": self.meta,
+            "meta": self.meta.to_dict(),
             "start": self.start,
             "end": self.end,
             "produced": [_plain(asdict(p)) for p in self.produced],
@@ -116,8 +172,8 @@ class Trace:
 
         >>> import tempfile, os
         >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
-        >>> Trace(meta={"loader": "x"}).save(p); Trace.load(p).meta
-        {'loader': 'x'}
+        >>> Trace(meta=TraceMeta(loader="x")).save(p); Trace.load(p).meta.loader
+        'x'
         """
         Path(path).write_text(self.to_json())
 
@@ -161,7 +217,7 @@ class Trace:
                 if name in meta:
                     _convert(annotation, meta[name], f"meta.{name}")
             return cls(
-                meta=dict(meta),
+                meta=TraceMeta.from_dict(meta),
                 start=_convert("float", data.get("start", 0.0), "start"),
                 end=_convert("float", data.get("end", 0.0), "end"),
                 produced=_records(Produced, data, "produced"),
@@ -217,6 +273,10 @@ _CHECKS: dict[str, tuple[str, Any]] = {
     "int | None": ("an integer or null", lambda v: v is None or _is_int(v)),
     "str": ("a string", lambda v: isinstance(v, str)),
     "dict | None": ("an object or null", lambda v: v is None or isinstance(v, dict)),
+    "str-dict | None": (
+        "an object of strings or null",
+        lambda v: v is None or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+    ),
     "list[int] | None": (
         "a list of integers or null",
         lambda v: v is None or (isinstance(v, list) and all(_is_int(x) for x in v)),
@@ -224,7 +284,7 @@ _CHECKS: dict[str, tuple[str, Any]] = {
 }
 
 
-# The entries of ``meta`` that the analysis and the report read.
+# What each entry of ``meta`` must hold when present.
 _META = {
     "name": "str",
     "type": "str",
@@ -233,9 +293,13 @@ _META = {
     "match_scope": "str",
     "match": "str",
     "settings": "dict | None",
+    "depth": "int | None",
     "num_batches": "int | None",
     "num_samples": "int | None",
     "pre_run_consumes": "int | None",
+    "versions": "dict | None",
+    "nodes": "str-dict | None",
+    "forgotten_runs": "int | None",
 }
 
 

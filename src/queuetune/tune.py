@@ -478,7 +478,7 @@ def after_warmup(trace: Trace, warmup: int) -> Trace:
     dropped = {j for j in matching.consumed[:warmup] if j is not None}
     dropped |= {i for _, i in matching.hidden}
     return Trace(
-        meta={k: v for k, v in trace.meta.items() if k != "pre_run_consumes"},
+        meta=dataclasses.replace(trace.meta, pre_run_consumes=None),
         start=trace.start,
         end=trace.end,
         produced=[p for i, p in enumerate(trace.produced) if i not in dropped],
@@ -622,7 +622,7 @@ def tune(
         budget=limit,
         explanation=[],
         trials=trials,
-        versions=dict(base_trace.meta.get("versions") or {}),
+        versions=dict(base_trace.meta.versions or {}),
         margin=margin,
     )
     result.explanation = explain(result, knobs, base_report)

@@ -3,6 +3,7 @@ or processes) and a callback that counts where batches reach the model."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -16,6 +17,7 @@ from ..knobs import KERAS  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
 from ..prefetcher import Prefetcher  # noqa: E402
 from ..recorder import Channel, Recorder, built_here, clock  # noqa: E402
+from ..trace import TraceMeta  # noqa: E402
 
 
 class WatchedPyDataset(keras.utils.PyDataset):
@@ -81,13 +83,14 @@ def settings(dataset: Any) -> dict[str, Any]:
     }
 
 
-def watch_pydataset(dataset: Any, meta: dict[str, Any], sample_memory: bool) -> tuple[WatchedPyDataset, Recorder]:
+def watch_pydataset(dataset: Any, meta: TraceMeta, sample_memory: bool) -> tuple[WatchedPyDataset, Recorder]:
     knobs = settings(dataset)
     try:
         count = dataset.num_batches
     except NotImplementedError:
         count = None
-    meta.update(
+    meta = dataclasses.replace(
+        meta,
         loader="pydataset",
         framework="keras",
         type=type(dataset).__qualname__,

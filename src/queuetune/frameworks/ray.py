@@ -16,13 +16,14 @@ worker waited for Ray to give it work. Times are the nodes' wall clocks, read on
 the driver's clock: on one machine they agree; across machines they need the
 clocks synchronised (NTP).
 
-Blocks and batches are matched by rows (``meta["match"] = "rows"``): a block
+Blocks and batches are matched by rows (``meta.match = "rows"``): a block
 is released when the trainer has taken its last row, so the report counts
 blocks in flight and their bytes whatever the batch size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -41,7 +42,7 @@ from ..knobs import RAY, RayKnobs  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
 from ..probe import recorded  # noqa: E402
 from ..recorder import Recorder, clock  # noqa: E402
-from ..trace import Produced, Trace  # noqa: E402
+from ..trace import Produced, Trace, TraceMeta  # noqa: E402
 
 #: The map steps whose settings the counting step copies, so that Ray fuses the two.
 _MAP_OPERATORS = ("MapBatches", "MapRows", "Filter", "FlatMap", "Read", "Project")
@@ -142,7 +143,7 @@ def rows_of(batch: Any) -> int:
 class RayRecorder(Recorder):
     """A recorder whose produced blocks come from the collector actor."""
 
-    def __init__(self, meta: dict[str, Any], collector: Any, *, sample_memory: bool = True) -> None:
+    def __init__(self, meta: TraceMeta, collector: Any, *, sample_memory: bool = True) -> None:
         super().__init__(meta, sample_memory=sample_memory)
         self.collector = collector
         self._remote: list[tuple] = []
@@ -171,7 +172,7 @@ class RayRecorder(Recorder):
             )
         produced.sort(key=lambda p: p.start)
         trace.produced = produced
-        trace.meta["nodes"] = nodes
+        trace.meta.nodes = nodes
         trace.end = max([trace.end, *(p.end for p in produced)])
         return trace
 
@@ -216,7 +217,9 @@ class WatchedDataset:
 
     def _watched(self, batches: Any, kwargs: dict[str, Any], one_row: bool = False) -> Iterator[Any]:
         recorder = self._recorder
-        settings = recorder.meta.setdefault("settings", {})
+        if recorder.meta.settings is None:
+            recorder.meta.settings = {}
+        settings = recorder.meta.settings
         settings["prefetch_batches"] = kwargs.get("prefetch_batches", 1)
         settings["batch_size"] = kwargs.get("batch_size", 256)
         return _consume(iter(batches), recorder, one_row)
@@ -269,7 +272,7 @@ def _is_plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def watch_dataset(dataset: Any, meta: dict[str, Any], sample_memory: bool) -> tuple[WatchedDataset, RayRecorder]:
+def watch_dataset(dataset: Any, meta: TraceMeta, sample_memory: bool) -> tuple[WatchedDataset, RayRecorder]:
     """Append the counting step to ``dataset`` and return the watched dataset and its recorder."""
     token = uuid.uuid4().hex
     collector = Collector.options(name=f"queuetune-{token}").remote()  # type: ignore[attr-defined]
@@ -277,7 +280,8 @@ def watch_dataset(dataset: Any, meta: dict[str, Any], sample_memory: bool) -> tu
     counted = dataset.map_batches(
         CountBlocks(collector, token), batch_size=None, batch_format=None, zero_copy_batch=True, **fusing
     )
-    meta.update(
+    meta = dataclasses.replace(
+        meta,
         framework="ray",
         loader="ray dataset",
         type=type(dataset).__qualname__,

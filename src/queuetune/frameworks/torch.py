@@ -12,6 +12,7 @@ epoch's coverage.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import threading
 import uuid
@@ -31,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 from ..knobs import TORCH  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
 from ..recorder import Channel, Recorder, built_here, clock  # noqa: E402
+from ..trace import TraceMeta  # noqa: E402
 
 # Per thread (a worker process's fetch loop, or the main thread with
 # num_workers=0): the batch whose items were fetched and not yet collated, by
@@ -407,9 +409,7 @@ def _num_batches(loader: DataLoader) -> int | None:
         return None
 
 
-def watch_dataloader(
-    loader: DataLoader, meta: dict[str, Any], sample_memory: bool
-) -> tuple[WatchedDataLoader, Recorder]:
+def watch_dataloader(loader: DataLoader, meta: TraceMeta, sample_memory: bool) -> tuple[WatchedDataLoader, Recorder]:
     """A watched copy of ``loader`` and the recorder it reports to.
 
     Use it through :func:`queuetune.watch`:
@@ -425,7 +425,8 @@ def watch_dataloader(
     """
     dataset = loader.dataset
     knobs = settings(loader)
-    meta.update(
+    meta = dataclasses.replace(
+        meta,
         loader="dataloader",
         framework="torch",
         type=type(dataset).__qualname__,
@@ -438,12 +439,11 @@ def watch_dataloader(
     )
     if not isinstance(dataset, IterableDataset):
         try:
-            meta["num_samples"] = len(dataset)  # type: ignore[arg-type]
+            meta.num_samples = len(dataset)  # type: ignore[arg-type]
         except (TypeError, NotImplementedError):
             pass
     count = _num_batches(loader)
-    if count is not None:
-        meta["num_batches"] = count
+    meta.num_batches = count
     recorder = Recorder(meta, processes=loader.num_workers > 0, sample_memory=sample_memory)
     try:
         watched = WatchedDataLoader(loader, recorder)

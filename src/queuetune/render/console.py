@@ -13,6 +13,7 @@ from ..units import format_bytes
 
 if TYPE_CHECKING:
     from ..analysis import Coverage, Report, Timing
+    from ..trace import TraceMeta
 
 
 def print_report(report: Report, console: Console | None = None) -> None:
@@ -83,11 +84,11 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
-def _title(meta: dict[str, Any]) -> str:
-    settings = meta.get("settings") or {}
+def _title(meta: TraceMeta) -> str:
+    settings = meta.settings or {}
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
-    name = meta.get("name") or meta.get("type") or meta.get("loader", "loader")
-    return f"queuetune: {name} ({meta.get('framework', '?')}{', ' + described if described else ''})"
+    name = meta.name or meta.type or meta.loader or "loader"
+    return f"queuetune: {name} ({meta.framework or '?'}{', ' + described if described else ''})"
 
 
 def _timing(t: Timing) -> str:

@@ -71,7 +71,7 @@ def plot_in_flight(report: Any, path: str | os.PathLike[str]) -> None:
     other = axes.twinx()
     other.step(series["t"], [b / 2**20 for b in series["bytes"]], where="post", color="tab:orange", alpha=0.7)
     other.set_ylabel("MiB in flight", color="tab:orange")
-    name = report.meta.get("name") or report.meta.get("type") or report.meta.get("loader", "loader")
+    name = report.meta.name or report.meta.type or report.meta.loader or "loader"
     axes.set_title(f"{name}: peak {report.peak_in_flight_batches} batches in flight")
     figure.tight_layout()
     figure.savefig(os.fspath(path))
