@@ -1,6 +1,6 @@
 """Collection rules for the whole tree (``src/queuetune`` is collected for its doctests).
 
-A framework's module imports its framework at the top, so its doctests cannot
+A framework's watcher imports its framework at the top, so its doctests cannot
 even be collected without it, and the plots' doctests draw with matplotlib:
 without the package they need, a module's doctests are reported as skipped, so
 that the suite runs with any subset of the extras installed.
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 FRAMEWORK_MODULES = {
-    Path("src/queuetune/frameworks/keras.py"): "keras",
-    Path("src/queuetune/frameworks/torch.py"): "torch",
-    Path("src/queuetune/frameworks/ray.py"): "ray",
+    Path("src/queuetune/frameworks/keras/watch.py"): "keras",
+    Path("src/queuetune/frameworks/torch/watch.py"): "torch",
+    Path("src/queuetune/frameworks/ray/watch.py"): "ray",
     Path("src/queuetune/render/plot.py"): "matplotlib",
 }
 ROOT = Path(__file__).parent
@@ -30,7 +30,8 @@ class NeedsFramework(pytest.File):
     framework = ""
 
     def collect(self) -> Iterator[Any]:
-        pytest.skip(f"{self.framework} is not installed: the doctests of {self.path.name} need it")
+        where = self.path.resolve().relative_to(ROOT.resolve())
+        pytest.skip(f"{self.framework} is not installed: the doctests of {where} need it")
         yield  # a generator, as collect() must be
 
 

@@ -50,7 +50,7 @@ What is measured, and how:
   released by the step), after the warm-up and over the whole run (Keras
   serves the read-ahead of the model-building call first, a start-up
   transient the model does not simulate).
-- The model's rules come from the traced loader (``queuetune.knobs.rules_of``):
+- The model's rules come from the traced loader (``queuetune.frameworks.rules_of``):
   torch round-robin, a place freed at the take, batches crossing a pipe
   (``transit_time``); Keras a shared pool, a place freed at the request.
 """

@@ -71,6 +71,7 @@ import ray
 
 import queuetune
 from common import interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios
+from queuetune.render.explain import explain
 from queuetune.tune import Job, run_trial, tune
 
 SIZE = 128
@@ -268,7 +269,7 @@ def run_workload(workload: Workload, tune_rounds: int, rounds: int, log: Callabl
         "warmup": workload.warmup,
         "recommended": result.kwargs(),
         "recommended_depth": result.chosen.depth if result.chosen else None,
-        "tune": result.to_dict(),
+        "tune": {**result.to_dict(), "explanation": explain(result)},
         "comparison": comparison,
         "seconds": time.perf_counter() - started,
     }

@@ -73,7 +73,8 @@ import numpy as np
 
 import queuetune
 from common import add_paired, interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios
-from queuetune.knobs import KERAS
+from queuetune.frameworks import KERAS
+from queuetune.render.explain import explain
 from queuetune.tune import TuneResult, run_trial, tune
 
 SIZE = 128
@@ -306,13 +307,13 @@ def run_workload(
     comparison = compare(workload, tuned, rounds, log)
     curve = [
         {
-            "depth": p["depth"],
-            "throughput": p["throughput"],
-            "input_wait_fraction": p["input_wait_fraction"],
-            "peak_built_batches": p["peak_built_batches"],
-            "peak_built_bytes": p["peak_built_bytes"],
+            "depth": p.depth,
+            "throughput": p.throughput,
+            "input_wait_fraction": p.input_wait_fraction,
+            "peak_built_batches": p.peak_built_batches,
+            "peak_built_bytes": p.peak_built_bytes,
         }
-        for p in sorted(result.predictions, key=lambda p: p["depth"])
+        for p in sorted(result.predictions, key=lambda p: p.depth)
     ]
     chosen = result.chosen
     entry = {
@@ -324,7 +325,7 @@ def run_workload(
         "recommended_depth": chosen.depth if chosen else None,
         "predicted_knee_depth": knee(curve),
         "predicted_curve": curve,
-        "tune": result.to_dict(),
+        "tune": {**result.to_dict(), "explanation": explain(result)},
         "tune_seconds": tuned_seconds,
         "comparison": comparison,
         "seconds": time.perf_counter() - started,

@@ -199,23 +199,24 @@ def test_estimate_json_schema_with_framework():
         (["--framework", "torch", "--num-workers", "4", "--prefetch-factor", "2"], 8, 9),
         (["--framework", "torch", "--num-workers", "4", "--pin-memory"], 8, 17),
         (["--framework", "torch"], 0, 1),
-        (["--framework", "tfdata", "--buffer", "8"], 8, 9),
-        (["--framework", "tfdata"], 1, 2),
-        (["--framework", "generator"], 1, 2),
+        # a prefetch buffer's depth counts the batch being built: buffer + 1
+        (["--framework", "tfdata", "--buffer", "8"], 9, 9),
+        (["--framework", "tfdata"], 2, 2),
+        (["--framework", "generator"], 2, 2),
         (["--framework", "generator", "--backend", "torch"], 0, 1),
         (["--framework", "none"], 0, 1),
         (["--framework", "keras", "--workers", "4", "--transient-factor", "2"], 11, 13),
         (["--transient-factor", "2"], 0, 2),
-        # 512 MiB // 12 MiB = 42 held, 2 being built, 1 prefetched; then the consumed batch
-        (["--framework", "ray", "--concurrency", "2", "--object-store-memory", "512MiB"], 45, 46),
+        # 512 MiB // (2 x 12 MiB) = 21 held, 2 being built, 1 prefetched; then the consumed batch
+        (["--framework", "ray", "--concurrency", "2", "--object-store-memory", "512MiB"], 24, 25),
         (
             ["--framework", "ray", "--concurrency", "1", "--prefetch-batches", "4", "--object-store-memory", "120MiB"],
-            15,
-            16,
+            10,
+            11,
         ),
-        (["--framework", "ray", "--concurrency", "2", "--object-store-bytes", "1GiB"], 45, 46),
-        # 30% of 8 GiB = 2576980377 B of store, half of it the budget: 102 batches
-        (["--framework", "ray", "--concurrency", "2", "--prefetch-batches", "0", "--ram-bytes", "8GiB"], 104, 105),
+        (["--framework", "ray", "--concurrency", "2", "--object-store-bytes", "1GiB"], 24, 25),
+        # 30% of 8 GiB = 2576980377 B of store, half of it the budget: 51 blocks held
+        (["--framework", "ray", "--concurrency", "2", "--prefetch-batches", "0", "--ram-bytes", "8GiB"], 53, 54),
     ],
 )
 def test_estimate_depths(extra, depth, total_batches):
@@ -280,24 +281,24 @@ def test_estimate_ray_json_schema():
         "ram_bytes": 16 * 2**30,
     }
     assert [(line["label"], line["batches"]) for line in fp["lines"]] == [
-        ("held ahead", (store // 2) // (12 * MiB)),
+        ("held ahead", (store // 2) // (2 * 12 * MiB)),
         ("being built", 2),
         ("prefetched", 1),
         ("consumed", 1),
     ]
-    assert fp["depth"] == 204 + 2 + 1
-    assert fp["total_bytes"] == (204 + 2 + 1 + 1) * 12 * MiB
+    assert fp["depth"] == 102 + 2 + 1
+    assert fp["total_bytes"] == (102 + 2 + 1 + 1) * 12 * MiB
     for line in fp["lines"]:
         assert set(line) == {"label", "batches", "bytes", "explanation"}
 
 
 def test_estimate_ray_default_concurrency_is_this_machines_cpus():
-    from queuetune.memory import _local_cpus
+    from queuetune.frameworks.ray import _local_cpus
 
     fp = estimate_json("--framework", "ray", "--object-store-memory", "2GiB")["footprint"]
     assert fp["settings"]["concurrency"] == _local_cpus()
     assert fp["settings"]["prefetch_batches"] == 1
-    assert fp["depth"] == 170 + _local_cpus() + 1
+    assert fp["depth"] == 85 + _local_cpus() + 1
 
 
 def test_estimate_ray_console(capsys):
@@ -319,7 +320,7 @@ def test_estimate_ray_console(capsys):
     for label in ("held ahead", "being built", "prefetched", "consumed", "total"):
         assert label in out
     total_line = [line for line in out.splitlines() if "total" in line][-1]
-    assert f"{174 * 12 * MiB:,}" in total_line and " 174 " in total_line
+    assert f"{89 * 12 * MiB:,}" in total_line and " 89 " in total_line  # 85 held, 2 built, 1 prefetched, 1
 
 
 # errors: one line on stderr, exit code 2, never a traceback

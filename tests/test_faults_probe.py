@@ -24,6 +24,7 @@ import pytest
 import queuetune
 from helpers import OUTCOMES, assert_nothing_left_running
 from queuetune import Trace
+from queuetune.render.console import print_report
 
 pytestmark = [pytest.mark.faults]
 
@@ -675,7 +676,7 @@ def test_an_epoch_of_zero_batches_gives_an_empty_report(kind, tmp_path):
     assert report.input_bound_fraction in (None, 0.0)
     report.to_json()
     out = io.StringIO()
-    report.print(Console(file=out, width=120))
+    print_report(report, Console(file=out, width=120))
     assert "0 batches" in out.getvalue()
     close(watched)
 

@@ -12,18 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import ARTICLE_ROWS
+from queuetune.frameworks.ray import _local_cpus, ray_object_store_bytes
 from queuetune.memory import (
     ARTICLE_BATCHES,
     ARTICLE_SIZES,
     FRAMEWORKS,
     BatchSpec,
     Footprint,
-    _local_cpus,
     batch_bytes,
     footprint,
     label_bytes,
     label_spec,
-    ray_object_store_bytes,
     seed_table,
 )
 from queuetune.units import format_number
@@ -222,28 +221,29 @@ def test_torch_prefetch_factor_needs_workers():
         footprint(BATCH, "torch", prefetch_factor=2)
 
 
-@pytest.mark.parametrize(("buffer", "depth"), [(None, 1), (0, 0), (1, 1), (8, 8)])
-def test_tfdata_prefetch_buffer(buffer, depth):
+# A prefetch buffer holds `buffer` batches; its depth also counts the one being built.
+@pytest.mark.parametrize(("buffer", "held", "depth"), [(None, 1, 2), (0, 0, 0), (1, 1, 2), (8, 8, 9)])
+def test_tfdata_prefetch_buffer(buffer, held, depth):
     kwargs = {} if buffer is None else {"buffer": buffer}
     fp = footprint(BATCH, "tfdata", **kwargs)
     assert fp.depth == depth
-    assert fp.total_bytes == (depth + 1) * BATCH
+    assert fp.total_bytes == (held + 1) * BATCH
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "depth"),
+    ("kwargs", "held", "depth"),
     [
-        ({}, 1),
-        ({"backend": "tensorflow"}, 1),
-        ({"backend": "tensorflow", "buffer": 3}, 3),
-        ({"backend": "torch"}, 0),
-        ({"backend": "jax"}, 1),
+        ({}, 1, 2),
+        ({"backend": "tensorflow"}, 1, 2),
+        ({"backend": "tensorflow", "buffer": 3}, 3, 4),
+        ({"backend": "torch"}, 0, 0),
+        ({"backend": "jax"}, 1, 1),
     ],
 )
-def test_plain_generator_uses_the_backend_prefetch(kwargs, depth):
+def test_plain_generator_uses_the_backend_prefetch(kwargs, held, depth):
     fp = footprint(BATCH, "generator", **kwargs)
     assert fp.depth == depth
-    assert fp.total_bytes == (depth + 1) * BATCH
+    assert fp.total_bytes == (held + 1) * BATCH
 
 
 def test_none_is_just_the_batch():
@@ -348,22 +348,23 @@ def test_frameworks_list_their_settings():
     )
 
 
-# Ray Data
+# Ray Data: the executor holds half its budget in blocks (what was measured, and
+# the tuner's rule); the budget itself is the bound the explanation names.
 
 RAY_BATCH = 12 * MiB
 
 
-def test_ray_counts_budget_tasks_prefetch_and_the_consumed_batch():
+def test_ray_counts_half_the_budget_tasks_prefetch_and_the_consumed_batch():
     fp = footprint(RAY_BATCH, "ray", prefetch_batches=1, concurrency=2, object_store_memory=256 * MiB)
     assert [(line.label, line.batches) for line in fp.lines] == [
-        ("held ahead", 21),
+        ("held ahead", 10),
         ("being built", 2),
         ("prefetched", 1),
         ("consumed", 1),
     ]
-    assert fp.depth == 21 + 2 + 1
-    assert "stops at half, 10 " in fp.lines[0].explanation
-    assert fp.total_bytes == 25 * RAY_BATCH == 314572800
+    assert fp.depth == 10 + 2 + 1
+    assert "the budget bounds them at 21" in fp.lines[0].explanation
+    assert fp.total_bytes == 14 * RAY_BATCH == 176160768
     assert fp.settings == {
         "prefetch_batches": 1,
         "concurrency": 2,
@@ -377,8 +378,8 @@ def test_ray_budget_is_half_the_object_store():
     fp = footprint(RAY_BATCH, "ray", concurrency=1, object_store_bytes="1GiB")
     assert fp.settings["object_store_memory"] == 512 * MiB
     assert fp.settings["object_store_bytes"] == 1024 * MiB
-    assert fp.lines[0].batches == 512 // 12 == 42
-    assert fp.depth == 42 + 1 + 1
+    assert fp.lines[0].batches == 512 // 24 == 21
+    assert fp.depth == 21 + 1 + 1
 
 
 def test_ray_budget_from_a_nodes_memory():
@@ -388,9 +389,9 @@ def test_ray_budget_from_a_nodes_memory():
     assert fp.settings["object_store_bytes"] == store == 5153960755
     assert fp.settings["object_store_memory"] == store // 2
     assert fp.settings["ram_bytes"] == 16 * 1024 * MiB
-    assert fp.lines[0].batches == (store // 2) // RAY_BATCH == 204
-    assert fp.depth == 204 + 4 + 2
-    assert fp.total_bytes == (204 + 4 + 2 + 1) * RAY_BATCH
+    assert fp.lines[0].batches == (store // 2) // (2 * RAY_BATCH) == 102
+    assert fp.depth == 102 + 4 + 2
+    assert fp.total_bytes == (102 + 4 + 2 + 1) * RAY_BATCH
 
 
 def test_ray_default_object_store_is_capped_at_200_gb():
@@ -404,19 +405,19 @@ def test_ray_defaults_prefetch_one_and_a_task_per_local_cpu():
     fp = footprint(RAY_BATCH, "ray", object_store_memory="120MiB")
     assert fp.settings["prefetch_batches"] == 1
     assert fp.settings["concurrency"] == _local_cpus() >= 1
-    assert fp.depth == 10 + _local_cpus() + 1
+    assert fp.depth == 5 + _local_cpus() + 1
 
 
 def test_ray_prefetch_zero_and_a_budget_of_exactly_one_batch():
     fp = footprint(RAY_BATCH, "ray", prefetch_batches=0, concurrency=1, object_store_memory=RAY_BATCH)
-    assert [line.batches for line in fp.lines] == [1, 1, 0, 1]
-    assert fp.depth == 2
+    assert [line.batches for line in fp.lines] == [0, 1, 0, 1]
+    assert fp.depth == 1
 
 
 def test_ray_transient_factor_adds_on_top():
     fp = footprint(RAY_BATCH, "ray", concurrency=1, object_store_memory=24 * MiB, transient_factor=2)
     assert [line.label for line in fp.lines][-1] == "transient"
-    assert fp.total_bytes == (2 + 1 + 1 + 1 + 1) * RAY_BATCH
+    assert fp.total_bytes == (1 + 1 + 1 + 1 + 1) * RAY_BATCH
 
 
 @pytest.mark.parametrize(

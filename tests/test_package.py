@@ -50,7 +50,7 @@ def test_the_sdist_and_wheel_carry_the_version_and_the_type_marker(dist: Path) -
     assert "queuetune/py.typed" in names
     assert f"queuetune-{version}.dist-info/licenses/LICENSE" in names
     assert f"\nVersion: {version}\n" in metadata
-    assert "queuetune/frameworks/torch.py" in names
+    assert "queuetune/frameworks/torch/watch.py" in names
     with tarfile.open(sdist) as t:
         members = t.getnames()
     assert f"queuetune-{version}/src/queuetune/py.typed" in members

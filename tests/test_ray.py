@@ -311,7 +311,7 @@ def test_tune_a_ray_dataset(cluster):
         assert c.depth < default.depth
     # the factory was given the concurrency of each setting it built
     assert {m["concurrency"] for m in MADE} == {None, cpus}
-    assert result.predictions and all(p["workers"] == cpus for p in result.predictions)
+    assert result.predictions and all(p.workers == cpus for p in result.predictions)
     # the choice is the decision rule's on what was measured (which setting wins varies with the noise)
     assert result.chosen is not None
     assert result.chosen == decide(result.candidates, result.tolerance, result.budget, result.margin)

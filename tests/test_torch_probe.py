@@ -472,7 +472,7 @@ def test_a_plain_loop_gets_its_report_in_one_line(capsys):
     loader = queuetune.watch(DataLoader(Numbers(), batch_size=8))
     for _x in loader:
         pass
-    queuetune.report(loader).print()
+    queuetune.print_report(loader)
     out = capsys.readouterr().out
     assert "Numbers" in out and "torch" in out
     assert "5 batches" in out and "40 of 40 samples consumed" in out

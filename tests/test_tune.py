@@ -1,4 +1,4 @@
-"""The tuner: knobs, candidates, the decision, trials end to end, the CLI."""
+"""The tuner: each framework's depth rule, candidates, the decision, trials end to end, the CLI."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from queuetune.cli import main
-from queuetune.knobs import KERAS, QUEUETUNE_PREFETCH, RAY, TFDATA_PREFETCH, TORCH, reachable_depths
-from queuetune.tune import Candidate, Job, TuneResult, _candidates, as_job, decide, load_factory, tune
+from queuetune.frameworks import KERAS, PYTHON, RAY, TFDATA, TORCH, reachable_depths
+from queuetune.render.explain import explain
+from queuetune.tune import Candidate, Job, Predicted, TuneResult, as_job, decide, load_factory, pick_settings, tune
 
 # --- knobs -------------------------------------------------------------------------------
 
@@ -29,9 +30,9 @@ RAY_BOUND = dataclasses.replace(RAY, block_bytes=100, store_budget=1000, cpus=3)
         (TORCH, {"num_workers": 4, "prefetch_factor": 2}, 8),
         (TORCH, {"num_workers": 4, "prefetch_factor": None}, 8),
         (TORCH, {"num_workers": 0, "prefetch_factor": None}, 0),
-        (QUEUETUNE_PREFETCH, {"buffer": 0}, 0),
-        (QUEUETUNE_PREFETCH, {"buffer": 3}, 4),
-        (TFDATA_PREFETCH, {"buffer": 8}, 9),
+        (PYTHON, {"buffer": 0}, 0),
+        (PYTHON, {"buffer": 3}, 4),
+        (TFDATA, {"buffer": 8}, 9),
         (RAY_BOUND, {"prefetch_batches": 1, "object_store_memory": 400, "concurrency": 2}, 5),
         (RAY_BOUND, {"prefetch_batches": 3, "object_store_memory": 399, "concurrency": 1}, 5),
         # no budget: Ray's default, half the store (1000 B) holds 5 blocks ahead; concurrency: every CPU
@@ -46,7 +47,7 @@ def test_depth_of_settings(knobs, settings, depth):
 
 @pytest.mark.parametrize(
     "knobs,workers",
-    [(KERAS, 4), (KERAS, 1), (TORCH, 3), (TORCH, 0), (QUEUETUNE_PREFETCH, None), (RAY_BOUND, 2), (RAY_BOUND, None)],
+    [(KERAS, 4), (KERAS, 1), (TORCH, 3), (TORCH, 0), (PYTHON, None), (RAY_BOUND, 2), (RAY_BOUND, None)],
 )
 def test_settings_for_a_depth_give_that_depth_back(knobs, workers):
     depths = reachable_depths(knobs, workers, 24)
@@ -59,7 +60,7 @@ def test_unreachable_depths():
     assert reachable_depths(TORCH, 3, 10) == [3, 6, 9]
     assert reachable_depths(KERAS, 4, 4) == [2, 3, 4]  # max_queue_size=0 would be unbounded
     assert reachable_depths(KERAS, 1, 4) == [0]
-    assert reachable_depths(QUEUETUNE_PREFETCH, None, 3) == [0, 2, 3]
+    assert reachable_depths(PYTHON, None, 3) == [0, 2, 3]
     # Ray: the concurrency's blocks, one prefetched and at least one held in the store
     assert reachable_depths(RAY_BOUND, 2, 6) == [4, 5, 6]
     assert reachable_depths(RAY_BOUND, None, 6) == [5, 6]
@@ -130,16 +131,19 @@ def test_trial_noise_is_what_rounds_and_settings_do_not_explain():
 
 
 def prediction(depth, rate, built):
-    return {"depth": depth, "workers": 1, "throughput": rate, "peak_built_bytes": built, "settings": {"buffer": depth}}
+    """A prediction with only what the candidates and the explanation read set."""
+    zeros = {f.name: 0 for f in dataclasses.fields(Predicted)}
+    set_ = {"depth": depth, "workers": 1, "throughput": rate, "peak_built_bytes": built, "settings": {"buffer": depth}}
+    return Predicted(**{**zeros, **set_})
 
 
 def test_candidates_are_the_default_and_the_shallowest_that_keeps_throughput():
     predictions = [prediction(d, min(d, 4) * 10.0, d * 100) for d in range(1, 12)]
-    picked = _candidates(predictions, QUEUETUNE_PREFETCH, {"buffer": 10}, 0.02, None, 4)
+    picked = pick_settings(predictions, {"buffer": 10}, 0.02, None, 4)
     assert picked[0] == {"buffer": 10}
     assert picked[1] == {"buffer": 4}
     assert len(picked) == 4 and {"buffer": 3} in picked
-    budgeted = _candidates(predictions, QUEUETUNE_PREFETCH, {"buffer": 10}, 0.02, 250, 4)
+    budgeted = pick_settings(predictions, {"buffer": 10}, 0.02, 250, 4)
     assert {"buffer": 2} in budgeted and all(p["buffer"] <= 2 or p == {"buffer": 10} for p in budgeted)
 
 
@@ -227,8 +231,8 @@ def test_tune_a_generator_reads_ahead_when_building_and_training_can_overlap():
     # building (10 ms) and training (10 ms) overlap only with read-ahead: about 2x
     assert result.chosen.settings["buffer"] >= 1
     assert result.kwargs() == {"buffer": result.chosen.settings["buffer"]}
-    assert any(line.startswith("Chosen:") for line in result.explanation)
-    assert result.predictions and {p["depth"] for p in result.predictions} >= {0, 2, 3}
+    assert any(line.startswith("Chosen:") for line in explain(result))
+    assert result.predictions and {p.depth for p in result.predictions} >= {0, 2, 3}
     job = result.apply(factory)
     taken = [next(job.loader) for _ in range(3)]
     job.loader.close()
@@ -243,6 +247,7 @@ def test_result_saves_and_loads(tmp_path):
     again = TuneResult.load(path)
     assert again.chosen == result.chosen
     assert again.candidates == result.candidates
+    assert again.predictions == result.predictions
     data = json.loads(path.read_text())
     assert {
         "framework",
@@ -253,7 +258,6 @@ def test_result_saves_and_loads(tmp_path):
         "baseline",
         "tolerance",
         "budget",
-        "explanation",
         "trials",
         "kwargs",
         "versions",
@@ -395,8 +399,7 @@ def test_cli_tune_bad_input_is_one_line_exit_2(capsys, args, message):
 
 
 def test_paired_rounds_decide_over_round_to_round_noise():
-    from queuetune.knobs import QUEUETUNE_PREFETCH
-    from queuetune.tune import Trial, _summarise
+    from queuetune.tune import Trial, summarise
 
     # the machine was twice as fast in round 1; within each round depth 2 is 99 % of depth 5
     def trial(buffer, round_, rate):
@@ -410,7 +413,7 @@ def test_paired_rounds_decide_over_round_to_round_noise():
         trial(1, 2, 99.0),
         trial(4, 2, 100.0),
     ]
-    summary = _summarise(trials, QUEUETUNE_PREFETCH, {"buffer": 4}, [])
+    summary = summarise(trials, {"buffer": 4}, [])
     assert [round(c.share(summary), 3) for c in summary] == [0.99, 1.0]
     assert decide(summary, 0.02, None).settings == {"buffer": 1}
     assert decide(summary, 0.005, None).settings == {"buffer": 4}
@@ -431,17 +434,13 @@ def test_the_startup_backlog_is_what_was_built_before_the_first_request():
 
 
 def test_explanation_notes_the_deepest_depth_only_for_a_setting_the_model_ranked():
-    from queuetune.analysis import analyze
-    from queuetune.trace import Trace
-    from queuetune.tune import explain
-
     deep = Candidate({"buffer": 31}, 32, 100.0, 32, 320, None, None, 3)
     default = Candidate({"buffer": 99}, 100, 100.0, 40, 400, None, None, 3, is_default=True)
-    predictions = [{"depth": d, "throughput": 100.0} for d in (2, 16, 32)]
+    predictions = [prediction(d, 100.0, d) for d in (2, 16, 32)]
 
     def lines(chosen):
-        result = TuneResult("python", {"buffer": 99}, [deep, default], chosen, predictions, {}, 0.02, None, [])
-        return explain(result, QUEUETUNE_PREFETCH, analyze(Trace()))
+        result = TuneResult("python", {"buffer": 99}, [deep, default], chosen, predictions, {}, 0.02, None)
+        return explain(result)
 
     assert any("deepest tried (32)" in line for line in lines(deep))
     # the default, deeper than any prediction, is not a depth the model tried

@@ -3,7 +3,7 @@
 __version__ = "0.1.0"
 
 from .prefetcher import BudgetExceeded, Prefetcher, PrefetcherClosed, WorkerDied
-from .probe import Probe, probe_of, report, watch
+from .probe import Probe, print_report, probe_of, report, watch
 from .trace import Trace
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Trace",
     "WorkerDied",
     "__version__",
+    "print_report",
     "probe_of",
     "report",
     "watch",

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .jsonio import dumps
 from .trace import Consumed, Produced, Trace, TraceMeta
 
 MODERATE, HIGH = 0.05, 0.20
@@ -61,7 +62,8 @@ class NodeHeld:
 
 @dataclass
 class Report:
-    """What a traced run did, in the words of design.md (all bytes in bytes, times in s).
+    """What a traced run did (all bytes in bytes, times in seconds); the words are
+    the README's: produced, consumed, read-ahead, in flight, input wait.
 
     >>> from queuetune.trace import Trace, Produced, Consumed, Mark
     >>> t = Trace(produced=[Produced(0.0, 1.0, 10)], consumed=[Consumed(0.0, 1.0)],
@@ -106,15 +108,7 @@ class Report:
         return data
 
     def to_json(self, indent: int | None = 2, series: bool = True) -> str:
-        from .render.json import dumps
-
         return dumps(self.to_dict(series=series), indent=indent)
-
-    def print(self, console: Any = None) -> None:
-        """Print the report as tables on the terminal."""
-        from .render.console import print_report
-
-        print_report(self, console)
 
 
 def verdict(fraction: float | None) -> str:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from queuetune import __version__
+from queuetune.frameworks import TUNED
+from queuetune.jsonio import dumps
 from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
-from queuetune.render.json import dumps
 from queuetune.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -276,6 +277,7 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
 
 def _run_report(args: argparse.Namespace) -> int:
     from queuetune.analysis import analyze
+    from queuetune.render.console import print_report
     from queuetune.trace import Trace
 
     report = analyze(Trace.load(args.trace))
@@ -286,7 +288,7 @@ def _run_report(args: argparse.Namespace) -> int:
     if args.json:
         print(report.to_json())
     else:
-        report.print()
+        print_report(report)
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0
@@ -299,7 +301,7 @@ def _configure_tune(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("factory", metavar="FILE.py:FACTORY", help="a function that builds the loader and its consumer")
     parser.add_argument(
         "--framework",
-        choices=["keras", "torch", "tfdata", "ray", "python"],
+        choices=list(TUNED),
         help="fail unless the loader is of this framework",
     )
     parser.add_argument("--budget", type=_arg(parse_bytes), help="most bytes in flight, e.g. 2GiB")
@@ -333,16 +335,15 @@ def _fraction(text: str) -> float:
 
 def _run_tune(args: argparse.Namespace) -> int:
     from queuetune.render.console import print_tune, tune_progress
-    from queuetune.tune import detect_framework, load_factory, tune
+    from queuetune.render.explain import explain
+    from queuetune.tune import as_job, framework_of, load_factory, tune
 
     try:
         factory = load_factory(args.factory)
     except SyntaxError as exc:
         raise ValueError(f"cannot import {args.factory}: {exc.msg} (line {exc.lineno})") from None
     if args.framework is not None:
-        from queuetune.tune import as_job
-
-        found = detect_framework(as_job(factory()).loader)
+        found = framework_of(as_job(factory()).loader).name
         if found != args.framework:
             raise ValueError(f"{args.factory} builds a {found} loader, not {args.framework}")
     with tune_progress() as progress:
@@ -356,14 +357,16 @@ def _run_tune(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=progress,
         )
+    text = dumps({**result.to_dict(), "explanation": explain(result)})
     if args.save:
-        result.save(args.save)
+        with open(args.save, "w") as file:
+            file.write(text)
     if args.plot:
         from queuetune.render.plot import plot_tune
 
         plot_tune(result, args.plot)
     if args.json:
-        print(result.to_json())
+        print(text)
     else:
         print_tune(result)
     return 0 if result.chosen is not None else 1

@@ -1,25 +1,18 @@
-"""Pure arithmetic: bytes per batch, the memory a loader holds, the article's table.
-
-No framework is imported here; the loader rules come from reading each
-framework's source (see ``design.md``) and are written out as arithmetic.
-"""
+"""Pure arithmetic: bytes per batch, the memory a loader holds, the article's table."""
 
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from queuetune.units import (
+from .frameworks import ESTIMATED, get
+from .units import (
     check_bytes,
     dtype_itemsize,
     dtype_name,
-    format_bytes,
-    nonnegative_int,
-    parse_bytes,
     parse_shape,
     positive_int,
     product,
@@ -37,7 +30,6 @@ __all__ = [
     "footprint",
     "label_bytes",
     "label_spec",
-    "ray_object_store_bytes",
     "seed_table",
 ]
 
@@ -248,225 +240,8 @@ class Footprint:
         }
 
 
-# A read-ahead rule takes the settings given and returns the resolved settings and (label, batches, why)
-# lines; the first line's batches are the depth unless the rule gives the depth as a third element.
-_RuleResult = tuple[dict[str, Any], list[tuple[str, int, str]]] | tuple[dict[str, Any], list[tuple[str, int, str]], int]
-_Rule = Callable[[dict[str, Any]], _RuleResult]
-
-
-def _flag(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{what} must be True or False, got {value!r}")
-    return value
-
-
-def _keras(settings: dict[str, Any]) -> _RuleResult:
-    workers = nonnegative_int(settings.get("workers", 1), "workers")
-    multiprocessing = _flag(settings.get("use_multiprocessing", False), "use_multiprocessing")
-    queue_size = positive_int(settings.get("max_queue_size", 10), "max_queue_size")
-    resolved = {"workers": workers, "use_multiprocessing": multiprocessing, "max_queue_size": queue_size}
-    if workers > 1 or (workers > 0 and multiprocessing):
-        why = f"max_queue_size + 1: queue of {queue_size} futures plus the one the feeder thread waits to put"
-        return resolved, [("queued", queue_size + 1, why)]
-    why = f"synchronous: workers={workers}" + ("" if multiprocessing else " without multiprocessing") + ", no queue"
-    return resolved, [("queued", 0, why)]
-
-
-def _generator(settings: dict[str, Any]) -> _RuleResult:
-    backend = settings.get("backend", "tensorflow")
-    if backend not in ("tensorflow", "torch", "jax"):
-        raise ValueError(f"unknown backend {backend!r}; known backends: tensorflow, torch, jax")
-    if backend == "tensorflow":
-        buffer = nonnegative_int(settings.get("buffer", 1), "buffer")
-        why = f"tf.data prefetch(AUTOTUNE), assumed to hold {buffer} batch(es); AUTOTUNE can grow it"
-        return {"backend": backend, "buffer": buffer}, [("prefetched", buffer, why)]
-    if "buffer" in settings:
-        raise ValueError(f"buffer only applies to the tensorflow backend, not {backend!r}")
-    if backend == "torch":
-        why = "torch backend: DataLoader without workers, nothing read ahead"
-        return {"backend": backend}, [("prefetched", 0, why)]
-    return {"backend": backend}, [("prefetched", 1, "jax backend: assumed one batch ahead on accelerators")]
-
-
-def _torch(settings: dict[str, Any]) -> _RuleResult:
-    workers = nonnegative_int(settings.get("num_workers", 0), "num_workers")
-    prefetch_factor = settings.get("prefetch_factor")
-    pin_memory = _flag(settings.get("pin_memory", False), "pin_memory")
-    if workers == 0:
-        if prefetch_factor is not None:
-            raise ValueError("prefetch_factor can only be set with num_workers > 0 (torch raises the same error)")
-        resolved = {"num_workers": 0, "prefetch_factor": None, "pin_memory": pin_memory}
-        lines = [("prefetched", 0, "num_workers=0: batches are loaded in the main process, nothing read ahead")]
-        if pin_memory:
-            lines.append(("pinned copies", 0, "pinned in the main process as each batch is consumed"))
-        return resolved, lines
-    factor = 2 if prefetch_factor is None else positive_int(prefetch_factor, "prefetch_factor")
-    depth = factor * workers
-    resolved = {"num_workers": workers, "prefetch_factor": factor, "pin_memory": pin_memory}
-    lines = [("prefetched", depth, f"prefetch_factor x num_workers = {factor} x {workers}")]
-    if pin_memory:
-        lines.append(("pinned copies", depth, "pin_memory: a page-locked copy of each batch read ahead"))
-    return resolved, lines
-
-
-def _tfdata(settings: dict[str, Any]) -> _RuleResult:
-    buffer = nonnegative_int(settings.get("buffer", 1), "buffer")
-    why = f"prefetch buffer of {buffer} batch(es); with AUTOTUNE pass the size you expect"
-    return {"buffer": buffer}, [("prefetched", buffer, why)]
-
-
-# Ray 2.60 constants, read from its source (paths under site-packages/ray/).
-#: Share of a node's available memory its object store takes by default
-#: (_private/ray_constants.py:110-113, DEFAULT_OBJECT_STORE_MEMORY_PROPORTION).
-RAY_OBJECT_STORE_PROPORTION = Fraction(3, 10)
-#: Cap on a node's default object store, 200 GB (_private/ray_constants.py:106-108).
-RAY_OBJECT_STORE_CAP = 200 * 10**9
-#: Share of the cluster's object store the streaming executor allows itself
-#: (data/_internal/execution/resource_manager.py:108-110, 0.5 with operator
-#: reservation, which is on by default: data/context.py:330-332).
-RAY_DATA_BUDGET_FRACTION = Fraction(1, 2)
-
-
-def _local_cpus() -> int:
-    """CPUs this process may run on: what a local ``ray.init()`` gives the cluster."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except AttributeError:  # not on Linux
-        return max(os.cpu_count() or 1, 1)
-
-
-def _ray_bytes(value: Any, what: str) -> int:
-    try:
-        return parse_bytes(value)
-    except (ValueError, TypeError) as exc:
-        raise type(exc)(f"{what}: {exc}") from None
-
-
-def ray_object_store_bytes(ram_bytes: int | str) -> int:
-    """The object store Ray 2.60 gives a node by default, from the node's memory.
-
-    30% of ``ram_bytes`` (Ray takes the memory *available* when the node
-    starts, total minus used), capped at 200 GB. On Linux Ray also caps it at
-    95% of the free space in ``/dev/shm`` (never below 10 GB), which is not
-    known here; pass ``object_store_bytes`` to :func:`footprint` when that cap
-    applies.
-
-    >>> ray_object_store_bytes("16GiB")
-    5153960755
-    >>> ray_object_store_bytes("2TB")
-    200000000000
-    """
-    ram = _ray_bytes(ram_bytes, "ram_bytes")
-    return min(int(ram * RAY_OBJECT_STORE_PROPORTION), RAY_OBJECT_STORE_CAP)
-
-
-def _ray(settings: dict[str, Any]) -> _RuleResult:
-    """Ray Data: ``map_batches`` tasks into the object store, read by ``iter_batches``.
-
-    Facts from Ray 2.60's source (paths under ``site-packages/ray/``):
-
-    - A node's default object store is 30% of its available memory, capped at
-      200 GB and on Linux at 95% of ``/dev/shm`` (``_private/utils.py:595-650``,
-      ``_private/ray_constants.py:106-113``).
-    - The streaming executor's object-store budget is
-      ``min(resource_limits.object_store_memory, fraction x cluster object
-      store)``, fraction 0.5 (``override_object_store_memory_limit_fraction``
-      replaces it; 0.25 without operator reservation)
-      (``data/_internal/execution/resource_manager.py:108-115,162-169,280-310``).
-    - Every live block an operator produced counts against the budget until
-      its last reference goes, including blocks the iterator has fetched
-      (``block_ref_counter.py``, ``resource_manager.py:189-200``). A task is
-      launched while the remaining budget covers one task's output
-      (``resource_manager.py:865-871``), so the tasks running can overshoot it
-      by their blocks.
-    - Ray's downstream-capacity backpressure (ratio 2.0, ``data/context.py:443``)
-      stops an operator once it uses more than half its allocation and its
-      output is more than 3x the iterator's prefetched bytes
-      (``backpressure_policy/downstream_capacity_backpressure_policy.py:89,203-217``):
-      a one-stage pipeline usually settles near half the budget; the budget is
-      the bound.
-    - ``map_batches`` without ``concurrency`` runs an uncapped task pool
-      (``data/_internal/util.py:648-697``), each task taking 1 CPU
-      (``operators/map_operator.py:943-948``): one block built per CPU.
-    - ``iter_batches(prefetch_batches=N)`` fetches N batches of blocks ahead
-      and formats them in min(N, 4) threads
-      (``_internal/block_batching/iter_batches.py:31,78,212-220,454-530``).
-    """
-    prefetch = nonnegative_int(settings.get("prefetch_batches", 1), "prefetch_batches")
-    concurrency = settings.get("concurrency")
-    concurrency = _local_cpus() if concurrency is None else positive_int(concurrency, "concurrency")
-    given = [
-        name for name in ("object_store_memory", "object_store_bytes", "ram_bytes") if settings.get(name) is not None
-    ]
-    if len(given) > 1:
-        raise ValueError(f"give one of object_store_memory, object_store_bytes, ram_bytes, not {' and '.join(given)}")
-    if not given:
-        raise ValueError(
-            "ray needs the object store: object_store_memory (Ray Data's budget), "
-            "object_store_bytes (the cluster's object store) or ram_bytes (one node's memory)"
-        )
-    store = ram = None
-    if given[0] == "object_store_memory":
-        budget = _ray_bytes(settings["object_store_memory"], "object_store_memory")
-    else:
-        if given[0] == "ram_bytes":
-            ram = _ray_bytes(settings["ram_bytes"], "ram_bytes")
-            store = ray_object_store_bytes(ram)
-        else:
-            store = _ray_bytes(settings["object_store_bytes"], "object_store_bytes")
-        budget = int(store * RAY_DATA_BUDGET_FRACTION)
-    batch = settings["_batch_bytes"]
-    if budget < batch:
-        raise ValueError(
-            f"Ray Data's object store budget ({format_bytes(budget)}) is smaller than one batch "
-            f"({format_bytes(batch)}): Ray then still builds blocks a task at a time to make progress, "
-            "so the budget no longer bounds the read-ahead; give a budget of at least one batch"
-        )
-    held = budget // batch
-    resolved = {
-        "prefetch_batches": prefetch,
-        "concurrency": concurrency,
-        "object_store_memory": budget,
-        "object_store_bytes": store,
-        "ram_bytes": ram,
-    }
-    lines = [
-        (
-            "held ahead",
-            held,
-            f"budget // batch = {format_bytes(budget)} // {format_bytes(batch)}: blocks kept in the object store "
-            f"(fetched ones included); one stage usually stops at half, {budget // 2 // batch} "
-            "(downstream-capacity backpressure)",
-        ),
-        ("being built", concurrency, f"{concurrency} map_batches task(s) at once, each building a block"),
-        ("prefetched", prefetch, f"prefetch_batches={prefetch}: batches iter_batches formats ahead in the driver"),
-    ]
-    return resolved, lines, held + concurrency + prefetch
-
-
-def _none(settings: dict[str, Any]) -> _RuleResult:
-    return {}, []
-
-
-_SETTINGS: dict[str, tuple[str, ...]] = {
-    "keras": ("workers", "use_multiprocessing", "max_queue_size"),
-    "generator": ("backend", "buffer"),
-    "torch": ("num_workers", "prefetch_factor", "pin_memory"),
-    "tfdata": ("buffer",),
-    "ray": ("prefetch_batches", "concurrency", "object_store_memory", "object_store_bytes", "ram_bytes"),
-    "none": (),
-}
-_RULES: dict[str, _Rule] = {
-    "keras": _keras,
-    "generator": _generator,
-    "torch": _torch,
-    "tfdata": _tfdata,
-    "ray": _ray,
-    "none": _none,
-}
-
 #: Framework names :func:`footprint` knows, with the settings each takes.
-FRAMEWORKS: dict[str, tuple[str, ...]] = dict(_SETTINGS)
+FRAMEWORKS: dict[str, tuple[str, ...]] = dict(ESTIMATED)
 
 
 def _transient(value: Any) -> Fraction:
@@ -486,35 +261,13 @@ def footprint(
 ) -> Footprint:
     """The bytes a loader configuration can hold: batches read ahead, the one consumed, copies.
 
-    Frameworks and their settings (defaults are the framework's own):
-
-    - ``"keras"`` (a Keras 3 ``PyDataset``): ``workers=1``,
-      ``use_multiprocessing=False``, ``max_queue_size=10``. With
-      ``workers > 1``, or ``workers > 0`` and multiprocessing, up to
-      ``max_queue_size + 1`` batches are read ahead; otherwise none.
-    - ``"generator"`` (a plain generator given to Keras 3): ``backend`` is
-      ``"tensorflow"`` (default; ``tf.data`` ``prefetch(AUTOTUNE)``, counted as
-      ``buffer=1`` batch, an assumption: AUTOTUNE can grow it), ``"torch"``
-      (nothing read ahead) or ``"jax"`` (assumed one batch ahead).
-    - ``"torch"`` (a ``DataLoader``): ``num_workers=0``, ``prefetch_factor``
-      (2 when ``num_workers > 0``; setting it with ``num_workers=0`` is an
-      error, as in torch), ``pin_memory=False``. ``prefetch_factor x
-      num_workers`` batches are read ahead, and as many pinned copies with
-      ``pin_memory``.
-    - ``"tfdata"``: ``buffer=1``, the batches of the final ``prefetch``.
-    - ``"ray"`` (Ray Data, ``map_batches`` read by ``iter_batches``; one
-      block is one batch): ``prefetch_batches=1``, ``concurrency`` (the
-      ``map_batches`` tasks at once; Ray's default is one per CPU, counted as
-      this machine's CPUs), and the object store budget, one of
-      ``object_store_memory`` (Ray Data's budget in bytes),
-      ``object_store_bytes`` (the cluster's object store; the budget is half)
-      or ``ram_bytes`` (one node's memory; its default store is 30%, capped
-      at 200 GB). Byte settings take ints or strings like ``"2GiB"``. Up to
-      ``budget // batch`` blocks held in the object store, ``concurrency``
-      being built and ``prefetch_batches`` formatted in the driver; ``depth``
-      is their sum. A budget smaller than one batch is a ``ValueError``: Ray
-      then no longer bounds the read-ahead by it.
-    - ``"none"``: nothing read ahead.
+    ``framework`` is one of :data:`FRAMEWORKS`, each with the settings it takes
+    (defaults are the framework's own; byte settings take ints or strings like
+    ``"2GiB"``): ``"keras"`` (a ``PyDataset``), ``"generator"`` (a plain
+    generator given to Keras 3, by ``backend``), ``"torch"`` (a ``DataLoader``),
+    ``"tfdata"`` (the final ``prefetch`` buffer), ``"ray"`` (Ray Data, one block
+    a batch, with its object-store budget) or ``"none"`` (nothing read ahead).
+    Each one's rule, and why, is in its module under :mod:`queuetune.frameworks`.
 
     Every configuration adds the batch being consumed, and
     ``transient_factor - 1`` batches more for the copies that batch
@@ -527,7 +280,7 @@ def footprint(
     1700
     >>> fp = footprint(12 * 2**20, "ray", concurrency=2, object_store_bytes="1GiB")
     >>> fp.depth, [line.batches for line in fp.lines], fp.total_bytes // 2**20
-    (45, [42, 2, 1, 1], 552)
+    (24, [21, 2, 1, 1], 300)
     """
     if isinstance(spec_or_bytes, BatchSpec):
         nbytes = spec_or_bytes.nbytes
@@ -536,19 +289,14 @@ def footprint(
     check_bytes(nbytes, "batch")
     if not isinstance(framework, str):
         raise TypeError(f"framework must be a string, got {framework!r}")
-    if framework not in _RULES:
-        raise ValueError(f"unknown framework {framework!r}; known frameworks: {', '.join(_RULES)}")
+    if framework not in ESTIMATED:
+        raise ValueError(f"unknown framework {framework!r}; known frameworks: {', '.join(ESTIMATED)}")
     factor = _transient(transient_factor)
-    unknown = [name for name in settings if name not in _SETTINGS[framework]]
+    unknown = [name for name in settings if name not in ESTIMATED[framework]]
     if unknown:
-        takes = ", ".join(_SETTINGS[framework]) or "no settings"
+        takes = ", ".join(ESTIMATED[framework]) or "no settings"
         raise ValueError(f"setting {unknown[0]!r} does not apply to framework {framework!r} (it takes: {takes})")
-    result = _RULES[framework]({**settings, "_batch_bytes": nbytes})
-    resolved, read_ahead = result[0], result[1]
-    if len(result) == 3:
-        depth = result[2]
-    else:
-        depth = read_ahead[0][1] if read_ahead else 0
+    resolved, read_ahead, depth = get(framework).read_ahead(settings, nbytes)
     lines = [FootprintLine(label, batches, nbytes * batches, why) for label, batches, why in read_ahead]
     lines.append(FootprintLine("consumed", 1, nbytes, "the batch the training step holds"))
     if factor > 1:

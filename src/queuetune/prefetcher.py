@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .adaptive import DepthController
-from .kinds import is_pydataset
+from .frameworks.keras import is_pydataset
 from .nbytes import nbytes
 from .recorder import Channel, Recorder, built_here, clock
 from .trace import Trace, TraceMeta
@@ -146,7 +146,7 @@ class Prefetcher:
 
     def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> Prefetcher:
         if cls is Prefetcher and is_pydataset(source):
-            from .frameworks.keras import KerasPrefetcher
+            from .frameworks.keras.watch import KerasPrefetcher
 
             cls = KerasPrefetcher
         return super().__new__(cls)

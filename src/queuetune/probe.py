@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import types
 import weakref
-from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .kinds import is_dataloader, is_pydataset, is_ray_dataset
-from .nbytes import nbytes
-from .recorder import Recorder, clock
+from .frameworks import PYTHON, detect
+from .recorder import Recorder
 from .trace import Trace, TraceMeta
 
 if TYPE_CHECKING:
@@ -44,6 +41,12 @@ class Probe:
 
         return analyze(self.trace())
 
+    def print_report(self, console: Any = None) -> None:
+        """Print the report as a table on the terminal (on ``console``, a rich Console, if given)."""
+        from .render.console import print_report
+
+        print_report(self.report(), console)
+
     def settle(self, quiet: float = 0.2, timeout: float = 5.0) -> int:
         """Wait until no batch has been built for ``quiet`` seconds (workers that
         were still building when the consumer stopped finish or are stopped), at
@@ -77,7 +80,7 @@ class Probe:
 
         >>> # model.fit(ds, callbacks=[queuetune.probe_of(ds).keras_callback()])
         """
-        from .frameworks.keras import ProbeCallback
+        from .frameworks.keras.watch import ProbeCallback
 
         return ProbeCallback(self, print_report=print_report)
 
@@ -118,30 +121,16 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
     if _is_watched(loader):
         raise ValueError("this loader is already watched by queuetune")
     meta = TraceMeta(name=name or None)
-    if is_pydataset(loader):
-        from .frameworks.keras import watch_pydataset
-
-        return _register(*watch_pydataset(loader, meta, sample_memory))
-    if is_dataloader(loader):
-        from .frameworks.torch import watch_dataloader
-
-        return _register(*watch_dataloader(loader, meta, sample_memory))
-    if is_ray_dataset(loader):
-        from .frameworks.ray import watch_dataset
-
-        return _register(*watch_dataset(loader, meta, sample_memory))
-    if isinstance(loader, Iterator):
-        meta.loader = "generator" if isinstance(loader, types.GeneratorType) else "iterator"
-        recorder = Recorder(_with_loader_meta(meta, loader), sample_memory=sample_memory)
-        return _register(watched_generator(loader, recorder), recorder)
-    if isinstance(loader, Iterable):
-        meta.loader = "iterable"
-        recorder = Recorder(_with_loader_meta(meta, loader), sample_memory=sample_memory)
-        return _register(WatchedIterable(loader, recorder), recorder)
-    raise TypeError(
-        f"watch() needs a loader (a generator, iterable, Keras PyDataset, torch DataLoader or Ray Dataset); "
-        f"{type(loader).__name__} is not iterable"
-    )
+    try:
+        framework = detect(loader)
+    except TypeError:
+        raise TypeError(
+            f"watch() needs a loader (a generator, iterable, Keras PyDataset, torch DataLoader or Ray Dataset); "
+            f"{type(loader).__name__} is not iterable"
+        ) from None
+    # A loader whose framework has no watcher of its own (tf.data) is read as a plain iterable.
+    watched = framework.watch(loader, meta, sample_memory) or PYTHON.watch(loader, meta, sample_memory)
+    return _register(*watched)
 
 
 def probe_of(watched: Any) -> Probe:
@@ -164,6 +153,21 @@ def report(watched: Any) -> Report:
     return probe_of(watched).report()
 
 
+def print_report(watched: Any, console: Any = None) -> None:
+    """Shortcut for ``probe_of(watched).print_report()``: the report as a table.
+
+    >>> import io, queuetune
+    >>> from rich.console import Console
+    >>> loader = queuetune.watch([b"12"])
+    >>> _ = list(loader)
+    >>> out = io.StringIO()
+    >>> queuetune.print_report(loader, Console(file=out, width=100))
+    >>> "produced (built)" in out.getvalue()
+    True
+    """
+    probe_of(watched).print_report(console)
+
+
 def _register(watched: Any, recorder: Recorder) -> Any:
     _PROBES[watched] = Probe(recorder)
     return watched
@@ -174,95 +178,3 @@ def _is_watched(obj: Any) -> bool:
         return obj in _PROBES
     except TypeError:
         return False
-
-
-def _with_loader_meta(meta: TraceMeta, loader: Any) -> TraceMeta:
-    meta.framework = meta.framework or "python"
-    meta.type = type(loader).__qualname__
-    meta.depth = 0  # a plain loader reads nothing ahead (knobs: depth 0)
-    try:
-        meta.num_batches = len(loader)
-    except TypeError:
-        pass
-    return meta
-
-
-def watched_generator(source: Iterator[Any], recorder: Recorder) -> Iterator[Any]:
-    """A generator over ``source`` that records each batch as built and, unless a
-    callback records consumption, as consumed when it is handed over."""
-    seq = 0
-
-    def record(asked: float, got: float, batch: Any) -> None:
-        nonlocal seq
-        size = nbytes(batch)
-        recorder.produced(asked, got, size, None, seq)
-        if recorder.consumer == "iterator":
-            recorder.consumed(asked, got, nbytes=size, key=seq)
-        seq += 1
-
-    return recorded(source, recorder, record)
-
-
-def recorded(
-    source: Iterator[Any],
-    recorder: Recorder,
-    record: Callable[[float, float, Any], None],
-    close_source: bool = False,
-) -> Iterator[Any]:
-    """A generator over ``source`` that times each ``next`` and passes (asked, got,
-    batch) to ``record`` before handing the batch on. Unless a callback records
-    consumption, the pass is one run. An error from ``source`` is noted on the
-    recorder and raised; with ``close_source`` the source is closed when the
-    generator ends.
-
-    >>> rec = Recorder(TraceMeta(), sample_memory=False)
-    >>> seen = []
-    >>> list(recorded(iter("ab"), rec, lambda asked, got, batch: seen.append(batch)))
-    ['a', 'b']
-    >>> seen, [m.kind for m in rec.trace().marks]
-    (['a', 'b'], ['run_begin', 'run_end'])
-    >>> rec.close()
-    """
-    own_runs = recorder.consumer == "iterator"
-    if own_runs:
-        recorder.run_begin()
-    try:
-        while True:
-            asked = clock()
-            try:
-                batch = next(source)
-            except StopIteration:
-                return
-            record(asked, clock(), batch)
-            yield batch
-    except GeneratorExit:
-        raise
-    except BaseException as exc:
-        recorder.error(exc)
-        raise
-    finally:
-        if close_source:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-        if own_runs:
-            recorder.run_end()
-
-
-class WatchedIterable:
-    """An iterable whose every pass is watched (one run and one epoch per pass)."""
-
-    def __init__(self, inner: Iterable[Any], recorder: Recorder) -> None:
-        self._inner = inner
-        self._recorder = recorder
-
-    def __iter__(self) -> Iterator[Any]:
-        return watched_generator(iter(self._inner), self._recorder)
-
-    def __len__(self) -> int:
-        return len(self._inner)  # type: ignore[arg-type]
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_inner", "_recorder"):
-            raise AttributeError(name)
-        return getattr(self._inner, name)

@@ -63,7 +63,8 @@ from typing import Any
 
 import numpy as np
 
-from .knobs import ASSIGNMENTS, RELEASES, rules_of
+from .frameworks import rules_of
+from .frameworks.base import ASSIGNMENTS, RELEASES
 from .trace import Trace
 from .units import nonnegative_int, positive_int
 
@@ -230,7 +231,7 @@ class PipelineModel:
     next; ``workers``: batches built concurrently; ``batch_bytes``: bytes of one
     batch; ``ordered``: whether batches are delivered in submission order.
 
-    The loader's rules (see :class:`queuetune.knobs.LoaderRules`):
+    The loader's rules (see :class:`queuetune.frameworks.LoaderRules`):
     ``assignment`` (``"shared"`` or ``"round_robin"``), ``release`` (a place
     under the bound frees at the ``"take"`` or at the ``"request"``) and
     ``transit``: seconds from a batch's end in its worker until a consumer can
@@ -290,7 +291,7 @@ class PipelineModel:
         when recorded, else the number of distinct ``worker`` values, at least 1;
         ``batch_bytes`` is the median ``nbytes`` of the produced batches; the
         assignment and release rules are the recorded loader's
-        (:func:`queuetune.knobs.rules_of`), the transit :func:`transit_time`,
+        (:func:`queuetune.frameworks.rules_of`), the transit :func:`transit_time`,
         the hand-over :func:`handover_time`, the dispatch :func:`dispatch_time`.
 
         >>> from queuetune.trace import Consumed, Produced

@@ -464,3 +464,49 @@ def _shutdown(channel: Channel, sampler: MemorySampler | None) -> None:
 
 def _copy(settings: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if settings is None else dict(settings)
+
+
+def recorded(
+    source: Iterator[Any],
+    recorder: Recorder,
+    record: Callable[[float, float, Any], None],
+    close_source: bool = False,
+) -> Iterator[Any]:
+    """A generator over ``source`` that times each ``next`` and passes (asked, got,
+    batch) to ``record`` before handing the batch on. Unless a callback records
+    consumption, the pass is one run. An error from ``source`` is noted on the
+    recorder and raised; with ``close_source`` the source is closed when the
+    generator ends.
+
+    >>> rec = Recorder(TraceMeta(), sample_memory=False)
+    >>> seen = []
+    >>> list(recorded(iter("ab"), rec, lambda asked, got, batch: seen.append(batch)))
+    ['a', 'b']
+    >>> seen, [m.kind for m in rec.trace().marks]
+    (['a', 'b'], ['run_begin', 'run_end'])
+    >>> rec.close()
+    """
+    own_runs = recorder.consumer == "iterator"
+    if own_runs:
+        recorder.run_begin()
+    try:
+        while True:
+            asked = clock()
+            try:
+                batch = next(source)
+            except StopIteration:
+                return
+            record(asked, clock(), batch)
+            yield batch
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        recorder.error(exc)
+        raise
+    finally:
+        if close_source:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+        if own_runs:
+            recorder.run_end()

@@ -197,10 +197,9 @@ def tune_progress() -> Iterator[Callable[[int, int, str], None]]:
 
 def print_tune(result: Any, console: Console | None = None) -> None:
     """Print the tuner's trials, its decision and the reasons."""
-    from ..knobs import BY_FRAMEWORK
+    from .explain import explain
     from .tables import print_renderable
 
-    knobs = BY_FRAMEWORK[result.framework]
     out = console.file if console is not None else None
     table = Table(title=f"queuetune tune: {result.framework}", title_justify="left")
     table.add_column("setting")
@@ -209,7 +208,7 @@ def print_tune(result: Any, console: Console | None = None) -> None:
     for c in result.candidates:
         mark = " *" if result.chosen is not None and c.settings == result.chosen.settings else ""
         table.add_row(
-            c.label(knobs) + (" (default)" if c.is_default else "") + mark,
+            c.label() + (" (default)" if c.is_default else "") + mark,
             f"{c.throughput:.1f}",
             "-" if c.predicted_throughput is None else f"{c.predicted_throughput:.1f}",
             f"{c.peak_in_flight_batches} ({format_bytes(c.peak_in_flight_bytes)})",
@@ -218,7 +217,7 @@ def print_tune(result: Any, console: Console | None = None) -> None:
             str(c.trials),
         )
     print_renderable(table, out)
-    for line in result.explanation:
+    for line in explain(result):
         print_renderable(line, out)
     if result.chosen is not None:
         print_renderable(f"Use: {result.kwargs()}", out)

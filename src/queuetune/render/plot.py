@@ -99,14 +99,14 @@ def plot_tune(result: Any, path: str | os.PathLike[str]) -> None:
     Figure = _figure_class()
     figure = Figure(figsize=(8, 6))
     rate, memory = figure.subplots(2, 1, sharex=True)
-    by_workers: dict[Any, list[dict[str, Any]]] = {}
+    by_workers: dict[int, list[Any]] = {}
     for p in result.predictions:
-        by_workers.setdefault(p["workers"], []).append(p)
+        by_workers.setdefault(p.workers, []).append(p)
     for workers, rows in sorted(by_workers.items()):
-        rows = sorted(rows, key=lambda r: r["depth"])
-        depths = [r["depth"] for r in rows]
-        rate.plot(depths, [r["throughput"] for r in rows], label=f"predicted, {workers} worker(s)")
-        memory.plot(depths, [r["peak_built_bytes"] / 2**20 for r in rows], label=f"predicted, {workers} worker(s)")
+        rows = sorted(rows, key=lambda r: r.depth)
+        depths = [r.depth for r in rows]
+        rate.plot(depths, [r.throughput for r in rows], label=f"predicted, {workers} worker(s)")
+        memory.plot(depths, [r.peak_built_bytes / 2**20 for r in rows], label=f"predicted, {workers} worker(s)")
     measured = result.trials
     rate.scatter(
         [t.depth for t in measured], [t.throughput for t in measured], color="black", s=12, label="measured trials"

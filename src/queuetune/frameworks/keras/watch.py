@@ -1,5 +1,6 @@
-"""Keras 3: a watched PyDataset (counts where batches are built, in worker threads
-or processes) and a callback that counts where batches reach the model."""
+"""Keras 3's watcher: a watched PyDataset (counts where batches are built, in worker
+threads or processes), a callback that counts where batches reach the model, and
+the Prefetcher as a PyDataset."""
 
 from __future__ import annotations
 
@@ -7,17 +8,17 @@ import dataclasses
 import os
 from typing import Any
 
-from . import require
+from .. import require
 
 require("keras", "keras")
 
 import keras  # noqa: E402
 
-from ..knobs import KERAS  # noqa: E402
-from ..nbytes import nbytes  # noqa: E402
-from ..prefetcher import Prefetcher  # noqa: E402
-from ..recorder import Channel, Recorder, built_here, clock  # noqa: E402
-from ..trace import TraceMeta  # noqa: E402
+from ...nbytes import nbytes  # noqa: E402
+from ...prefetcher import Prefetcher  # noqa: E402
+from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
+from ...trace import TraceMeta  # noqa: E402
+from . import KERAS  # noqa: E402
 
 
 class WatchedPyDataset(keras.utils.PyDataset):
@@ -74,17 +75,8 @@ class WatchedPyDataset(keras.utils.PyDataset):
         return getattr(self._inner, name)
 
 
-def settings(dataset: Any) -> dict[str, Any]:
-    """The knobs that bound a PyDataset's queue, as Keras reads them."""
-    return {
-        "workers": dataset.workers,
-        "use_multiprocessing": dataset.use_multiprocessing,
-        "max_queue_size": dataset.max_queue_size,
-    }
-
-
 def watch_pydataset(dataset: Any, meta: TraceMeta, sample_memory: bool) -> tuple[WatchedPyDataset, Recorder]:
-    knobs = settings(dataset)
+    knobs = KERAS.settings_of(dataset)
     try:
         count = dataset.num_batches
     except NotImplementedError:
@@ -134,7 +126,7 @@ class ProbeCallback(keras.callbacks.Callback):
             self._recorder.run_end()
             self._phase = None
             if self._print:
-                self._probe.report().print()
+                self._probe.print_report()
         elif self._phase is not None:
             self._recorder.mark("pause_end", phase)
             self._asked = clock()

@@ -1,4 +1,4 @@
-"""Ray Data: a watched ``Dataset`` that counts each block where a remote task
+"""Ray Data's watcher: a ``Dataset`` that counts each block where a remote task
 builds it, on any node of the cluster, and each batch where the trainer takes it.
 
 Blocks are counted by one more ``map_batches`` step appended to the dataset: it
@@ -28,21 +28,18 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
-from . import require
+from .. import require
 
 require("ray.data", "ray")
 
 import ray  # noqa: E402
 import ray.data  # noqa: E402
 
-from ..knobs import RAY, RayKnobs  # noqa: E402
-from ..nbytes import nbytes  # noqa: E402
-from ..probe import recorded  # noqa: E402
-from ..recorder import Recorder, clock  # noqa: E402
-from ..trace import Produced, Trace, TraceMeta  # noqa: E402
+from ...nbytes import nbytes  # noqa: E402
+from ...recorder import Recorder, clock, recorded  # noqa: E402
+from ...trace import Produced, Trace, TraceMeta  # noqa: E402
 
 #: The map steps whose settings the counting step copies, so that Ray fuses the two.
 _MAP_OPERATORS = ("MapBatches", "MapRows", "Filter", "FlatMap", "Read", "Project")
@@ -257,15 +254,15 @@ def set_object_store_budget(dataset: Any, budget: int) -> None:
     options.resource_limits = options.resource_limits.copy(object_store_memory=int(budget))
 
 
-def cluster_knobs() -> RayKnobs:
-    """The Ray knobs bound to the connected cluster (connecting as Ray Data
-    would, when not yet connected): its CPUs, and Ray Data's default budget,
-    half the cluster's object store (``resource_manager.py``)."""
+def cluster_settings() -> tuple[int, int]:
+    """The connected cluster's CPUs and Ray Data's default budget there, half the
+    cluster's object store (``resource_manager.py``); connects as Ray Data would
+    when not yet connected."""
     if not ray.is_initialized():
         ray.init()
     resources = ray.cluster_resources()
     store = int(resources.get("object_store_memory", 0))
-    return replace(RAY, cpus=max(1, int(resources.get("CPU", 1))), store_budget=store // 2)
+    return max(1, int(resources.get("CPU", 1))), store // 2
 
 
 def _is_plain(value: Any) -> bool:

@@ -1,4 +1,4 @@
-"""JSON rendering: plain data to text, with numpy scalars made plain."""
+"""JSON text of plain data (reports, traces, tune results), with numpy scalars made plain."""
 
 from __future__ import annotations
 

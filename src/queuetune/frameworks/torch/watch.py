@@ -22,17 +22,17 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import require
+from .. import require
 
 require("torch", "torch")
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
-from ..knobs import TORCH  # noqa: E402
-from ..nbytes import nbytes  # noqa: E402
-from ..recorder import Channel, Recorder, built_here, clock  # noqa: E402
-from ..trace import TraceMeta  # noqa: E402
+from ...nbytes import nbytes  # noqa: E402
+from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
+from ...trace import TraceMeta  # noqa: E402
+from . import TORCH  # noqa: E402
 
 # Per thread (a worker process's fetch loop, or the main thread with
 # num_workers=0): the batch whose items were fetched and not yet collated, by
@@ -375,22 +375,6 @@ def _wrap_dataset(dataset: Any, channel: Channel, token: str, iterable: bool) ->
     return kind(dataset, channel, token)
 
 
-def settings(loader: DataLoader) -> dict[str, Any]:
-    """The knobs that bound a DataLoader's read-ahead, as the loader holds them.
-
-    >>> import torch
-    >>> settings(torch.utils.data.DataLoader(range(4), batch_size=2))["prefetch_factor"] is None
-    True
-    """
-    return {
-        "num_workers": loader.num_workers,
-        "prefetch_factor": loader.prefetch_factor if loader.num_workers > 0 else None,
-        "pin_memory": loader.pin_memory,
-        "batch_size": loader.batch_size,
-        "persistent_workers": loader.persistent_workers,
-    }
-
-
 def _num_batches(loader: DataLoader) -> int | None:
     dataset = loader.dataset
     if isinstance(dataset, IterableDataset):
@@ -424,7 +408,7 @@ def watch_dataloader(loader: DataLoader, meta: TraceMeta, sample_memory: bool) -
     >>> queuetune.probe_of(loader).close()
     """
     dataset = loader.dataset
-    knobs = settings(loader)
+    knobs = TORCH.settings_of(loader)
     meta = dataclasses.replace(
         meta,
         loader="dataloader",

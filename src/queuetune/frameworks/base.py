@@ -1,0 +1,230 @@
+"""What every framework module fills in: the :class:`Framework` protocol, and the
+:class:`LoaderRules` the queue model takes from it."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..units import nonnegative_int
+
+if TYPE_CHECKING:
+    from ..recorder import Recorder
+    from ..trace import Trace, TraceMeta
+
+ASSIGNMENTS = ("shared", "round_robin")
+RELEASES = ("take", "request")
+
+#: A footprint's read-ahead lines: (label, batches, why).
+Lines = list[tuple[str, int, str]]
+
+
+@dataclass(frozen=True)
+class LoaderRules:
+    """How a loader gives batches to its workers and frees places under its bound.
+
+    ``assignment``: ``"shared"`` (any free worker builds the next batch: Keras's
+    executor, queuetune's prefetcher) or ``"round_robin"`` (batch ``i`` goes to
+    worker ``i mod workers``, after that worker's previous batch: torch's
+    DataLoader). ``release``: a place frees when the consumer ``"take"``s a
+    batch (torch sends the next index after receiving one) or as soon as it
+    ``"request"``s it (Keras's feeder submits the next batch when the consumer
+    removes the head of its queue, before that batch is ready).
+    ``processes``: batches cross from worker processes through a pipe.
+
+    >>> LoaderRules().assignment, LoaderRules().release
+    ('shared', 'take')
+    """
+
+    assignment: str = "shared"
+    release: str = "take"
+    processes: bool = False
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What queuetune knows about one kind of loader; each framework module makes
+    its own and :mod:`queuetune.frameworks` names them all.
+
+    A loader's *settings* are the knobs that bound its queue; its *depth* is that
+    bound: batches being built, or built and not yet taken by the consumer; depth
+    0 is no read-ahead at all (the consumer builds each batch when it asks).
+    ``depth_knob``/``workers_knob``: the settings the tuner varies for depth and
+    for workers; ``tuned_knobs``: every setting the tuner passes to a factory;
+    ``estimate_settings``: what :func:`queuetune.memory.footprint` takes;
+    ``extra``: the pip extra that installs the framework.
+
+    >>> fw = Framework("demo", depth_knob="buffer")
+    >>> fw.recognises([1]), fw.depth({}), fw.rules({})
+    (False, 0, LoaderRules(assignment='shared', release='take', processes=False))
+    """
+
+    name: str
+    depth_knob: str | None = None
+    workers_knob: str | None = None
+    tuned_knobs: tuple[str, ...] = ()
+    estimate_settings: tuple[str, ...] | None = None
+    extra: str | None = None
+    #: A plain iterable: the tuner reads it ahead with queuetune's own thread
+    #: (``buffer`` batches), in trials and in the job it hands over.
+    read_ahead_by_queuetune: bool = False
+    #: The methods a tuning job may read the loader with ("fit" means the default).
+    job_methods: tuple[str, ...] = ("fit", "predict", "evaluate")
+
+    # --- recognising a loader, without importing its framework ---------------------------
+
+    def recognises(self, loader: Any) -> bool:
+        """Whether ``loader`` is this framework's (never by importing the framework)."""
+        return False
+
+    # --- the depth rule ---------------------------------------------------------------
+
+    def depth(self, settings: dict[str, Any]) -> int:
+        """The depth these settings give."""
+        return 0
+
+    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+        """Settings that give ``depth`` with ``workers`` workers, or None if none do."""
+        return None
+
+    def workers(self, settings: dict[str, Any]) -> int:
+        """Workers building batches at once under these settings (at least 1)."""
+        if self.workers_knob is None:
+            return 1
+        return max(1, int(settings.get(self.workers_knob) or 0))
+
+    def rules(self, settings: dict[str, Any]) -> LoaderRules:
+        """How its loader with these settings hands batches to workers and frees places."""
+        return LoaderRules()
+
+    # --- the estimate -----------------------------------------------------------------
+
+    def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
+        """For :func:`queuetune.memory.footprint`: the settings resolved to their
+        values, the read-ahead lines, and the depth they give."""
+        raise ValueError(f"{self.name} has no estimate")
+
+    # --- watching ---------------------------------------------------------------------
+
+    def settings_of(self, loader: Any) -> dict[str, Any]:
+        """The settings a built loader carries, as the framework reads them."""
+        return {}
+
+    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool) -> tuple[Any, Recorder] | None:
+        """A watched ``loader`` and its recorder, or None when this framework has no
+        watcher of its own. A watcher imports its framework only when called."""
+        return None
+
+    # --- tuning -----------------------------------------------------------------------
+
+    def check_job(self, model: Any, method: str) -> None:
+        """A ValueError or TypeError if a tuning job cannot read this loader so."""
+        if method not in self.job_methods:
+            shown = ", ".join(repr(m) for m in self.job_methods)
+            raise ValueError(f"method must be {_either(shown)}, got {method!r}")
+
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The settings a factory's loader has when it is given none (its defaults)."""
+        carried = self.settings_of(loader)
+        return {k: carried[k] for k in self.tuned_knobs if k in carried}
+
+    def factory_kwargs(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings the factory is called with (queuetune applies the others itself)."""
+        return dict(settings)
+
+    def configure(self, job: Any, settings: dict[str, Any]) -> Any:
+        """A tuning job with the settings queuetune applies itself (none by default)."""
+        return job
+
+    def batches(self, watched: Any, job: Any) -> Iterator[Any]:
+        """The batches a step function reads from the watched loader."""
+        return iter(watched)
+
+    def bound(self) -> Framework:
+        """These rules bound to what they need to know before a baseline (Ray: the cluster)."""
+        return self
+
+    def measured(self, baseline: Trace) -> Framework:
+        """These rules bound to what the baseline trial measured (Ray: the block size)."""
+        return self
+
+    def estimated_peak(self, depth: int, batch_bytes: int) -> tuple[int, int] | None:
+        """Peak batches and bytes in flight, for a loader whose batches the probe
+        cannot see being built (None: the probe measures them)."""
+        return None
+
+
+def has_base(obj: Any, name: str, module: str) -> bool:
+    """Whether a class named ``name`` from a module under ``module`` is in ``obj``'s
+    MRO: how a framework recognises its loader without importing the framework.
+
+    >>> has_base([], "list", "builtins")
+    True
+    """
+    return any(cls.__name__ == name and cls.__module__.startswith(module) for cls in type(obj).__mro__)
+
+
+def reachable_depths(framework: Framework, workers: int | None, upto: int = 32) -> list[int]:
+    """Depths from 0 to ``upto`` that some setting of ``framework`` gives.
+
+    >>> from queuetune.frameworks import TORCH
+    >>> reachable_depths(TORCH, 4, 12)
+    [4, 8, 12]
+    """
+    return [d for d in range(0, upto + 1) if framework.settings_for(d, workers) is not None]
+
+
+def flag(value: Any, what: str) -> bool:
+    """A setting that must be True or False.
+
+    >>> flag(True, "pin_memory")
+    True
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be True or False, got {value!r}")
+    return value
+
+
+def buffer_depth(buffer: int) -> int:
+    """One producer and a buffer of ready batches: the buffer plus the one being
+    built (or waiting for room); a buffer of 0 is no read-ahead at all.
+
+    >>> buffer_depth(3), buffer_depth(0)
+    (4, 0)
+    """
+    buffer = nonnegative_int(buffer, "buffer")
+    return buffer + 1 if buffer > 0 else 0
+
+
+def buffer_for(depth: int) -> int | None:
+    """The buffer that gives ``depth`` (None for depth 1: one producer with no room
+    ahead of it is no buffer at all).
+
+    >>> buffer_for(4), buffer_for(0), buffer_for(1)
+    (3, 0, None)
+    """
+    if depth == 1 or depth < 0:
+        return None
+    return max(depth - 1, 0)
+
+
+def parameter_default(factory: Callable[..., Any], name: str) -> Any:
+    """The default of the factory's keyword argument ``name`` (None when it has none).
+
+    >>> parameter_default(lambda buffer=8: None, "buffer")
+    8
+    """
+    try:
+        parameter = inspect.signature(factory).parameters.get(name)
+    except (TypeError, ValueError):
+        return None
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return None
+    return parameter.default
+
+
+def _either(shown: str) -> str:
+    head, _, last = shown.rpartition(", ")
+    return f"{head} or {last}" if head else last

@@ -1,0 +1,85 @@
+"""The tuner's decision in words: what the console, ``--json`` and the benchmarks print."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..analysis import MODERATE
+from ..units import format_bytes
+
+if TYPE_CHECKING:
+    from ..tune import TuneResult
+
+
+def explain(result: TuneResult) -> list[str]:
+    """The tuner's decision in words and numbers, a sentence a line.
+
+    >>> from queuetune.tune import Candidate, TuneResult
+    >>> c = Candidate({"buffer": 1}, 2, 10.0, 2, 200, None, None, 1, is_default=True)
+    >>> explain(TuneResult("python", {"buffer": 1}, [c], c, [], {}, 0.02, None))[-1]
+    'The default is already the smallest setting that keeps throughput.'
+    """
+    lines = []
+    fraction = result.baseline.get("input_bound_fraction")
+    if fraction is not None:
+        side = "loading" if fraction >= MODERATE else "the model"
+        verdict = result.baseline.get("verdict")
+        lines.append(
+            f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run: {verdict})."
+        )
+    candidates = result.candidates
+    for c in candidates:
+        predicted = f"; predicted {c.predicted_share:.1%}" if c.predicted_share is not None else ""
+        lines.append(
+            f"{c.label()}{' (default)' if c.is_default else ''}: {c.throughput:.1f} batches/s "
+            f"({c.share(candidates):.1%} of the best, round by round{predicted}), peak "
+            f"{c.peak_in_flight_batches} batches / {format_bytes(c.peak_in_flight_bytes)} in flight "
+            f"over {c.trials} trial(s)"
+        )
+    if result.margin:
+        lines.append(
+            f"Trial noise: {result.margin:.1%} on the difference between two settings. A setting the model "
+            f"predicts to keep throughput counts as keeping it unless it measured more than that below "
+            f"{1 - result.tolerance:.0%} of the best."
+        )
+        if result.margin > result.tolerance:
+            lines.append(
+                "The trials could not tell settings apart within the tolerance: the decision leans on "
+                "the model's prediction (more rounds or steps would measure it more finely)."
+            )
+    chosen, default = result.chosen, result.default
+    if chosen is None:
+        limit = f" under the budget of {format_bytes(result.budget)}" if result.budget else ""
+        lines.append(f"No setting kept {1 - result.tolerance:.0%} of the best throughput{limit}.")
+        under = [c for c in result.candidates if result.budget and c.peak_in_flight_bytes <= result.budget]
+        if under:
+            fastest = max(under, key=lambda c: c.share(candidates))
+            lines.append(
+                f"Under the budget the fastest was {fastest.label()}, at "
+                f"{fastest.share(candidates):.1%} of the best throughput."
+            )
+        return lines
+    lines.append(f"Chosen: {chosen.label()}.")
+    deepest = max((p.depth for p in result.predictions), default=None)
+    if deepest is not None and chosen.depth >= deepest and not chosen.is_default:
+        lines.append(
+            f"The chosen depth is the deepest tried ({deepest}): throughput may still rise "
+            "deeper (try a larger max_depth, or a budget)."
+        )
+    if default is not None and default is not chosen and default.peak_in_flight_bytes and default.throughput:
+        saved = default.peak_in_flight_bytes - chosen.peak_in_flight_bytes
+        ratio = chosen.throughput / default.throughput
+        if saved >= 0:
+            lines.append(
+                f"Against the default ({default.label()}): {ratio:.1%} of its throughput with "
+                f"{format_bytes(saved)} less in flight at peak "
+                f"({chosen.peak_in_flight_bytes / default.peak_in_flight_bytes:.0%} of its peak)."
+            )
+        else:
+            lines.append(
+                f"The default ({default.label()}) is slower: the chosen setting reaches {ratio:.1%} "
+                f"of its throughput for {format_bytes(-saved)} more in flight at peak."
+            )
+    elif default is chosen:
+        lines.append("The default is already the smallest setting that keeps throughput.")
+    return lines

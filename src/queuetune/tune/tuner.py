@@ -1,0 +1,191 @@
+"""tune(): a baseline, the model's curve, interleaved trials, the decision."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..analysis import consumed_by_block
+from ..frameworks import get
+from ..jsonio import dumps
+from ..prefetch import read_ahead
+from ..units import parse_bytes, positive_int
+from .decide import Candidate, Trial, decide, pick_settings, summarise, trial_noise, trial_of
+from .job import Factory, as_job, build, framework_of
+from .measures import after_warmup
+from .predict import Predicted, predict
+from .trials import run_trial
+
+
+@dataclass
+class TuneResult:
+    """The tuner's decision, with everything it measured and predicted; the
+    decision in words is :func:`queuetune.render.explain.explain`.
+
+    >>> r = TuneResult("python", {"buffer": 1}, [], None, [], {}, 0.02, None)
+    >>> r.kwargs()
+    {}
+    """
+
+    framework: str
+    default_settings: dict[str, Any]
+    candidates: list[Candidate]
+    chosen: Candidate | None
+    predictions: list[Predicted]
+    baseline: dict[str, Any]
+    tolerance: float
+    budget: int | None
+    trials: list[Trial] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    margin: float = 0.0
+
+    def kwargs(self) -> dict[str, Any]:
+        """The chosen settings as keyword arguments for the factory."""
+        if self.chosen is None:
+            return {}
+        return {k: v for k, v in self.chosen.settings.items() if v is not None}
+
+    def apply(self, factory: Factory) -> Any:
+        """Build the tuned job with ``factory(**self.kwargs())``; for plain
+        iterables, the loader comes wrapped in queuetune's bounded read-ahead; for
+        a Ray dataset, its context gets the chosen ``object_store_memory`` and
+        ``job.kwargs`` the chosen ``prefetch_batches``: read it with
+        ``job.loader.iter_batches(**job.kwargs)``."""
+        framework = get(self.framework)
+        job = build(factory, framework, self.kwargs())
+        buffer = self.chosen.settings.get("buffer") if self.chosen is not None else None
+        if framework.read_ahead_by_queuetune and buffer:
+            job.loader = read_ahead(job.loader, buffer)
+        return job
+
+    @property
+    def default(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.is_default), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["kwargs"] = self.kwargs()
+        return data
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return dumps(self.to_dict(), indent=indent)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> TuneResult:
+        data = json.loads(Path(path).read_text())
+        data.pop("kwargs", None)
+        data.pop("explanation", None)  # saved by versions that kept the words with the data
+        data["candidates"] = [Candidate(**c) for c in data["candidates"]]
+        data["chosen"] = Candidate(**data["chosen"]) if data["chosen"] else None
+        data["trials"] = [Trial(**t) for t in data["trials"]]
+        data["predictions"] = [Predicted.from_dict(p) for p in data["predictions"]]
+        return cls(**data)
+
+
+def tune(
+    factory: Factory,
+    *,
+    steps: int = 100,
+    warmup: int = 10,
+    rounds: int = 3,
+    tolerance: float = 0.02,
+    budget: int | str | None = None,
+    workers: list[int] | None = None,
+    max_depth: int = 32,
+    candidates: int = 4,
+    progress: Callable[[int, int, str], None] | None = None,
+    seed: int = 0,
+) -> TuneResult:
+    """Find the setting with the least peak in-flight memory that keeps throughput.
+
+    ``factory(**settings)`` builds a fresh job (see :class:`~queuetune.tune.Job`)
+    for the knob values it is given and uses its own defaults when given none:
+    Keras ``workers``/``max_queue_size``, torch ``num_workers``/``prefetch_factor``,
+    tf.data ``buffer``, Ray Data ``concurrency`` (queuetune sets the object-store
+    budget and ``prefetch_batches`` itself); a plain iterable is read ahead by
+    queuetune itself.
+
+    One traced run of the loader as it is (the default), the queue model's
+    predicted curve over depths, then short measured trials of the few settings
+    the model ranks best, interleaved in one process so that machine noise hits
+    them alike; the decision is :func:`~queuetune.tune.decide`'s.
+
+    >>> def factory():
+    ...     return (x for x in range(40)), (lambda batch: None)
+    >>> result = tune(factory, steps=20, warmup=2, rounds=1, candidates=2)  # doctest: +SKIP
+    >>> result.kwargs()  # doctest: +SKIP
+    {'buffer': 1}
+    """
+    steps = positive_int(steps, "steps")
+    rounds = positive_int(rounds, "rounds")
+    max_depth = positive_int(max_depth, "max depth")
+    candidates = positive_int(candidates, "candidates")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or not 0 <= warmup < steps:
+        raise ValueError(f"warmup must be an integer from 0 to steps - 1, got {warmup!r}")
+    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be a number in [0, 1), got {tolerance!r}")
+    limit = None if budget is None else parse_bytes(budget)
+
+    probe_job = as_job(factory())
+    framework = framework_of(probe_job.loader).bound()
+    default = framework.tuner_defaults(factory, probe_job.loader, probe_job.kwargs)
+    if isinstance(probe_job.loader, types.GeneratorType):
+        probe_job.loader.close()
+    default_workers = framework.workers(default) if framework.workers_knob else None
+    worker_counts: list[int | None] = list(workers) if workers else [default_workers]
+
+    total = 2 + candidates * rounds
+    done = 0
+
+    def tick(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, label)
+
+    # The first run in a process pays for imports, compilation and cold caches.
+    run_trial(factory, default, framework, steps, warmup)
+    tick("warm-up")
+    base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
+    tick("baseline")
+    framework = framework.measured(base_trace)
+    # Ray's blocks are cut into batches: the model counts blocks, the warm-up too.
+    blocks = consumed_by_block(base_trace)
+    block_warmup = warmup * len(blocks.consumed) // max(1, len(base_trace.consumed))
+    predictions = predict(after_warmup(blocks, block_warmup), framework, worker_counts, max_depth, seed)
+    chosen_settings = pick_settings(predictions, default, tolerance, limit, candidates)
+    total = 2 + len(chosen_settings) * rounds
+
+    trials: list[Trial] = []
+    for round_ in range(rounds):
+        # Each round starts one setting later, so no setting always runs first
+        # while the machine warms up.
+        shift = round_ % len(chosen_settings)
+        for settings in chosen_settings[shift:] + chosen_settings[:shift]:
+            _, report, rate = run_trial(factory, settings, framework, steps, warmup)
+            trials.append(trial_of(settings, framework, round_, report, rate))
+            tick(", ".join(f"{k}={v}" for k, v in settings.items()))
+
+    summary = summarise(trials, default, predictions)
+    margin = trial_noise(trials) * math.sqrt(2 / rounds)
+    return TuneResult(
+        framework=framework.name,
+        default_settings=default,
+        candidates=summary,
+        chosen=decide(summary, tolerance, limit, margin),
+        predictions=predictions,
+        baseline=base_report.to_dict(series=False),
+        tolerance=tolerance,
+        budget=limit,
+        trials=trials,
+        versions=dict(base_trace.meta.versions or {}),
+        margin=margin,
+    )
