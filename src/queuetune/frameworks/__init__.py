@@ -8,12 +8,10 @@ of it is watched. Adding a framework is adding its module and one line below.
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import Any
 
 from ..trace import TraceMeta
-from .base import Framework, LoaderRules, reachable_depths
+from .base import Framework, LoaderRules, reachable_depths, require
 from .keras import GENERATOR, KERAS
 from .python import NONE, PYTHON
 from .queuetune import QUEUETUNE
@@ -86,15 +84,3 @@ def rules_of(meta: TraceMeta) -> LoaderRules:
     """
     framework = FRAMEWORKS.get(meta.framework or "")
     return LoaderRules() if framework is None else framework.rules(meta.settings or {})
-
-
-def require(module: str, extra: str) -> ModuleType:
-    """Import ``module`` or raise an ImportError naming the extra to install.
-
-    >>> require("json", "none").__name__
-    'json'
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(f"{module} is needed for this: pip install 'queuetune[{extra}]' ({exc})") from None

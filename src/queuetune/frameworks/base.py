@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..units import nonnegative_int
@@ -228,3 +230,15 @@ def parameter_default(factory: Callable[..., Any], name: str) -> Any:
 def _either(shown: str) -> str:
     head, _, last = shown.rpartition(", ")
     return f"{head} or {last}" if head else last
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import ``module`` or raise an ImportError naming the extra to install.
+
+    >>> require("json", "none").__name__
+    'json'
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{module} is needed for this: pip install 'queuetune[{extra}]' ({exc})") from None

@@ -91,7 +91,7 @@ class Keras(Framework):
     def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool) -> tuple[Any, Recorder]:
         from .watch import watch_pydataset
 
-        return watch_pydataset(loader, meta, sample_memory)
+        return watch_pydataset(self, loader, meta, sample_memory)
 
     def prefetcher(self, inner: Any) -> Any:
         """The :class:`~queuetune.Prefetcher` ``inner``, as a PyDataset Keras reads in order."""

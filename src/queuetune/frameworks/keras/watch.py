@@ -8,7 +8,7 @@ import dataclasses
 import os
 from typing import Any
 
-from .. import require
+from ..base import require
 
 require("keras", "keras")
 
@@ -18,7 +18,7 @@ from ...nbytes import nbytes  # noqa: E402
 from ...prefetcher import Prefetcher  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
-from . import KERAS  # noqa: E402
+from ..base import Framework  # noqa: E402
 
 
 class WatchedPyDataset(keras.utils.PyDataset):
@@ -75,8 +75,11 @@ class WatchedPyDataset(keras.utils.PyDataset):
         return getattr(self._inner, name)
 
 
-def watch_pydataset(dataset: Any, meta: TraceMeta, sample_memory: bool) -> tuple[WatchedPyDataset, Recorder]:
-    knobs = KERAS.settings_of(dataset)
+def watch_pydataset(
+    framework: Framework, dataset: Any, meta: TraceMeta, sample_memory: bool
+) -> tuple[WatchedPyDataset, Recorder]:
+    """A watched copy of ``dataset`` and the recorder it reports to (``framework``: Keras's rules)."""
+    knobs = framework.settings_of(dataset)
     try:
         count = dataset.num_batches
     except NotImplementedError:
@@ -87,7 +90,7 @@ def watch_pydataset(dataset: Any, meta: TraceMeta, sample_memory: bool) -> tuple
         framework="keras",
         type=type(dataset).__qualname__,
         settings=knobs,
-        depth=KERAS.depth(knobs),
+        depth=framework.depth(knobs),
         num_batches=count,
         match_scope="run",
         pre_run_consumes=1,

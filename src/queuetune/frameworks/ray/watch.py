@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .. import require
+from ..base import require
 
 require("ray.data", "ray")
 

@@ -90,7 +90,7 @@ class Torch(Framework):
     def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool) -> tuple[Any, Recorder]:
         from .watch import watch_dataloader
 
-        return watch_dataloader(loader, meta, sample_memory)
+        return watch_dataloader(self, loader, meta, sample_memory)
 
 
 TORCH = Torch(

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import require
+from ..base import require
 
 require("torch", "torch")
 
@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
-from . import TORCH  # noqa: E402
+from ..base import Framework  # noqa: E402
 
 # Per thread (a worker process's fetch loop, or the main thread with
 # num_workers=0): the batch whose items were fetched and not yet collated, by
@@ -393,8 +393,10 @@ def _num_batches(loader: DataLoader) -> int | None:
         return None
 
 
-def watch_dataloader(loader: DataLoader, meta: TraceMeta, sample_memory: bool) -> tuple[WatchedDataLoader, Recorder]:
-    """A watched copy of ``loader`` and the recorder it reports to.
+def watch_dataloader(
+    framework: Framework, loader: DataLoader, meta: TraceMeta, sample_memory: bool
+) -> tuple[WatchedDataLoader, Recorder]:
+    """A watched copy of ``loader`` and the recorder it reports to (``framework``: torch's rules).
 
     Use it through :func:`queuetune.watch`:
 
@@ -408,14 +410,14 @@ def watch_dataloader(loader: DataLoader, meta: TraceMeta, sample_memory: bool) -
     >>> queuetune.probe_of(loader).close()
     """
     dataset = loader.dataset
-    knobs = TORCH.settings_of(loader)
+    knobs = framework.settings_of(loader)
     meta = dataclasses.replace(
         meta,
         loader="dataloader",
         framework="torch",
         type=type(dataset).__qualname__,
         settings=knobs,
-        depth=TORCH.depth(knobs),
+        depth=framework.depth(knobs),
         versions={"torch": torch.__version__},
         # Every pass starts its workers' queues afresh: a batch built before a
         # pass began is never handed over in it.
