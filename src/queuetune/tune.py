@@ -632,10 +632,10 @@ def tune(
 def _predict(
     trace: Trace, knobs: Knobs, worker_counts: list[int | None], max_depth: int, seed: int
 ) -> list[dict[str, Any]]:
-    from .queue_model import PipelineModel, predict_curve
+    from .model import fit, predict_curve
 
     try:
-        model = PipelineModel.from_trace(trace)
+        model = fit(trace)
     except ValueError:
         return []
     rows = []
