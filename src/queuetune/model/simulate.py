@@ -82,17 +82,10 @@ def _draw(dist: Distribution, rng: np.random.Generator, count: int) -> list[floa
     return np.concatenate([dist.sample(rng, _BLOCK) for _ in range(blocks)])[:count].tolist()
 
 
-def _run(
-    producer: list[float],
-    consumer: list[float],
-    depth: int,
-    workers: int,
-    warmup: int,
-    model: PipelineModel,
-) -> _Run:
-    """The event loop: ``workers`` build the batches (``producer[i]`` seconds for
-    batch ``i``) and one consumer takes them, steps ``consumer[i]`` seconds on
-    batch ``i``, then asks for the next.
+class _Simulation:
+    """One run: ``workers`` build the batches (``producer[i]`` seconds for batch
+    ``i``) and one consumer takes them, steps ``consumer[i]`` seconds on batch
+    ``i``, then asks for the next.
 
     The rules:
 
@@ -126,151 +119,183 @@ def _run(
 
     Finishing builds and arriving batches are processed before a consumer
     request at the same instant, so a batch there exactly when asked for is
-    taken without waiting."""
-    n = len(consumer)
-    round_robin = model.assignment == "round_robin"
-    at_request = model.release == "request"
-    transit = model.transit
-    dispatch = model.dispatch
-    delay = 0.0 if at_request else model.handover
-    ordered = bool(model.ordered)
-    heap: list[tuple[float, int, int]] = []  # (time, event, batch): _BUILT, _ARRIVED or _RELEASED
-    done = bytearray(len(producer))
-    ready: deque[int] = deque()
-    # Submitted batches not yet started: one line per worker (round-robin) or one shared line.
-    lines: list[deque[int]] = [deque() for _ in range(workers if round_robin else 1)]
-    idle = [True] * workers
-    submitted, building, moving, queued, held = 0, 0, 0, 0, 0
-    taken = freed = 0
-    asked_at = 0.0
-    request = 0.0
-    waiting = False
-    measuring = warmup == 0
-    start = last = 0.0
-    areas = [0.0, 0.0, 0.0]
-    peaks = [0, 0, 0]
-    waits: list[float] = []
-    empty: list[bool] = []
+    taken without waiting. The first ``warmup`` batches are left out of the
+    waits, the empty requests and the areas (batch-seconds in flight, queued
+    and built); the peaks are over the whole run.
+    """
 
-    def advance(t: float) -> None:
-        nonlocal last
-        if measuring:
-            span = t - last
-            areas[0] += (building + moving + queued + held) * span
-            areas[1] += queued * span
-            areas[2] += (moving + queued + held) * span
-        last = t
+    def __init__(
+        self,
+        producer: list[float],
+        consumer: list[float],
+        depth: int,
+        workers: int,
+        warmup: int,
+        model: PipelineModel,
+    ) -> None:
+        self.producer = producer
+        self.consumer = consumer
+        self.depth = depth
+        self.workers = workers
+        self.warmup = warmup
+        self.round_robin = model.assignment == "round_robin"
+        self.at_request = model.release == "request"
+        self.transit = model.transit
+        self.dispatch = model.dispatch
+        self.delay = 0.0 if self.at_request else model.handover
+        self.ordered = bool(model.ordered)
+        # (time, event, code): _BUILT with batch * workers + worker, _ARRIVED with the batch, _RELEASED with 0.
+        self.events: list[tuple[float, int, int]] = []
+        self.done = bytearray(len(producer))  # ordered: 1 for each batch that has reached the queue
+        self.ready: deque[int] = deque()  # not ordered: the batches queued, in arrival order
+        # Submitted batches not yet started: one line per worker (round-robin) or one shared line.
+        self.lines: list[deque[int]] = [deque() for _ in range(workers if self.round_robin else 1)]
+        self.idle = [True] * workers
+        self.submitted = self.building = self.moving = self.queued = self.held = 0
+        self.taken = self.freed = 0
+        self.asked_at = 0.0
+        self.request = 0.0  # when the consumer next asks
+        self.waiting = False
+        self.measuring = warmup == 0
+        self.start = self.last = 0.0
+        self.area_in_flight = self.area_queued = self.area_built = 0.0
+        self.peak_in_flight = self.peak_queued = self.peak_built = 0
+        self.waits: list[float] = []
+        self.empty: list[bool] = []
 
-    def begin(t: float, batch: int, worker: int) -> None:
-        nonlocal building
-        idle[worker] = False
-        heapq.heappush(heap, (t + dispatch + producer[batch], _BUILT, batch * workers + worker))
-        building += 1
+    def run(self) -> _Run:
+        self.fill(0.0)
+        while True:
+            if self.waiting or (self.events and self.events[0][0] <= self.request):
+                t, event, code = heapq.heappop(self.events)
+                self.advance(t)
+                if event == _RELEASED:
+                    self.freed += 1
+                    self.fill(t)
+                elif event == _BUILT:
+                    self.built(t, code)
+                else:
+                    self.moving -= 1
+                    self.arrive(t, code)
+            elif not self.ask(self.request):
+                break
+        return _Run(
+            wall=self.last - self.start,
+            counted=len(self.consumer) - self.warmup,
+            waits=self.waits,
+            empty=self.empty,
+            area_in_flight=self.area_in_flight,
+            area_queued=self.area_queued,
+            area_built=self.area_built,
+            peak_in_flight=self.peak_in_flight,
+            peak_queued=self.peak_queued,
+            peak_built=self.peak_built,
+        )
 
-    def fill(t: float) -> None:
-        nonlocal submitted
+    def advance(self, t: float) -> None:
+        """Add the time since the last event to the areas, once the warm-up is over."""
+        if self.measuring:
+            span = t - self.last
+            self.area_in_flight += (self.building + self.moving + self.queued + self.held) * span
+            self.area_queued += self.queued * span
+            self.area_built += (self.moving + self.queued + self.held) * span
+        self.last = t
+
+    def begin(self, t: float, batch: int, worker: int) -> None:
+        """``worker`` starts building ``batch`` (after the dispatch)."""
+        self.idle[worker] = False
+        heapq.heappush(self.events, (t + self.dispatch + self.producer[batch], _BUILT, batch * self.workers + worker))
+        self.building += 1
+
+    def fill(self, t: float) -> None:
+        """Submit batches up to the bound and start those an idle worker can take."""
         # Places under the bound: batches submitted and not freed (taken, or with a
         # hand-over, taken and unpacked); with release at the request, the one the
         # consumer waits for has already left the queue.
-        limit = min(len(producer), freed + depth + (1 if waiting and at_request else 0))
-        while submitted < limit:
-            lines[submitted % len(lines)].append(submitted)
-            submitted += 1
-        if round_robin:
+        extra = 1 if self.waiting and self.at_request else 0
+        limit = min(len(self.producer), self.freed + self.depth + extra)
+        lines = self.lines
+        while self.submitted < limit:
+            lines[self.submitted % len(lines)].append(self.submitted)
+            self.submitted += 1
+        if self.round_robin:
             for worker, line in enumerate(lines):
-                if idle[worker] and line:
-                    begin(t, line.popleft(), worker)
+                if self.idle[worker] and line:
+                    self.begin(t, line.popleft(), worker)
         else:
             line = lines[0]
-            for worker in range(workers):
+            for worker in range(self.workers):
                 if not line:
                     break
-                if idle[worker]:
-                    begin(t, line.popleft(), worker)
-        peaks[0] = max(peaks[0], building + moving + queued + held)
+                if self.idle[worker]:
+                    self.begin(t, line.popleft(), worker)
+        self.peak_in_flight = max(self.peak_in_flight, self.building + self.moving + self.queued + self.held)
 
-    def take(t: float) -> None:
-        nonlocal queued, held, taken, freed, request
-        queued -= 1
-        held = 1
-        if taken >= warmup:
-            waits.append(t - asked_at)
-        taken += 1
-        request = t + consumer[taken - 1]
-        if delay > 0:
-            heapq.heappush(heap, (t + delay, _RELEASED, 0))
+    def built(self, t: float, code: int) -> None:
+        """A build ends: its worker is free and the batch sets off (through the pipe, or straight to the queue)."""
+        index, worker = divmod(code, self.workers)
+        self.building -= 1
+        self.idle[worker] = True
+        if self.transit > 0:
+            self.moving += 1
+            heapq.heappush(self.events, (t + self.transit, _ARRIVED, index))
+            self.fill(t)
         else:
-            freed += 1
-            fill(t)
+            self.arrive(t, index)
 
-    fill(0.0)
-    while True:
-        if waiting or (heap and heap[0][0] <= request):
-            t, event, code = heapq.heappop(heap)
-            advance(t)
-            if event == _RELEASED:
-                freed += 1
-                fill(t)
-                continue
-            if event == _BUILT:
-                index, worker = divmod(code, workers)
-                building -= 1
-                idle[worker] = True
-                if transit > 0:
-                    moving += 1
-                    heapq.heappush(heap, (t + transit, _ARRIVED, index))
-                    fill(t)
-                    continue
-            else:
-                index = code
-                moving -= 1
-            queued += 1
-            peaks[1] = max(peaks[1], queued)
-            peaks[2] = max(peaks[2], moving + queued + held)
-            if ordered:
-                done[index] = 1
-                if waiting and index == taken:
-                    waiting = False
-                    take(t)
-            elif waiting:
-                waiting = False
-                take(t)
-            else:
-                ready.append(index)
-            fill(t)
-            continue
-        t = request
-        if taken == warmup and not measuring:
-            measuring = True
-            start = last = t
-        advance(t)
-        held = 0
-        if taken == n:
-            break
-        asked_at = t
-        available = done[taken] if ordered else bool(ready)
-        if taken >= warmup:
-            empty.append(not available)
+    def arrive(self, t: float, index: int) -> None:
+        """Batch ``index`` joins the queue; a consumer waiting for it takes it."""
+        self.queued += 1
+        self.peak_queued = max(self.peak_queued, self.queued)
+        self.peak_built = max(self.peak_built, self.moving + self.queued + self.held)
+        if self.ordered:
+            self.done[index] = 1
+            if self.waiting and index == self.taken:
+                self.waiting = False
+                self.take(t)
+        elif self.waiting:
+            self.waiting = False
+            self.take(t)
+        else:
+            self.ready.append(index)
+        self.fill(t)
+
+    def ask(self, t: float) -> bool:
+        """The consumer releases the batch it held and asks for the next: False when it has had them all."""
+        if self.taken == self.warmup and not self.measuring:
+            self.measuring = True
+            self.start = self.last = t
+        self.advance(t)
+        self.held = 0
+        if self.taken == len(self.consumer):
+            return False
+        self.asked_at = t
+        available = self.done[self.taken] if self.ordered else bool(self.ready)
+        if self.taken >= self.warmup:
+            self.empty.append(not available)
         if available:
-            if not ordered:
-                ready.popleft()
-            take(t)
+            if not self.ordered:
+                self.ready.popleft()
+            self.take(t)
         else:
-            waiting = True
-            if at_request:
-                fill(t)
-    return _Run(
-        wall=last - start,
-        counted=n - warmup,
-        waits=waits,
-        empty=empty,
-        area_in_flight=areas[0],
-        area_queued=areas[1],
-        area_built=areas[2],
-        peak_in_flight=peaks[0],
-        peak_queued=peaks[1],
-        peak_built=peaks[2],
-    )
+            self.waiting = True
+            if self.at_request:
+                self.fill(t)
+        return True
+
+    def take(self, t: float) -> None:
+        """The consumer takes the batch it asked for and steps on it; its place frees now or after the hand-over."""
+        self.queued -= 1
+        self.held = 1
+        if self.taken >= self.warmup:
+            self.waits.append(t - self.asked_at)
+        self.taken += 1
+        self.request = t + self.consumer[self.taken - 1]
+        if self.delay > 0:
+            heapq.heappush(self.events, (t + self.delay, _RELEASED, 0))
+        else:
+            self.freed += 1
+            self.fill(t)
 
 
 def _simulate(
@@ -290,7 +315,7 @@ def _simulate(
     # waits, with release at request), so the run never starts more than this.
     producer = _draw(model.producer, np.random.default_rng(producer_seq), batches + depth + 2)
     consumer = _draw(model.consumer, np.random.default_rng(consumer_seq), batches)
-    run = _run(producer, consumer, depth, workers, int(batches * WARMUP), model)
+    run = _Simulation(producer, consumer, depth, workers, int(batches * WARMUP), model).run()
     wall, counted = run.wall, run.counted
     wait = float(sum(run.waits))
     per_second = (lambda area: area / wall) if wall > 0 else (lambda area: 0.0)
