@@ -35,13 +35,13 @@ What is measured, and how:
   (4 workers).
 - Predicted: in each round, the traced run at the baseline setting (torch
   ``num_workers=4, prefetch_factor=2``, Keras ``workers=4, max_queue_size=7``:
-  depth 8 both) gives a model, ``PipelineModel.from_trace(after_warmup(trace,
-  warmup))``, and its prediction for each setting is ``simulate(model, depth,
-  workers=k)``. Each prediction comes from one run, as in the tuner; taking
-  the baseline run from every round, next to the runs it predicts, keeps what
-  the machine did between rounds out of the comparison (a single baseline run
-  before the rounds was 0.5-10.5 % slower than the rounds' median at its own
-  setting, and every prediction carried that offset).
+  depth 8 both) gives a model, ``fit(after_warmup(trace, warmup))``, and its
+  prediction for each setting is ``simulate(model, depth, workers=k)``. Each
+  prediction comes from one run, as in the tuner; taking the baseline run
+  from every round, next to the runs it predicts, keeps what the machine did
+  between rounds out of the comparison (a single baseline run before the
+  rounds was 0.5-10.5 % slower than the rounds' median at its own setting,
+  and every prediction carried that offset).
 - Error = the median prediction / the median measurement - 1; the target:
   within 5 % for every depth. Each round's prediction against the same
   round's measurement is shown too.
@@ -75,7 +75,7 @@ import numpy as np
 import queuetune
 from common import machine
 from queuetune.analysis import match
-from queuetune.queue_model import PipelineModel, handover_time, simulate, transit_time
+from queuetune.model import fit, handover_time, simulate, transit_time
 from queuetune.trace import Trace
 from queuetune.tune import after_warmup, run_trial
 
@@ -326,7 +326,7 @@ def _entry(loader: Loader, workload: Workload, producer: np.ndarray) -> dict[str
 def _predict_round(entry: dict[str, Any], trace: Trace, warmup: int) -> None:
     """The model of this round's baseline run, and its prediction for every setting."""
     trimmed = after_warmup(trace, warmup)
-    model = PipelineModel.from_trace(trimmed)
+    model = fit(trimmed)
     entry["models"].append(
         {
             "workers": model.workers,

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queuetune.queue_model import (
-    WARMUP,
+from queuetune.model import (
     Distribution,
     PipelineModel,
     compare_with_closed_form,
     dispatch_time,
+    fit,
     handover_time,
     predict_curve,
     simulate,
@@ -24,6 +24,7 @@ from queuetune.queue_model import (
     tfdata_expected_wait,
     transit_time,
 )
+from queuetune.model.simulate import WARMUP
 from queuetune.trace import Consumed, Produced, Trace
 
 C = Distribution.constant
@@ -202,8 +203,8 @@ def hand_trace(meta=None):
     return Trace(meta=meta or {}, produced=produced, consumed=consumed)
 
 
-def test_from_trace_builds_the_distributions():
-    m = PipelineModel.from_trace(hand_trace())
+def test_fit_builds_the_distributions():
+    m = fit(hand_trace())
     assert np.sort(m.producer.values) == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     # Batches 1, 3, 4, 5 were built before they were asked for; their waits
     # (0.1, 0, 0.25, 0.05) are hand-over time, mean 0.1, added to each step.
@@ -213,7 +214,7 @@ def test_from_trace_builds_the_distributions():
     assert m.workers == 2
     assert m.batch_bytes == 350.0
     assert m.ordered
-    assert not PipelineModel.from_trace(hand_trace(), ordered=False).ordered
+    assert not fit(hand_trace(), ordered=False).ordered
     assert simulate(m, 2, batches=100).throughput > 0
 
 
@@ -221,15 +222,15 @@ def test_from_trace_builds_the_distributions():
     "settings_, workers",
     [({"workers": 4, "max_queue_size": 10}, 4), ({"num_workers": 3}, 3), ({"num_workers": 0}, 1), ({}, 2)],
 )
-def test_from_trace_reads_the_workers_setting(settings_, workers):
-    assert PipelineModel.from_trace(hand_trace({"settings": settings_})).workers == workers
+def test_fit_reads_the_workers_setting(settings_, workers):
+    assert fit(hand_trace({"settings": settings_})).workers == workers
 
 
-def test_from_trace_single_worker_name():
+def test_fit_single_worker_name():
     trace = hand_trace()
     for p in trace.produced:
         p.worker = ""
-    assert PipelineModel.from_trace(trace).workers == 1
+    assert fit(trace).workers == 1
 
 
 # --- the loaders' rules: assignment, release, transit ------------------------------------------
@@ -296,8 +297,8 @@ def test_round_robin_equals_shared_on_constant_times():
         ({}, ("shared", "take")),
     ],
 )
-def test_from_trace_takes_the_loaders_rules(meta, rules):
-    m = PipelineModel.from_trace(hand_trace(meta))
+def test_fit_takes_the_loaders_rules(meta, rules):
+    m = fit(hand_trace(meta))
     assert (m.assignment, m.release) == rules
     assert m.handover == pytest.approx(handover_time(hand_trace(meta)))
 
@@ -340,7 +341,7 @@ def test_dispatch_time_is_measured_from_the_event_the_loaders_rule_names():
     torch_meta = {"framework": "torch", "settings": {"num_workers": 1}}
     torch_rule = Trace(meta=torch_meta, produced=keras.produced, consumed=keras.consumed)
     assert dispatch_time(torch_rule) == pytest.approx(0.102)
-    assert PipelineModel.from_trace(keras).dispatch == pytest.approx(0.002)
+    assert fit(keras).dispatch == pytest.approx(0.002)
     # Too few batches after each worker's first: no estimate.
     assert dispatch_time(Trace(produced=keras.produced[:3], consumed=keras.consumed[:3])) == 0.0
 
@@ -366,18 +367,18 @@ def test_too_short_traces_are_refused():
     short = hand_trace()
     short.produced = short.produced[:4]
     with pytest.raises(ValueError, match="4 produced batches"):
-        PipelineModel.from_trace(short)
+        fit(short)
     few_steps = hand_trace()
     few_steps.consumed = few_steps.consumed[:2] + few_steps.consumed[3:5]
     with pytest.raises(ValueError, match="2 consumer steps"):
-        PipelineModel.from_trace(few_steps)
+        fit(few_steps)
     with pytest.raises(ValueError):
-        PipelineModel.from_trace(Trace())
+        fit(Trace())
     instant = hand_trace()
     for p in instant.produced:
         p.end = p.start
     with pytest.raises(ValueError, match="positive mean"):
-        PipelineModel.from_trace(instant)
+        fit(instant)
 
 
 # --- bad input ---------------------------------------------------------------------------

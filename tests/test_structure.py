@@ -128,10 +128,10 @@ def framework_branches(name: str) -> list[str]:
         sides = [node.left, *node.comparators]
         named = any("framework" in ast.unparse(side) for side in sides)
         literal = any(
-            isinstance(side, ast.Constant)
-            and isinstance(side.value, str)
-            or isinstance(side, (ast.Tuple, ast.List, ast.Set))
-            and all(isinstance(e, ast.Constant) for e in side.elts)
+            (isinstance(side, ast.Constant) and isinstance(side.value, str))
+            or (
+                isinstance(side, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(e, ast.Constant) for e in side.elts)
+            )
             for side in sides
         )
         if named and literal:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..frameworks import Framework, reachable_depths
-from ..queue_model import PipelineModel, Prediction, predict_curve
+from ..model import Prediction, fit, predict_curve
 from ..trace import Trace
 
 
@@ -36,7 +36,7 @@ def predict(
     """The model fitted to ``trace``, simulated at every depth the framework's
     settings reach with each worker count (empty when the trace cannot make a model)."""
     try:
-        model = PipelineModel.from_trace(trace)
+        model = fit(trace)
     except ValueError:
         return []
     rows = []
