@@ -1,9 +1,4 @@
-"""Trace: what a probe recorded, as plain data that saves to and loads from JSON.
-
-Times are seconds on the system's monotonic clock (shared by the worker
-processes of one machine), so events from workers and from the consumer
-compare directly.
-"""
+"""Trace: what a probe recorded, as plain data that saves to and loads from JSON."""
 
 from __future__ import annotations
 
@@ -131,6 +126,10 @@ class TraceMeta:
 @dataclass
 class Trace:
     """Everything one probe recorded. A ``meta`` given as a dict becomes a :class:`TraceMeta`.
+
+    Times are seconds on the system's monotonic clock, which the worker processes
+    of one machine share, so events from workers and from the consumer compare
+    directly.
 
     >>> t = Trace(meta=TraceMeta(loader="generator"), start=0.0, end=1.0)
     >>> Trace.from_json(t.to_json()).meta.loader

@@ -1,8 +1,5 @@
-"""Parsing and formatting of byte sizes, shapes, dtypes and counts.
-
-Every function here validates its input and raises ``ValueError`` (bad value)
-or ``TypeError`` (wrong type) with a message that names the offending value.
-"""
+"""Parsing and formatting of byte sizes, shapes, dtypes and counts; each function
+raises ``ValueError`` (bad value) or ``TypeError`` (wrong type) naming the value."""
 
 from __future__ import annotations
 

@@ -1,25 +1,5 @@
-"""Ray Data's watcher: a ``Dataset`` that counts each block where a remote task
-builds it, on any node of the cluster, and each batch where the trainer takes it.
-
-Blocks are counted by one more ``map_batches`` step appended to the dataset: it
-passes each block through unchanged (``batch_size=None``, the block's own
-format, no copy) and sends its size, rows, node and times to a small actor,
-the collector, which the driver reads. The step takes the compute strategy and
-remote arguments of the dataset's last map, so Ray fuses it into that map's
-tasks: the block is counted in the task that built it, when it was built.
-Batches are counted by the iterators of the watched dataset
-(``iter_batches``, ``iter_torch_batches``, ``iter_rows``).
-
-A block's build time runs from the previous block this worker process counted
-(or, for its first, from nothing: start equals end), so it includes any time the
-worker waited for Ray to give it work. Times are the nodes' wall clocks, read on
-the driver's clock: on one machine they agree; across machines they need the
-clocks synchronised (NTP).
-
-Blocks and batches are matched by rows (``meta.match = "rows"``): a block
-is released when the trainer has taken its last row, so the report counts
-blocks in flight and their bytes whatever the batch size.
-"""
+"""Ray Data's watcher: a ``Dataset`` whose blocks are counted in the remote tasks
+that build them, on any node, and whose batches are counted where the trainer takes them."""
 
 from __future__ import annotations
 
@@ -64,7 +44,18 @@ class Collector:
 
 class CountBlocks:
     """The counting step: ``__call__`` hands each block on unchanged after sending
-    its record (start, end, bytes, rows, node id, pid) to the collector."""
+    its record (start, end, bytes, rows, node id, pid) to the collector.
+
+    :func:`watch_dataset` appends it as one more ``map_batches`` step
+    (``batch_size=None``, the block's own format, no copy) with the compute
+    strategy and remote arguments of the dataset's last map, so Ray fuses it into
+    that map's tasks: a block is counted in the task that built it, when it was
+    built. Its build time runs from the previous block this worker process
+    counted (for its first, start equals end), so it includes any time the worker
+    waited for Ray to give it work. Times are the nodes' wall clocks, read on the
+    driver's clock: on one machine they agree; across machines they need the
+    clocks synchronised (NTP).
+    """
 
     def __init__(self, collector: Any, token: str) -> None:
         self.collector = collector
@@ -270,7 +261,14 @@ def _is_plain(value: Any) -> bool:
 
 
 def watch_dataset(dataset: Any, meta: TraceMeta, sample_memory: bool) -> tuple[WatchedDataset, RayRecorder]:
-    """Append the counting step to ``dataset`` and return the watched dataset and its recorder."""
+    """Append the counting step to ``dataset`` and return the watched dataset and its recorder.
+
+    Batches are counted by the watched dataset's iterators (``iter_batches``,
+    ``iter_torch_batches``, ``iter_rows``). Blocks and batches are matched by rows
+    (``meta.match = "rows"``): a block is released when the trainer has taken its
+    last row, so the report counts blocks in flight and their bytes whatever the
+    batch size.
+    """
     token = uuid.uuid4().hex
     collector = Collector.options(name=f"queuetune-{token}").remote()  # type: ignore[attr-defined]
     fusing = fusing_arguments(dataset)

@@ -1,14 +1,5 @@
-"""PyTorch: a watched ``DataLoader`` that records each batch where it is built (in
-the main process or in a worker process) and where the training loop receives it.
-
-Produced batches are recorded right after ``collate_fn`` returns, in whichever
-process built them; the record travels to the recorder through its
-:class:`~queuetune.recorder.Channel`. Consumed batches are recorded by the
-iterator the watched loader's ``__iter__`` returns. Both sides carry the same
-key (the batch's sample indices), so the analysis matches each consumed batch
-to the batch that was built for it, and the consumed side's indices give the
-epoch's coverage.
-"""
+"""PyTorch's watcher: a ``DataLoader`` that records each batch where it is built (in
+the main process or a worker process) and where the training loop receives it."""
 
 from __future__ import annotations
 
@@ -290,6 +281,13 @@ class WatchedIterator:
 class WatchedDataLoader(DataLoader):
     """A ``DataLoader`` with the settings of another one whose dataset, collate
     function and index sampler record what is built and what is handed over.
+
+    Produced batches are recorded right after ``collate_fn`` returns, in whichever
+    process built them; the record travels to the recorder through its
+    :class:`~queuetune.recorder.Channel`. Consumed batches are recorded by the
+    iterator ``__iter__`` returns. Both sides carry the same key (the batch's
+    sample indices), so the analysis matches each consumed batch to the batch
+    built for it, and the consumed side's indices give the epoch's coverage.
 
     Its ``dataset`` and ``collate_fn`` are wrappers around the original ones;
     ``sampler`` and ``generator`` are the original objects, so shuffling and
