@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from helpers import assert_nothing_left_running
-from queuetune import Prefetcher, WorkerDied, shm
+from queuetune import Prefetcher, WorkerDied
+from queuetune.prefetch import shm
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,7 +26,7 @@ from .analysis import Report, analyze, consumed_by_block
 from .kinds import is_dataloader, is_keras_model, is_pydataset, is_ray_dataset, is_tf_dataset
 from .knobs import BY_FRAMEWORK, Knobs, RayKnobs, reachable_depths
 from .nbytes import nbytes
-from .prefetch import prefetch
+from .prefetch import read_ahead
 from .probe import probe_of, watch
 from .recorder import clock
 from .trace import Trace
@@ -258,7 +258,7 @@ class TuneResult:
         ``job.loader.iter_batches(**job.kwargs)``."""
         job = build(factory, self.framework, self.kwargs())
         if self.framework == "python" and self.chosen is not None and self.chosen.settings["buffer"]:
-            job.loader = prefetch(job.loader, self.chosen.settings["buffer"])
+            job.loader = read_ahead(job.loader, self.chosen.settings["buffer"])
         return job
 
     @property
@@ -416,7 +416,7 @@ def _run_prefetched(job: Job, buffer: int, steps: int) -> Trace:
     probe = probe_of(inner)
     recorder = probe.recorder
     recorder.consumer = "loop"
-    outer = prefetch(inner, buffer) if buffer > 0 else inner
+    outer = read_ahead(inner, buffer) if buffer > 0 else inner
     recorder.run_begin()
     failure: BaseException | None = None
     try:

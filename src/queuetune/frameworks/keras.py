@@ -15,7 +15,7 @@ import keras  # noqa: E402
 
 from ..knobs import KERAS  # noqa: E402
 from ..nbytes import nbytes  # noqa: E402
-from ..prefetcher import Prefetcher  # noqa: E402
+from ..prefetch import Prefetcher  # noqa: E402
 from ..recorder import Channel, Recorder, built_here, clock  # noqa: E402
 from ..trace import TraceMeta  # noqa: E402
 

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .units import positive_int
+from ..units import positive_int
 
 _DONE = object()
 
@@ -17,7 +17,7 @@ class _Failure:
         self.error = error
 
 
-def prefetch(source: Iterable[Any], buffer: int) -> Iterator[Any]:
+def read_ahead(source: Iterable[Any], buffer: int) -> Iterator[Any]:
     """Iterate ``source`` with a background thread that keeps up to ``buffer``
     built batches ready (plus the one it is building).
 
@@ -25,7 +25,7 @@ def prefetch(source: Iterable[Any], buffer: int) -> Iterator[Any]:
     unchanged, and closing the generator (``break``, an exception, garbage
     collection) stops the thread.
 
-    >>> list(prefetch(range(5), buffer=2))
+    >>> list(read_ahead(range(5), buffer=2))
     [0, 1, 2, 3, 4]
     """
     buffer = positive_int(buffer, "prefetch buffer")

@@ -38,12 +38,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kinds import is_pydataset
+from ..nbytes import nbytes
+from ..recorder import Channel, Recorder, built_here, clock
+from ..trace import Trace, TraceMeta
+from ..units import format_bytes, parse_bytes, positive_int
 from .adaptive import DepthController
-from .kinds import is_pydataset
-from .nbytes import nbytes
-from .recorder import Channel, Recorder, built_here, clock
-from .trace import Trace, TraceMeta
-from .units import format_bytes, parse_bytes, positive_int
 
 MODES = ("thread", "process")
 # Steps of the consumer the typical step (their median) is taken over.
@@ -146,7 +146,7 @@ class Prefetcher:
 
     def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> Prefetcher:
         if cls is Prefetcher and is_pydataset(source):
-            from .frameworks.keras import KerasPrefetcher
+            from ..frameworks.keras import KerasPrefetcher
 
             cls = KerasPrefetcher
         return super().__new__(cls)
@@ -303,7 +303,7 @@ class Prefetcher:
 
     def report(self) -> Any:
         """The probe's report of everything recorded so far."""
-        from .analysis import analyze
+        from ..analysis import analyze
 
         return analyze(self.trace())
 
