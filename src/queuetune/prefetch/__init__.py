@@ -1,7 +1,8 @@
 """queuetune's own prefetching: the :class:`Prefetcher`, which builds batches ahead
 within a budget in bytes, and :func:`read_ahead`, a fixed read-ahead thread for plain iterables."""
 
-from .handle import BudgetExceeded, Prefetcher, PrefetcherClosed, WorkerDied, default_collate
+from .collate import default_collate
+from .handle import BudgetExceeded, Prefetcher, PrefetcherClosed, WorkerDied
 from .read_ahead import read_ahead
 
 __all__ = ["BudgetExceeded", "Prefetcher", "PrefetcherClosed", "WorkerDied", "default_collate", "read_ahead"]

@@ -24,13 +24,9 @@ import math
 import multiprocessing
 import multiprocessing.context
 import os
-import pickle
 import random
-import signal
 import statistics
-import sys
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -39,17 +35,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kinds import is_pydataset
-from ..nbytes import nbytes
-from ..recorder import Channel, Recorder, built_here, clock
+from ..recorder import Recorder, clock
 from ..trace import Trace, TraceMeta
 from ..units import format_bytes, parse_bytes, positive_int
 from .adaptive import DepthController
+from .collate import make_batch
+from .workers import END, ProcessWorkers, Pull, ThreadWorkers, Workers, build
 
 MODES = ("thread", "process")
 # Steps of the consumer the typical step (their median) is taken over.
 STEP_WINDOW = 16
-# Seconds between checks that the worker processes are alive, while the consumer waits.
-LIVENESS = 0.5
 
 
 class BudgetExceeded(ValueError):
@@ -274,6 +269,18 @@ class Prefetcher:
             groups.pop()
         return groups
 
+    def _new_workers(self) -> Workers:
+        """This epoch's workers, started now (see :func:`.workers._start_workers` for why)."""
+        channel = self.recorder.channel
+        if not self._indexable:
+            return ThreadWorkers(1, Pull(iter(self._source), channel))
+        if self.mode == "process":
+            context = self.multiprocessing_context or multiprocessing.get_context()
+            return ProcessWorkers(self.num_workers, self._source, self.batch_size, self.collate_fn, channel, context)
+        return ThreadWorkers(
+            self.num_workers, functools.partial(build, self._source, self.batch_size, self.collate_fn, channel)
+        )
+
     def _start_method(self) -> str:
         """How worker processes start: the given context's method, or Python's default."""
         context = self.multiprocessing_context or multiprocessing.get_context()
@@ -287,7 +294,7 @@ class Prefetcher:
             return self._source[index]
         start = index * self.batch_size
         stop = min(start + self.batch_size, _length(self._source))
-        return _make(self._source, list(range(start, stop)), self.batch_size, self.collate_fn)
+        return make_batch(self._source, list(range(start, stop)), self.batch_size, self.collate_fn)
 
     # --- the handle ----------------------------------------------------------------------
 
@@ -358,50 +365,14 @@ class _Epoch:
         self.wakeup: cf.Future = cf.Future()
         self.consumer: int | None = None
         self.running = False
-        # The worker processes, kept to name the one that died.
-        self.processes: dict[int, Any] = {}
-        if owner._indexable:
-            self.plan: list[Any] | None = owner._plan()
-            self.total: int | None = len(self.plan)
-            self.iterator: Iterator[Any] | None = None
-        else:
-            self.plan, self.total = None, None
-            self.iterator = iter(owner._source)
-        self.pull_lock = threading.Lock()
-        self.executor = self._executor()
-
-    def _executor(self) -> cf.Executor:
-        owner = self.owner
-        if owner.mode == "thread" or not owner._indexable:
-            workers = owner.num_workers if owner._indexable else 1
-            return cf.ThreadPoolExecutor(workers, thread_name_prefix="queuetune-prefetch")
-        context = owner.multiprocessing_context or multiprocessing.get_context()
-        pool = cf.ProcessPoolExecutor(
-            owner.num_workers,
-            mp_context=context,
-            initializer=_init_process,
-            initargs=(owner._source, owner.batch_size, owner.collate_fn, self.recorder.channel, os.getpid()),
-        )
-        try:
-            with self.recorder.channel.reader_paused():
-                _start_workers(pool, owner.num_workers)
-        except (TypeError, AttributeError, pickle.PicklingError) as exc:
-            _shutdown(pool)
-            method = context.get_start_method()
-            raise TypeError(
-                f"the source or collate_fn could not be sent to a worker process started with {method!r} "
-                f"({type(exc).__name__}: {exc}): with 'spawn' or 'forkserver' they must be picklable "
-                "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
-            ) from exc
-        return pool
+        self.plan: list[Any] | None = owner._plan() if owner._indexable else None
+        self.total: int | None = None if self.plan is None else len(self.plan)
+        self.workers = owner._new_workers()
 
     # --- scheduling (under self.lock) ---------------------------------------------------
 
     def _estimate(self) -> int:
         return self.owner._largest
-
-    def _workers(self) -> int:
-        return self.owner.num_workers if self.owner._indexable else 1
 
     def _outstanding(self) -> int:
         return self.submitted - self.delivered
@@ -427,35 +398,11 @@ class _Epoch:
             self.tasks[position] = task
             self.reserved += task.reserved
             self.submitted += 1
-            task.future = self._submit(indices)
-            task.future.add_done_callback(functools.partial(self._built, task))
+            self._submit(task)
 
-    def _submit(self, indices: Any) -> cf.Future:
-        owner = self.owner
-        if owner.mode == "process" and owner._indexable:
-            try:
-                future = self.executor.submit(_build_in_process, indices)
-            except BrokenProcessPool as exc:  # a worker died: this batch fails like the others
-                future = cf.Future()
-                future.set_exception(exc)
-            self.processes.update(getattr(self.executor, "_processes", None) or {})
-            return future
-        if owner._indexable:
-            return self.executor.submit(
-                _build, owner._source, indices, owner.batch_size, owner.collate_fn, self.recorder.channel
-            )
-        return self.executor.submit(self._pull)
-
-    def _pull(self) -> Any:
-        """Next item of a plain iterable (one worker thread, so in order)."""
-        with self.pull_lock:
-            start = clock()
-            try:
-                batch = next(self.iterator)  # type: ignore[arg-type]
-            except StopIteration:
-                return _END
-            _emit(self.recorder.channel, start, batch, None)
-            return batch
+    def _submit(self, task: _Task) -> None:
+        task.future = self.workers.submit(task.indices)
+        task.future.add_done_callback(functools.partial(self._built, task))
 
     def _built(self, task: _Task, future: cf.Future) -> None:
         try:
@@ -471,21 +418,16 @@ class _Epoch:
             if future.exception() is not None:
                 return
             batch = future.result()
-            if batch is _END:
+            if batch is END:
                 self.exhausted = True
                 task.size = 0
                 return
             self.builds.append(clock() - task.submitted_at)
-            if self.owner.mode == "process":
-                from . import shm
-
-                if self.stopped:
-                    shm.discard(batch)
-                    return
-            size = nbytes(batch) if self.owner.mode == "thread" else _shared_size(batch)
-            task.size = size
             if self.stopped:
+                self.workers.discard(batch)
                 return
+            size = self.workers.size(batch)
+            task.size = size
             self.held += size
             self.ready += 1
             owner = self.owner
@@ -534,7 +476,7 @@ class _Epoch:
                     return
                 task, seen = found
                 batch = self._take(task)
-                if batch is _END:
+                if batch is END:
                     return
                 got = clock()
                 step = statistics.median(steps) if steps else None
@@ -583,7 +525,7 @@ class _Epoch:
         """
         if not (self.owner.ordered and self.owner._indexable) or step is None or not self.builds:
             return False
-        if statistics.median(self.builds) >= (self._workers() - 1) * step:
+        if statistics.median(self.builds) >= (self.workers.count - 1) * step:
             return False
         behind = [t for t in self.tasks.values() if not t.taken]
         return all(t.future.done() for t in behind)  # type: ignore[union-attr]
@@ -616,7 +558,7 @@ class _Epoch:
             seen = _Seen(
                 waited=not ready,
                 full=self.ready >= self.controller.depth,
-                can_grow=building < self._workers() and left,
+                can_grow=building < self.workers.count and left,
                 # Before the first batch is built its size is unknown: no deeper yet.
                 limit=self.owner.max_bytes // estimate if estimate else (None if self.owner._sized else 1),
             )
@@ -628,17 +570,14 @@ class _Epoch:
         while True:
             remaining = None if deadline is None else max(0.0, deadline - clock())
             # In slices, to see a dead worker process even if the pool does not.
-            piece = (
-                remaining
-                if self.owner.mode != "process"
-                else min(LIVENESS if remaining is None else remaining, LIVENESS)
-            )
+            poll = self.workers.poll
+            piece = remaining if poll is None else min(poll if remaining is None else remaining, poll)
             done, _ = cf.wait([*futures, self.wakeup], timeout=piece, return_when=cf.FIRST_COMPLETED)  # type: ignore[list-item]
             if self.wakeup.done():
                 raise self._closed_error()
             if done or (deadline is not None and clock() >= deadline):
                 break
-            if any(process.exitcode is not None for process in list(self.processes.values())):
+            if self.workers.dead():
                 raise self._died(pending[0])
         if not done:
             if len(pending) == 1:
@@ -655,26 +594,7 @@ class _Epoch:
         )
 
     def _died(self, task: _Task) -> WorkerDied:
-        dead = []
-        for pid, process in list(self.processes.items()):
-            process.join(timeout=1)
-            code = process.exitcode
-            # The pool's thread may be reaping it at this moment: then the code comes a moment later.
-            for _ in range(100):
-                if code is not None:
-                    break
-                time.sleep(0.01)
-                code = process.exitcode
-            if code is None or code == 0 or code == -signal.SIGTERM:  # the pool's own shutdown
-                continue
-            if code < 0:
-                try:
-                    how = f"killed by {signal.Signals(-code).name}"
-                except ValueError:
-                    how = f"killed by signal {-code}"
-            else:
-                how = f"exit code {code}"
-            dead.append(f"pid {pid}, {how}")
+        dead = self.workers.deaths()
         who = "; ".join(dead) if dead else "its pid and exit code are unknown"
         return WorkerDied(
             f"a worker process of the prefetcher died ({who}) while {_describe(task)} was being "
@@ -686,7 +606,7 @@ class _Epoch:
         """Our clearer error for a worker process's fault, or None to re-raise it."""
         if isinstance(exc, BrokenProcessPool):
             return self._died(task)
-        if self.owner.mode == "process" and "in _sendback_result" in str(exc.__cause__ or ""):
+        if self.workers.unsendable(exc):
             return TypeError(
                 f"{_describe(task)} could not be sent back from its worker process ({type(exc).__name__}: "
                 f"{exc}): with mode='process' a batch must be picklable; use mode='thread'"
@@ -716,17 +636,13 @@ class _Epoch:
                 raise self._closed_error()
             task.taken = True
             del self.tasks[task.position]
-            if batch is _END:
-                return _END
+            if batch is END:
+                return END
             self.delivered += 1
             self.ready -= 1
             self.held -= task.size or 0
-            if self.owner.mode == "process":
-                from . import shm
-
-                # Under the lock: a stop() from another thread sweeps the files.
-                batch = shm.adopt(batch)
-        return batch
+            # Under the lock: a stop() from another thread sweeps the files.
+            return self.workers.adopt(batch)
 
     def stop(self, reason: str = "the epoch ended", wait: bool = True) -> None:
         """Cancel what is not started, drop what is built, stop the workers.
@@ -745,26 +661,10 @@ class _Epoch:
         for task in tasks:
             if task.future is not None:
                 task.future.cancel()
-        _shutdown(self.executor, wait)
-        if self.owner.mode == "process":
-            from . import shm
-
-            for task in tasks:
-                future = task.future
-                if future is not None and future.done() and not future.cancelled() and future.exception() is None:
-                    shm.discard(future.result())
-            shm.sweep(os.getpid())
+        self.workers.shutdown(wait, [task.future for task in tasks if task.future is not None])
         with self.lock:
             self.tasks.clear()
             self.held = self.reserved = self.ready = 0
-
-
-class _EndMarker:
-    def __repr__(self) -> str:
-        return "<end of iterable>"
-
-
-_END = _EndMarker()
 
 
 def _describe(task: _Task) -> str:
@@ -810,129 +710,6 @@ def _key(task: _Task) -> Any:
     if task.indices is None:
         return None
     return tuple(task.indices) if isinstance(task.indices, list) else task.indices
-
-
-def _emit(channel: Channel, start: float, batch: Any, indices: Any) -> None:
-    key = None if indices is None else (tuple(indices) if isinstance(indices, list) else indices)
-    index = indices if isinstance(indices, int) else None
-    channel.emit(built_here(start, clock(), nbytes(batch), index, key))
-
-
-def _make(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None) -> Any:
-    if batch_size is None:
-        return source[indices]
-    items = [source[i] for i in indices]
-    return (collate_fn or default_collate)(items)
-
-
-def _build(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel) -> Any:
-    start = clock()
-    batch = _make(source, indices, batch_size, collate_fn)
-    _emit(channel, start, batch, indices)
-    return batch
-
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init_process(
-    source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, owner: int
-) -> None:
-    _WORKER.update(source=source, batch_size=batch_size, collate_fn=collate_fn, channel=channel, owner=owner)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        # As torch's own DataLoader workers do: a forked child that uses the intra-op
-        # thread pool the parent already started hangs.
-        torch.set_num_threads(1)
-
-
-def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:
-    """Start the pool's worker processes now, while no thread of queuetune's runs.
-
-    A forked child gets a copy of every lock in the parent as it stood at the
-    fork, and a lock that another thread held then stays held in the child for
-    ever. So the workers are forked here, as the epoch is created, in the
-    consumer's own thread: before the epoch's lock is first taken, before any
-    build is submitted (so no callback of ours runs), before the recorder's
-    memory sampler starts (it runs from the epoch's first batch), with the
-    previous epoch's pool shut down and the recorder's pipe reader paused by
-    the caller. No thread of queuetune's is alive at the fork, and the child
-    writes its records with a bare ``os.write``, taking no lock. The pool forks
-    every worker at its first submit (``fork``); with ``spawn`` and
-    ``forkserver`` nothing is forked from this process, and each submit starts
-    one more worker.
-    """
-    for _ in range(workers):
-        pool.submit(os.getpid)
-
-
-def _build_in_process(indices: Any) -> Any:
-    from . import shm
-
-    w = _WORKER
-    batch = _build(w["source"], indices, w["batch_size"], w["collate_fn"], w["channel"])
-    return shm.export(batch, w["owner"])
-
-
-def _shared_size(batch: Any) -> int:
-    """Bytes of a batch as a worker process sent it (descriptors counted at full size)."""
-    from . import shm
-
-    if isinstance(batch, shm.SharedArray):
-        import numpy as np
-
-        count = 1
-        for dim in batch.shape:
-            count *= dim
-        return count * np.dtype(batch.dtype).itemsize
-    if isinstance(batch, (tuple, list)):
-        return sum(_shared_size(item) for item in batch)
-    if isinstance(batch, dict):
-        return sum(_shared_size(item) for item in batch.values())
-    return nbytes(batch)
-
-
-def default_collate(items: list[Any]) -> Any:
-    """Join samples into a batch: arrays and numbers are stacked, tuples, lists and
-    dicts are joined field by field; torch tensors use torch's own collate.
-
-    >>> import numpy as np
-    >>> x, y = default_collate([(np.zeros(2), 1), (np.ones(2), 0)])
-    >>> x.shape, y.tolist()
-    ((2, 2), [1, 0])
-    """
-    import numpy as np
-
-    first = items[0]
-    if type(first).__module__.startswith("torch"):
-        from torch.utils.data import default_collate as torch_collate
-
-        return torch_collate(items)
-    if isinstance(first, tuple):
-        return tuple(default_collate(list(group)) for group in zip(*items))
-    if isinstance(first, list):
-        return [default_collate(list(group)) for group in zip(*items)]
-    if isinstance(first, dict):
-        return {key: default_collate([item[key] for item in items]) for key in first}
-    if any(type(item).__module__.startswith("torch") for item in items):
-        from torch.utils.data import default_collate as torch_collate
-
-        return torch_collate(items)
-    return np.stack([np.asarray(item) for item in items])
-
-
-def _shutdown(executor: cf.Executor, wait: bool = True) -> None:
-    if isinstance(executor, cf.ProcessPoolExecutor):
-        processes = list((getattr(executor, "_processes", None) or {}).values())
-        executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(timeout=5)
-        executor.shutdown(wait=True)
-    else:
-        executor.shutdown(wait=wait, cancel_futures=True)
 
 
 def _close_all(recorder: Recorder, pid: int) -> None:
