@@ -2,7 +2,8 @@
 within a budget in bytes, and :func:`read_ahead`, a fixed read-ahead thread for plain iterables."""
 
 from .collate import default_collate
-from .handle import BudgetExceeded, Prefetcher, PrefetcherClosed, WorkerDied
+from .errors import BudgetExceeded, PrefetcherClosed, WorkerDied
+from .handle import Prefetcher
 from .read_ahead import read_ahead
 
 __all__ = ["BudgetExceeded", "Prefetcher", "PrefetcherClosed", "WorkerDied", "default_collate", "read_ahead"]

@@ -41,6 +41,10 @@ class Workers(Protocol):
 
     ``count``: batches built at once. ``poll``: seconds between liveness checks
     (:meth:`dead`) while the consumer waits; None when there is nothing to check.
+
+    >>> workers: Workers = ThreadWorkers(1, str)
+    >>> workers.count, workers.poll
+    (1, None)
     """
 
     count: int
