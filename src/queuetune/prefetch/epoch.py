@@ -26,7 +26,7 @@ class Epoch:
     Faults end the epoch with a clear error and nothing left behind (workers
     stopped, shared memory removed): a worker's exception reaches the consumer
     unchanged; a worker process that dies is a :class:`.WorkerDied`; a batch not
-    ready within ``timeout`` seconds is a ``TimeoutError``; :meth:`stop` from
+    ready within ``config.timeout`` seconds is a ``TimeoutError``; :meth:`stop` from
     another thread wakes a waiting consumer with :class:`.PrefetcherClosed`.
 
     >>> import functools
@@ -54,8 +54,8 @@ class Epoch:
         # The consumer's thread, once it started reading, and whether it is reading.
         self.consumer: int | None = None
         self.running = False
-        # Run by the consumer as it leaves the epoch: set by a close() from another
-        # thread, which leaves to the consumer what it cannot do while the consumer runs.
+        # Run by the consumer as it leaves the epoch: set by the handle's close(),
+        # which cannot close what a consumer reading in another thread still uses.
         self.on_leave: Callable[[], Any] | None = None
 
     @property

@@ -75,7 +75,7 @@ class Workers(Protocol):
         ...
 
     def unsendable(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is a built batch that could not be sent back from its worker."""
+        """Whether ``exc`` says a built batch could not be sent back from its worker (not picklable)."""
         ...
 
     def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
