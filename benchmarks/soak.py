@@ -64,7 +64,8 @@ import psutil
 
 import queuetune
 from common import machine, mib
-from queuetune import Prefetcher, shm
+from queuetune import Prefetcher
+from queuetune.prefetch import shm
 from queuetune.recorder import key_of
 from queuetune.trace import Consumed, Trace
 

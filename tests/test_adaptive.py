@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from queuetune.adaptive import DepthController
+from queuetune.prefetch.adaptive import DepthController
 
 
 def feed(controller, pattern):

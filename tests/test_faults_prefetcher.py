@@ -18,7 +18,8 @@ import psutil
 import pytest
 
 from helpers import assert_nothing_left_running
-from queuetune import BudgetExceeded, Prefetcher, PrefetcherClosed, Trace, WorkerDied, shm
+from queuetune import BudgetExceeded, Prefetcher, PrefetcherClosed, Trace, WorkerDied
+from queuetune.prefetch import shm
 from queuetune.recorder import key_of, multiprocessing_helpers
 
 pytestmark = pytest.mark.faults

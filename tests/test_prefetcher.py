@@ -237,7 +237,7 @@ def test_workers_stop_however_the_consumer_leaves(mode, how):
 
 @pytest.mark.timeout(60)
 def test_process_mode_passes_arrays_through_shared_memory():
-    from queuetune import shm
+    from queuetune.prefetch import shm
 
     source = Recorded([300_000] * 6)
     with Prefetcher(source, max_bytes="4MiB", workers=2, mode="process") as p:

@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from helpers import assert_nothing_left_running
-from queuetune import Prefetcher, WorkerDied, shm
+from queuetune import Prefetcher, WorkerDied
+from queuetune.prefetch import shm
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -197,6 +198,6 @@ def test_workers_are_forked_before_any_lock_or_thread_of_the_epoch():
     assert sorted(r.key for r in trace.produced) == sorted(r.key for r in trace.consumed)
     for functions, threads in forks:
         assert "_start_workers" in functions
-        assert "_fill" not in functions and "_submit" not in functions
+        assert "fill" not in functions and "_submit" not in functions  # the schedule's, under its lock
         assert threads == []
     assert_nothing_left_running()

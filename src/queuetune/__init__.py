@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from .prefetcher import BudgetExceeded, Prefetcher, PrefetcherClosed, WorkerDied
+from .prefetch import BudgetExceeded, Prefetcher, PrefetcherClosed, WorkerDied
 from .probe import Probe, print_report, probe_of, report, watch
 from .trace import Trace
 

@@ -119,6 +119,11 @@ class Framework:
         watcher of its own. A watcher imports its framework only when called."""
         return None
 
+    def prefetcher_form(self) -> Callable[[Any], Any] | None:
+        """What turns a :class:`~queuetune.Prefetcher` of this framework's loader into
+        the form the framework reads, or None when it reads the prefetcher as it is."""
+        return None
+
     # --- tuning -----------------------------------------------------------------------
 
     def check_job(self, model: Any, method: str) -> None:

@@ -3,6 +3,7 @@ generator handed to Keras; the watcher is in :mod:`.watch`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -93,11 +94,11 @@ class Keras(Framework):
 
         return watch_pydataset(self, loader, meta, sample_memory)
 
-    def prefetcher(self, inner: Any) -> Any:
-        """The :class:`~queuetune.Prefetcher` ``inner``, as a PyDataset Keras reads in order."""
+    def prefetcher_form(self) -> Callable[[Any], Any]:
+        """The prefetcher as a PyDataset that Keras reads in order."""
         from .watch import KerasPrefetcher
 
-        return KerasPrefetcher(inner)
+        return KerasPrefetcher
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ require("keras", "keras")
 import keras  # noqa: E402
 
 from ...nbytes import nbytes  # noqa: E402
-from ...prefetcher import Prefetcher  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
 from ..base import Framework  # noqa: E402
@@ -188,31 +187,58 @@ class ProbeCallback(keras.callbacks.Callback):
         self._batch_end("predict")
 
 
-class KerasPrefetcher(Prefetcher, keras.utils.PyDataset):
-    """A :class:`~queuetune.Prefetcher` that Keras takes as a PyDataset: Keras reads
-    it in order with no queue of its own (``workers=1``), and the prefetcher's
-    budget bounds what is built ahead. ``queuetune.Prefetcher(pydataset, ...)``
-    returns one.
+class KerasPrefetcher(keras.utils.PyDataset):
+    """A :class:`~queuetune.Prefetcher` as Keras takes it: a PyDataset that Keras
+    reads in order with no queue of its own (``workers=1``), while the
+    prefetcher's budget bounds what is built ahead. ``queuetune.Prefetcher(pydataset,
+    ...)`` returns one; the prefetcher itself is ``.prefetcher``, and its
+    ``depth``, ``trace()``, ``report()`` and ``close()`` are this one's too.
 
     Keras shuffles a PyDataset's batches in ``fit`` unless told not to; batches
     asked for out of order are built on the spot, without prefetch. So pass
     ``shuffle=False`` to ``fit`` and ``shuffle=True`` to the prefetcher.
     """
 
-    def __init__(self, source: Any, **kwargs: Any) -> None:
-        Prefetcher.__init__(self, source, **kwargs)
-        keras.utils.PyDataset.__init__(self, workers=1, use_multiprocessing=False, max_queue_size=1)
+    def __init__(self, prefetcher: Any) -> None:
+        super().__init__(workers=1, use_multiprocessing=False, max_queue_size=1)
+        self.prefetcher = prefetcher
         self._stream: Any = None
         self._next_index = 0
         self._warned = False
 
     @property
     def num_batches(self) -> int:
-        return len(self)
+        return len(self.prefetcher)
+
+    def __len__(self) -> int:
+        return len(self.prefetcher)
+
+    def __iter__(self) -> Any:
+        return iter(self.prefetcher)
+
+    @property
+    def depth(self) -> int:
+        return int(self.prefetcher.depth)
+
+    def trace(self) -> Any:
+        return self.prefetcher.trace()
+
+    def report(self) -> Any:
+        return self.prefetcher.report()
+
+    def close(self) -> None:
+        self._end_stream()
+        self.prefetcher.close()
+
+    def __enter__(self) -> KerasPrefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __getitem__(self, index: int) -> Any:
         if (index == 0 and self._next_index != 0) or (self._stream is None and index == 0):
-            self._stream = iter(self)
+            self._stream = iter(self.prefetcher)
             self._next_index = 0
         if self._stream is None or index != self._next_index:
             if not self._warned:
@@ -225,7 +251,7 @@ class KerasPrefetcher(Prefetcher, keras.utils.PyDataset):
                     stacklevel=2,
                 )
                 self._warned = True
-            return self.build_now(index)
+            return self.prefetcher.build_now(index)
         self._next_index += 1
         try:
             return next(self._stream)
@@ -234,13 +260,13 @@ class KerasPrefetcher(Prefetcher, keras.utils.PyDataset):
             raise
 
     def on_epoch_begin(self) -> None:
-        hook = getattr(self._source, "on_epoch_begin", None)
+        hook = getattr(self.prefetcher.source, "on_epoch_begin", None)
         if hook is not None:
             hook()
 
     def on_epoch_end(self) -> None:
         self._end_stream()
-        hook = getattr(self._source, "on_epoch_end", None)
+        hook = getattr(self.prefetcher.source, "on_epoch_end", None)
         if hook is not None:
             hook()
 

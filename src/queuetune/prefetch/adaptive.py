@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .units import positive_int
+from ..units import positive_int
 
 
 @dataclass

@@ -1,0 +1,50 @@
+"""How a prefetcher makes one batch of its source: an item of it, or samples joined by a collate function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None) -> Any:
+    """The batch ``source[indices]``, or with ``batch_size`` the samples at
+    ``indices`` joined by ``collate_fn`` (:func:`default_collate` if None).
+
+    >>> make_batch(["a", "b"], 1, None, None)
+    'b'
+    >>> make_batch([10, 11, 12], [0, 2], 2, None).tolist()
+    [10, 12]
+    """
+    if batch_size is None:
+        return source[indices]
+    items = [source[i] for i in indices]
+    return (collate_fn or default_collate)(items)
+
+
+def default_collate(items: list[Any]) -> Any:
+    """Join samples into a batch: arrays and numbers are stacked, tuples, lists and
+    dicts are joined field by field; torch tensors use torch's own collate.
+
+    >>> import numpy as np
+    >>> x, y = default_collate([(np.zeros(2), 1), (np.ones(2), 0)])
+    >>> x.shape, y.tolist()
+    ((2, 2), [1, 0])
+    """
+    import numpy as np
+
+    first = items[0]
+    if type(first).__module__.startswith("torch"):
+        from torch.utils.data import default_collate as torch_collate
+
+        return torch_collate(items)
+    if isinstance(first, tuple):
+        return tuple(default_collate(list(group)) for group in zip(*items))
+    if isinstance(first, list):
+        return [default_collate(list(group)) for group in zip(*items)]
+    if isinstance(first, dict):
+        return {key: default_collate([item[key] for item in items]) for key in first}
+    if any(type(item).__module__.startswith("torch") for item in items):
+        from torch.utils.data import default_collate as torch_collate
+
+        return torch_collate(items)
+    return np.stack([np.asarray(item) for item in items])

@@ -1,0 +1,219 @@
+"""One epoch of a prefetcher: the consumer's loop over the batches a :class:`.Schedule`
+keeps under way, the depth decisions it makes, and how the epoch stops."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import statistics
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..recorder import Recorder, clock
+from . import faults
+from .config import STEP_WINDOW, BatchSizes, EpochConfig
+from .errors import PrefetcherClosed
+from .schedule import Schedule, Seen, Task
+from .workers import END, Workers
+
+
+class Epoch:
+    """One pass: every batch of ``plan`` (or of a plain iterable, when ``plan`` is
+    None) exactly once, built by ``workers`` (started by the caller), recorded to
+    ``recorder``; the sizes of batches learned go to ``sizes``.
+
+    Faults end the epoch with a clear error and nothing left behind (workers
+    stopped, shared memory removed): a worker's exception reaches the consumer
+    unchanged; a worker process that dies is a :class:`.WorkerDied`; a batch not
+    ready within ``config.timeout`` seconds is a ``TimeoutError``; :meth:`stop` from
+    another thread wakes a waiting consumer with :class:`.PrefetcherClosed`.
+
+    >>> import functools
+    >>> from queuetune.prefetch.workers import ThreadWorkers, build
+    >>> from queuetune.trace import TraceMeta
+    >>> recorder = Recorder(TraceMeta(loader="demo"), sample_memory=False)
+    >>> workers = ThreadWorkers(2, functools.partial(build, "abc", None, None, recorder.channel))
+    >>> config = EpochConfig(max_bytes=100, depth=1, max_depth=4, ordered=True, timeout=None)
+    >>> list(Epoch(config, [0, 1, 2], workers, recorder, BatchSizes()).run())
+    ['a', 'b', 'c']
+    >>> len(recorder.trace().consumed); recorder.close()
+    3
+    """
+
+    def __init__(
+        self, config: EpochConfig, plan: list[Any] | None, workers: Workers, recorder: Recorder, sizes: BatchSizes
+    ) -> None:
+        self.config = config
+        self.workers = workers
+        self.recorder = recorder
+        self.schedule = Schedule(config, plan, workers, sizes)
+        self.reason = ""
+        # Done when the epoch is stopped: wakes a consumer waiting for a batch.
+        self.wakeup: cf.Future = cf.Future()
+        # The consumer's thread, once it started reading, and whether it is reading.
+        self.consumer: int | None = None
+        self.running = False
+        # Run by the consumer as it leaves the epoch: set by the handle's close(),
+        # which cannot close what a consumer reading in another thread still uses.
+        self.on_leave: Callable[[], Any] | None = None
+
+    @property
+    def depth(self) -> int:
+        """The current depth: batches allowed to be being built or ready."""
+        return self.schedule.controller.depth
+
+    def run(self) -> Iterator[Any]:
+        """The consumer's loop: yield each batch as it is handed over."""
+        recorder = self.recorder
+        schedule = self.schedule
+        self.consumer = threading.get_ident()
+        self.running = True
+        abandoned = False
+        recorder.run_begin()
+        recorder.mark("depth", schedule.controller.depth)
+        try:
+            with schedule.lock:
+                schedule.fill()
+            steps: deque[float] = deque(maxlen=STEP_WINDOW)
+            got = None
+            while True:
+                asked = clock()
+                if got is not None:
+                    steps.append(asked - got)
+                found = self._next_task()
+                if found is None:
+                    return
+                task, seen = found
+                batch = self._take(task)
+                if batch is END:
+                    return
+                got = clock()
+                step = statistics.median(steps) if steps else None
+                with schedule.lock:
+                    # A stall leaves the workers idle while it lasts, even when
+                    # they were all busy when it was asked for.
+                    stalled = schedule.stalled(step)
+                    changed = schedule.controller.observe(
+                        seen.waited,
+                        seen.full,
+                        can_grow=seen.can_grow or stalled,
+                        limit=seen.limit,
+                        wait=got - asked if stalled else None,
+                        step=step,
+                    )
+                    if changed is not None:
+                        recorder.mark("depth", changed)
+                samples = task.indices if isinstance(task.indices, list) else None
+                recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
+                with schedule.lock:
+                    schedule.fill()
+                yield batch
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            recorder.error(exc)
+            abandoned = True
+            raise
+        finally:
+            # After a fault, do not wait for builds still running in worker threads.
+            self.stop("the epoch ended", wait=not abandoned)
+            recorder.run_end()
+            self.running = False
+            if self.on_leave is not None:
+                self.on_leave()
+
+    def _next_task(self) -> tuple[Task, Seen] | None:
+        """The task to hand over next, and what the request found before waiting."""
+        schedule = self.schedule
+        with schedule.lock:
+            if schedule.stopped:
+                raise self._closed_error()
+            if schedule.total is not None and schedule.delivered >= schedule.total:
+                return None
+            schedule.fill()
+            pending = schedule.next_up()
+            if not pending:
+                if schedule.error is not None:
+                    raise schedule.error
+                if schedule.exhausted:
+                    return None
+                raise RuntimeError("prefetcher has nothing to wait for before the end of the epoch")
+            ready = [t for t in pending if t.future.done()]  # type: ignore[union-attr]
+            seen = schedule.seen(waited=not ready)
+        if ready:
+            return ready[0], seen
+        return self._wait(pending), seen
+
+    def _wait(self, pending: list[Task]) -> Task:
+        """Wait until one of ``pending`` is built; a stop, the timeout or a dead
+        worker process ends the wait with its error."""
+        timeout = self.config.timeout
+        futures = [t.future for t in pending]
+        deadline = None if timeout is None else clock() + timeout
+        poll = self.workers.poll
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - clock())
+            # In slices, to see a dead worker process even if the pool does not.
+            piece = remaining if poll is None else min(poll if remaining is None else remaining, poll)
+            done, _ = cf.wait([*futures, self.wakeup], timeout=piece, return_when=cf.FIRST_COMPLETED)  # type: ignore[list-item]
+            if self.wakeup.done():
+                raise self._closed_error()
+            if done or (deadline is not None and clock() >= deadline):
+                break
+            if self.workers.dead():
+                raise faults.worker_died(pending[0], self.workers.deaths())
+        if not done:
+            assert timeout is not None  # without a deadline, only a batch or a stop ends the wait
+            raise faults.timed_out(pending, timeout)
+        return next(t for t in pending if t.future in done)
+
+    def _take(self, task: Task) -> Any:
+        """``task``'s batch, handed over: a worker's fault is raised as its clearer error."""
+        schedule = self.schedule
+        future = task.future
+        assert future is not None
+        if schedule.stopped or future.cancelled():
+            raise self._closed_error()
+        try:
+            batch = future.result()
+        except Exception as exc:
+            ours = faults.translate(task, exc, self.workers)
+            if ours is None:
+                raise
+            raise ours from exc
+        task.accounted.wait()
+        # The future's callback holds the task: let go of the future, or the
+        # batch lives on in that cycle until the garbage collector runs.
+        task.future = None
+        with schedule.lock:
+            if schedule.error is not None:
+                raise schedule.error
+            if schedule.stopped:
+                raise self._closed_error()
+            return schedule.hand_over(task, batch)
+
+    def _closed_error(self) -> PrefetcherClosed:
+        return faults.closed(self.reason, self.schedule.delivered)
+
+    def stop(self, reason: str = "the epoch ended", wait: bool = True) -> None:
+        """Cancel what is not started, drop what is built, stop the workers.
+
+        ``wait=False``: do not wait for builds running in worker threads (they
+        finish in the background and are dropped); worker processes are always
+        stopped and waited for.
+        """
+        schedule = self.schedule
+        with schedule.lock:
+            if schedule.stopped:
+                return
+            schedule.stopped = True
+            self.reason = reason
+            tasks = list(schedule.tasks.values())
+        self.wakeup.set_result(None)
+        for task in tasks:
+            if task.future is not None:
+                task.future.cancel()
+        self.workers.shutdown(wait, [task.future for task in tasks if task.future is not None])
+        with schedule.lock:
+            schedule.clear()

@@ -1,0 +1,80 @@
+"""How an epoch's faults become the errors its consumer gets: a worker process that
+died, a batch that could not be sent back, a batch not ready in time, an epoch stopped."""
+
+from __future__ import annotations
+
+from concurrent.futures.process import BrokenProcessPool
+
+from .errors import PrefetcherClosed, WorkerDied
+from .schedule import Task
+from .workers import Workers
+
+
+def describe(task: Task) -> str:
+    """A batch as its position in the epoch and what it is made of.
+
+    >>> describe(Task(3, [6, 7], reserved=0))
+    'batch 3 of the epoch (samples 6, ...)'
+    """
+    if isinstance(task.indices, int):
+        return f"batch {task.position} of the epoch (index {task.indices})"
+    if isinstance(task.indices, list) and task.indices:
+        return f"batch {task.position} of the epoch (samples {task.indices[0]}, ...)"
+    return f"batch {task.position} of the epoch"
+
+
+def translate(task: Task, exc: BaseException, workers: Workers) -> BaseException | None:
+    """Our clearer error for a worker process's fault in building ``task``, or
+    None to re-raise ``exc`` (the source's own error) unchanged.
+
+    >>> from queuetune.prefetch.workers import ThreadWorkers
+    >>> translate(Task(0, 0, reserved=0), KeyError("corrupt"), ThreadWorkers(1, print)) is None
+    True
+    """
+    if isinstance(exc, BrokenProcessPool):
+        return worker_died(task, workers.deaths())
+    if workers.unsendable(exc):
+        return TypeError(
+            f"{describe(task)} could not be sent back from its worker process ({type(exc).__name__}: "
+            f"{exc}): with mode='process' a batch must be picklable; use mode='thread'"
+        )
+    return None
+
+
+def worker_died(task: Task, deaths: list[str]) -> WorkerDied:
+    """The error for a worker process that died while ``task`` was under way;
+    ``deaths``: each dead process as its pid and how it ended.
+
+    >>> print(worker_died(Task(2, 2, reserved=0), ["pid 7, killed by SIGKILL"]))  # doctest: +ELLIPSIS
+    a worker process of the prefetcher died (pid 7, killed by SIGKILL) while batch 2 of the epoch (index 2) was ...
+    """
+    who = "; ".join(deaths) if deaths else "its pid and exit code are unknown"
+    return WorkerDied(
+        f"a worker process of the prefetcher died ({who}) while {describe(task)} was being "
+        "built or queued; the epoch is stopped and its workers are gone (the next for loop "
+        "starts new ones)"
+    )
+
+
+def timed_out(pending: list[Task], timeout: float) -> TimeoutError:
+    """The error for a consumer that waited ``timeout`` seconds for any of ``pending``.
+
+    >>> print(timed_out([Task(1, 1, reserved=0)], 0.5))
+    batch 1 of the epoch (index 1) was not ready within timeout=0.5 s; the epoch is stopped
+    """
+    if len(pending) == 1:
+        what = f"{describe(pending[0])} was"
+    else:
+        what = "none of batches " + ", ".join(str(t.position) for t in pending) + " was"
+    return TimeoutError(f"{what} not ready within timeout={timeout:g} s; the epoch is stopped")
+
+
+def closed(reason: str, delivered: int) -> PrefetcherClosed:
+    """The error for a consumer whose epoch was stopped (for ``reason``) under it.
+
+    >>> print(closed("close() was called", 3))
+    the epoch was stopped while its consumer was reading it (close() was called); 3 batches had been delivered
+    """
+    return PrefetcherClosed(
+        f"the epoch was stopped while its consumer was reading it ({reason}); {delivered} batches had been delivered"
+    )

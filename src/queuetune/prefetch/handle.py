@@ -1,0 +1,355 @@
+"""The prefetcher's handle, :class:`Prefetcher`: its settings, the plan of each
+epoch, and what outlives an epoch (the trace, the sizes of batches seen)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import multiprocessing
+import multiprocessing.context
+import os
+import random
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..frameworks import detect
+from ..frameworks.keras import is_pydataset
+from ..recorder import Recorder
+from ..trace import Trace, TraceMeta
+from ..units import parse_bytes, positive_int
+from . import shm
+from .collate import make_batch
+from .config import BatchSizes, EpochConfig
+from .epoch import Epoch
+from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
+
+MODES = ("thread", "process")
+
+
+class Prefetcher:
+    """Builds batches ahead of the consumer within a budget in bytes.
+
+    ``source`` is indexable (a Keras ``PyDataset``, a torch map-style dataset,
+    anything with ``__getitem__`` and ``__len__``; with ``batch_size`` its items
+    are samples that ``collate_fn`` joins into batches) or a plain iterable (read
+    by one worker thread). Each ``for`` loop over the prefetcher is one epoch:
+    every batch exactly once, in order unless ``ordered=False``, nothing read
+    past the end, nothing carried into the next epoch.
+
+    With ``adaptive=True`` the depth (batches being built or ready) starts at 1,
+    grows while the consumer waits and shrinks when the queue stays full; it
+    never passes ``max_bytes``. With ``adaptive=False`` it is fixed at ``depth``.
+    The bytes of batches built or being built and not yet taken stay within
+    ``max_bytes`` as long as no batch outgrows every batch before it; one that
+    does, and would break the budget, is a :class:`BudgetExceeded` error.
+
+    ``timeout``: seconds the consumer waits for one batch before a ``TimeoutError``
+    naming the batch (the epoch then stops its workers; in thread mode a build
+    that never returns keeps its thread until it does, so use ``mode="process"``
+    for builds that can hang). ``close()`` from another thread wakes a waiting
+    consumer with :class:`PrefetcherClosed`.
+
+    ``multiprocessing_context`` (``mode="process"`` only), as for torch's
+    ``DataLoader``: ``"fork"``, ``"forkserver"``, ``"spawn"`` or a context from
+    ``multiprocessing.get_context``; ``None`` takes Python's default start
+    method (``fork`` on Linux up to Python 3.13, ``forkserver`` from 3.14,
+    ``spawn`` on macOS). With ``forkserver`` and ``spawn`` the source and
+    ``collate_fn`` are pickled to each worker, so they must be defined at a
+    module's top level; ``fork`` copies them. Python keeps one fork server and
+    one resource tracker process per interpreter for these two, started on
+    first use.
+
+    ``trace_epochs``: how many of the latest epochs :meth:`trace` keeps (each
+    batch's record costs a few hundred bytes, which over weeks of epochs would
+    grow without end); ``None`` keeps them all.
+
+    >>> import numpy as np
+    >>> batches = [np.full(1000, i) for i in range(6)]
+    >>> with Prefetcher(batches, max_bytes="1MiB") as p:
+    ...     [int(b[0]) for b in p]
+    [0, 1, 2, 3, 4, 5]
+
+    A consumer that must not wait forever for a stuck source:
+
+    >>> release = threading.Event()
+    >>> class Stuck:
+    ...     def __len__(self): return 3
+    ...     def __getitem__(self, i): release.wait(10) if i == 1 else None; return np.zeros(10)
+    >>> with Prefetcher(Stuck(), max_bytes="1MiB", workers=1, timeout=0.5) as p:
+    ...     for batch in p: pass
+    Traceback (most recent call last):
+    TimeoutError: batch 1 of the epoch (index 1) was not ready within timeout=0.5 s; the epoch is stopped
+    >>> release.set()
+    """
+
+    def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # A framework that reads loaders of its own kind (a Keras PyDataset) gets
+        # the prefetcher in that form.
+        try:
+            form = detect(source).prefetcher_form()
+        except TypeError:  # not iterable: a map-style dataset
+            form = None
+        prefetcher = super().__new__(cls)
+        if cls is not Prefetcher or form is None:
+            return prefetcher
+        Prefetcher.__init__(prefetcher, source, *args, **kwargs)
+        return form(prefetcher)
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        max_bytes: int | str,
+        workers: int = 2,
+        mode: str = "thread",
+        adaptive: bool = True,
+        depth: int | None = None,
+        max_depth: int = 64,
+        ordered: bool = True,
+        batch_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        shuffle: bool = False,
+        seed: int | None = None,
+        drop_last: bool = False,
+        sample_memory: bool = True,
+        timeout: float | None = None,
+        trace_epochs: int | None = 16,
+        multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
+    ) -> None:
+        self.max_bytes = parse_bytes(max_bytes)
+        self.timeout = _check_timeout(timeout)
+        if trace_epochs is not None:
+            trace_epochs = positive_int(trace_epochs, "trace epochs")
+        self.num_workers = positive_int(workers, "workers")
+        if mode not in MODES:
+            raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
+        self.mode = mode
+        self.multiprocessing_context = _check_context(multiprocessing_context, mode)
+        self.adaptive = bool(adaptive)
+        self.max_depth = positive_int(max_depth, "max depth")
+        if depth is None:
+            depth = 1 if adaptive else self.num_workers
+        self.start_depth = positive_int(depth, "depth")
+        if self.start_depth > self.max_depth:
+            raise ValueError(f"depth {depth} is above max_depth {self.max_depth}")
+        self.ordered = bool(ordered)
+        self.batch_size = None if batch_size is None else positive_int(batch_size, "batch size")
+        self.collate_fn = collate_fn
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self._rng = random.Random(seed)
+        self._source = source
+        self._indexable = _indexable(source)
+        if not self._indexable:
+            if source is None or not hasattr(source, "__iter__") or isinstance(source, (str, bytes, dict)):
+                raise TypeError(f"Prefetcher needs an indexable dataset or an iterable, got {type(source).__name__}")
+            if mode == "process":
+                raise ValueError("a plain iterable is read by one thread: use mode='thread'")
+            if self.batch_size is not None:
+                raise ValueError("batch_size needs an indexable source")
+        if collate_fn is not None and self.batch_size is None:
+            raise ValueError("collate_fn needs batch_size")
+        self.recorder = Recorder(
+            TraceMeta(
+                loader="prefetcher",
+                framework="queuetune",
+                type=type(source).__qualname__,
+                settings={
+                    "max_bytes": self.max_bytes,
+                    "workers": self.num_workers,
+                    "mode": mode,
+                    **({"start_method": self._start_method()} if mode == "process" else {}),
+                    "adaptive": self.adaptive,
+                    "ordered": self.ordered,
+                },
+                depth=self.start_depth,
+                match_scope="run",
+            ),
+            processes=mode == "process",
+            sample_memory=sample_memory,
+            keep_runs=trace_epochs,
+        )
+        self.recorder.consumer = "prefetcher"
+        if self._indexable:
+            self.recorder.meta.num_batches = len(self)
+            if self.batch_size is not None:
+                self.recorder.meta.num_samples = _length(source)
+        self._sizes = BatchSizes()
+        self._epoch: Epoch | None = None
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid())
+
+    # --- the epoch ---------------------------------------------------------------------
+
+    @property
+    def source(self) -> Any:
+        """The dataset or iterable the prefetcher reads."""
+        return self._source
+
+    def __len__(self) -> int:
+        if not self._indexable:
+            return len(self._source)
+        count = _length(self._source)
+        if self.batch_size is None:
+            return count
+        return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._closed:
+            raise ValueError("this Prefetcher is closed")
+        self._end_epoch()
+        plan = self._plan() if self._indexable else None
+        epoch = Epoch(self._config(), plan, self._new_workers(), self.recorder, self._sizes)
+        self._epoch = epoch
+        return epoch.run()
+
+    def _end_epoch(self, reason: str = "a new epoch began", wait: bool = True) -> None:
+        if self._epoch is not None:
+            self._epoch.stop(reason, wait=wait)
+            self._epoch = None
+
+    def _plan(self) -> list[Any]:
+        """What each batch of the epoch is made of: a batch index, or sample indices."""
+        count = _length(self._source)
+        order = list(range(count))
+        if self.shuffle:
+            self._rng.shuffle(order)
+        if self.batch_size is None:
+            return order
+        size = self.batch_size
+        groups = [order[i : i + size] for i in range(0, count, size)]
+        if self.drop_last and groups and len(groups[-1]) < size:
+            groups.pop()
+        return groups
+
+    def _config(self) -> EpochConfig:
+        return EpochConfig(
+            max_bytes=self.max_bytes,
+            depth=self.start_depth,
+            max_depth=self.max_depth if self.adaptive else self.start_depth,
+            ordered=self.ordered or not self._indexable,
+            timeout=self.timeout,
+        )
+
+    def _new_workers(self) -> Workers:
+        """This epoch's workers, started now (see :func:`.workers._start_workers` for why)."""
+        channel = self.recorder.channel
+        if not self._indexable:
+            return ThreadWorkers(1, Pull(iter(self._source), channel))
+        if self.mode == "process":
+            context = self.multiprocessing_context or multiprocessing.get_context()
+            return ProcessWorkers(self.num_workers, self._source, self.batch_size, self.collate_fn, channel, context)
+        return ThreadWorkers(
+            self.num_workers, functools.partial(build, self._source, self.batch_size, self.collate_fn, channel)
+        )
+
+    def _start_method(self) -> str:
+        """How worker processes start: the given context's method, or Python's default."""
+        context = self.multiprocessing_context or multiprocessing.get_context()
+        return context.get_start_method()
+
+    def build_now(self, index: int) -> Any:
+        """Build batch ``index`` (of the unshuffled order) in the calling thread."""
+        if not self._indexable:
+            raise TypeError("a plain iterable has no batch index")
+        if self.batch_size is None:
+            return self._source[index]
+        start = index * self.batch_size
+        stop = min(start + self.batch_size, _length(self._source))
+        return make_batch(self._source, list(range(start, stop)), self.batch_size, self.collate_fn)
+
+    # --- the handle ----------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """The current depth: batches allowed to be being built or ready."""
+        epoch = self._epoch
+        return epoch.depth if epoch is not None else self.start_depth
+
+    def trace(self) -> Trace:
+        """What was recorded: batches built and taken, and every depth decision."""
+        return self.recorder.trace()
+
+    def report(self) -> Any:
+        """The probe's report of everything recorded so far."""
+        from ..analysis import analyze
+
+        return analyze(self.trace())
+
+    def close(self) -> None:
+        """Stop the workers of the current epoch and the helper threads (idempotent).
+
+        Called from another thread while the consumer waits for a batch, it wakes
+        the consumer with :class:`PrefetcherClosed` at once; a build still running
+        in a worker thread finishes in the background and is dropped.
+        """
+        self._closed = True
+        epoch = self._epoch
+        if epoch is not None:
+            epoch.on_leave = self._finalizer
+        elsewhere = epoch is not None and epoch.consumer not in (None, threading.get_ident())
+        self._end_epoch("close() was called", wait=not elsewhere)
+        if not (elsewhere and epoch.running):  # type: ignore[union-attr]
+            self._finalizer()
+        # else the consumer, woken, closes the recorder as it leaves the epoch
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_context(value: Any, mode: str) -> multiprocessing.context.BaseContext | None:
+    if value is None:
+        return None
+    if mode != "process":
+        raise ValueError("multiprocessing_context needs mode='process': thread mode starts no process")
+    if isinstance(value, str):
+        methods = multiprocessing.get_all_start_methods()
+        if value not in methods:
+            raise ValueError(
+                f"multiprocessing_context must be one of {', '.join(map(repr, methods))} "
+                f"or a multiprocessing context, got {value!r}"
+            )
+        return multiprocessing.get_context(value)
+    if isinstance(value, multiprocessing.context.BaseContext):
+        return value
+    raise TypeError(
+        f"multiprocessing_context must be a start method name or a multiprocessing context, got {type(value).__name__}"
+    )
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _close_all(recorder: Recorder, pid: int) -> None:
+    recorder.close()
+    if os.getpid() == pid and shm.available():
+        shm.sweep(pid)
+
+
+def _indexable(source: Any) -> bool:
+    if not hasattr(source, "__getitem__") or isinstance(source, (str, bytes, dict)):
+        return False
+    try:
+        _length(source)
+    except TypeError:
+        return False
+    return True
+
+
+def _length(source: Any) -> int:
+    count = getattr(source, "num_batches", None) if is_pydataset(source) else None
+    if count is None:
+        count = len(source)
+    return int(count)

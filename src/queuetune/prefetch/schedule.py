@@ -1,0 +1,258 @@
+"""One epoch's batches under way: which to start next within the depth and the
+byte budget, the account of their bytes, and what the consumer's requests see."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import statistics
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..recorder import clock
+from ..units import format_bytes
+from .adaptive import DepthController
+from .config import STEP_WINDOW, BatchSizes, EpochConfig
+from .errors import BudgetExceeded
+from .workers import END, Workers
+
+
+@dataclass
+class Task:
+    """One batch of the epoch: its position, what it is made of (a batch index,
+    sample indices, or None for a plain iterable's next item), the bytes reserved
+    for it, then its build and its size once built.
+
+    >>> Task(3, [6, 7], reserved=100).key
+    (6, 7)
+    """
+
+    position: int
+    indices: Any
+    reserved: int
+    future: cf.Future | None = None
+    submitted_at: float = 0.0
+    size: int | None = None
+    taken: bool = False
+    # Set once the build's outcome is in the account, whatever it was.
+    accounted: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def key(self) -> Any:
+        """What the batch is matched by in the trace (its indices, hashable)."""
+        if self.indices is None:
+            return None
+        return tuple(self.indices) if isinstance(self.indices, list) else self.indices
+
+
+@dataclass
+class Seen:
+    """What a request found: the next batch not ready, the queue full, a worker
+    idle for the lack of depth, the deepest depth the byte budget allows (as many
+    of the largest batch so far as fit).
+
+    >>> Seen(waited=True, full=False, can_grow=True, limit=8).limit
+    8
+    """
+
+    waited: bool
+    full: bool
+    can_grow: bool
+    limit: int | None
+
+
+class Schedule:
+    """The batches of one epoch under way, within the depth and a budget in bytes.
+
+    Before a batch is started, room for it is reserved in the budget: the largest
+    batch seen so far (``sizes``, kept across epochs); until a size is known the
+    first batch is built alone to learn it. When a batch is built, its
+    reservation becomes its real size; when the consumer takes it, its bytes
+    leave the budget. So the bytes of batches built or being built and not yet
+    taken stay within ``max_bytes`` as long as no batch outgrows every batch
+    before it; one that does, and would break the budget, is a
+    :class:`.BudgetExceeded` kept in ``error`` for the consumer.
+
+    ``plan``: what each batch is made of, or None for a plain iterable (read
+    until its workers return :data:`.END`). The state is read and changed with
+    ``lock`` held, by the consumer and by the callbacks of finished builds.
+
+    >>> from queuetune.prefetch.workers import ThreadWorkers
+    >>> release = threading.Event()
+    >>> def make(i):
+    ...     return bytes(300) if i == 0 or release.wait(5) else None
+    >>> config = EpochConfig(max_bytes=1000, depth=4, max_depth=4, ordered=True, timeout=None)
+    >>> schedule = Schedule(config, [0, 1, 2, 3], ThreadWorkers(2, make), BatchSizes())
+    >>> with schedule.lock:
+    ...     schedule.fill()
+    >>> schedule.tasks[0].accounted.wait(5)
+    True
+    >>> sorted(schedule.tasks), schedule.held, schedule.reserved  # 300 built, 2 x 300 reserved
+    ([0, 1, 2], 300, 600)
+    >>> schedule.stopped = True; release.set(); schedule.workers.shutdown(wait=True, unclaimed=[])
+    """
+
+    def __init__(self, config: EpochConfig, plan: list[Any] | None, workers: Workers, sizes: BatchSizes) -> None:
+        self.config = config
+        self.workers = workers
+        self.sizes = sizes
+        # Re-entrant: a future that is already done runs its callback at once,
+        # in the thread that adds it, which holds the lock.
+        self.lock = threading.RLock()
+        self.controller = DepthController(depth=config.depth, max_depth=config.max_depth)
+        self.plan = plan
+        self.total: int | None = None if plan is None else len(plan)
+        self.tasks: dict[int, Task] = {}
+        self.submitted = 0
+        self.delivered = 0
+        # Batches built and not taken, and their bytes; bytes reserved for batches being built.
+        self.ready = 0
+        self.held = 0
+        self.reserved = 0
+        # Seconds from submitting a batch to its being built, of the latest batches.
+        self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.exhausted = False
+
+    # --- starting batches ----------------------------------------------------------------
+
+    def fill(self) -> None:
+        """Start batches while the depth and the byte budget allow."""
+        while self._can_start():
+            position = self.submitted
+            indices = self.plan[position] if self.plan is not None else None
+            task = Task(position, indices, self.sizes.largest, submitted_at=clock())
+            self.tasks[position] = task
+            self.reserved += task.reserved
+            self.submitted += 1
+            self._submit(task)
+
+    def _can_start(self) -> bool:
+        if self.stopped or self.error is not None or self.exhausted:
+            return False
+        if self.total is not None and self.submitted >= self.total:
+            return False
+        outstanding = self.submitted - self.delivered
+        if outstanding >= self.controller.depth:
+            return False
+        if not self.sizes.known:  # nothing built yet: learn the size from one batch
+            return outstanding == 0
+        return self.held + self.reserved + self.sizes.largest <= self.config.max_bytes
+
+    def _submit(self, task: Task) -> None:
+        task.future = self.workers.submit(task.indices)
+        task.future.add_done_callback(functools.partial(self._built, task))
+
+    # --- the byte account ----------------------------------------------------------------
+
+    def _built(self, task: Task, future: cf.Future) -> None:
+        try:
+            self._account(task, future)
+        finally:
+            task.accounted.set()
+
+    def _account(self, task: Task, future: cf.Future) -> None:
+        with self.lock:
+            self.reserved -= task.reserved
+            if future.cancelled():
+                return
+            if future.exception() is not None:
+                return
+            batch = future.result()
+            if batch is END:
+                self.exhausted = True
+                task.size = 0
+                return
+            self.builds.append(clock() - task.submitted_at)
+            if self.stopped:
+                self.workers.discard(batch)
+                return
+            size = self.workers.size(batch)
+            task.size = size
+            self.held += size
+            self.ready += 1
+            if self.error is None:  # the first fault is the one to report
+                self.error = self._budget_fault(task, size)
+            self.sizes.learn(size)
+            self.fill()
+
+    def _budget_fault(self, task: Task, size: int) -> BudgetExceeded | None:
+        """The error if the batch just built breaks the budget (before ``sizes`` takes it in)."""
+        max_bytes = self.config.max_bytes
+        if size > max_bytes:
+            return BudgetExceeded(
+                f"a batch of {format_bytes(size)} ({size} bytes) does not fit in max_bytes="
+                f"{format_bytes(max_bytes)} ({max_bytes} bytes)"
+            )
+        if self.held + self.reserved > max_bytes:
+            return BudgetExceeded(
+                f"batch {task.position} is {format_bytes(size)}, larger than any before "
+                f"({format_bytes(self.sizes.largest)}): with it, {format_bytes(self.held + self.reserved)} "
+                f"would be in flight, over max_bytes={format_bytes(max_bytes)}"
+            )
+        return None
+
+    def hand_over(self, task: Task, batch: Any) -> Any:
+        """Take ``task``'s built batch out of the account as the consumer gets it;
+        return the batch as the consumer gets it."""
+        task.taken = True
+        del self.tasks[task.position]
+        if batch is END:
+            return END
+        self.delivered += 1
+        self.ready -= 1
+        self.held -= task.size or 0
+        # Under the lock: a stop() from another thread sweeps the files.
+        return self.workers.adopt(batch)
+
+    def clear(self) -> None:
+        """Forget every batch (the epoch is stopped and its workers are gone)."""
+        self.tasks.clear()
+        self.held = self.reserved = self.ready = 0
+
+    # --- what the consumer's requests see ------------------------------------------------
+
+    def next_up(self) -> list[Task]:
+        """The batches one of which the consumer takes next: the next in order, or
+        with ``ordered=False`` every one started and not taken."""
+        if self.config.ordered:
+            task = self.tasks.get(self.delivered)
+            return [] if task is None else [task]
+        return [t for t in self.tasks.values() if not t.taken]
+
+    def seen(self, waited: bool) -> Seen:
+        """What a request finds, for the depth controller; ``waited``: the batch it
+        takes is not built yet."""
+        # Depth helps only while a worker sits idle for the lack of it, not
+        # for the lack of batches left to start (the epoch's end).
+        building = len([t for t in self.tasks.values() if t.future is not None and not t.future.done()])
+        left = not self.exhausted and (self.total is None or self.submitted < self.total)
+        largest = self.sizes.largest
+        return Seen(
+            waited=waited,
+            full=self.ready >= self.controller.depth,
+            can_grow=building < self.workers.count and left,
+            # Before the first batch is built its size is unknown: no deeper yet.
+            limit=self.config.max_bytes // largest if largest else (None if self.sizes.known else 1),
+        )
+
+    def stalled(self, step: float | None) -> bool:
+        """Whether the batch just handed over was a stall that more depth can cover.
+
+        It alone held up the ones behind it: in order, with every batch behind
+        it (if any) already built (a stall, not a depth too small for the load). And the
+        other workers outpace the consumer (typical build < (workers - 1) x
+        ``step``, the consumer's typical step), so batches can pile up behind the
+        next stall; otherwise the queue never fills and more depth is memory the
+        workers cannot use (a plain iterable's one worker never outpaces it). Out
+        of order, the others are handed over meanwhile: a wait says nothing.
+        """
+        if not self.config.ordered or step is None or not self.builds:
+            return False
+        if statistics.median(self.builds) >= (self.workers.count - 1) * step:
+            return False
+        behind = [t for t in self.tasks.values() if not t.taken]
+        return all(t.future.done() for t in behind)  # type: ignore[union-attr]

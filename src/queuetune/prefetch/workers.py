@@ -1,0 +1,343 @@
+"""The workers that build a prefetcher's batches, behind one interface: threads of
+this process (:class:`ThreadWorkers`) or worker processes whose arrays come back
+through /dev/shm (:class:`ProcessWorkers`)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing.context
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..nbytes import nbytes
+from ..recorder import Channel, built_here, clock
+from . import shm
+from .collate import make_batch
+
+# Seconds between checks that the worker processes are alive, while the consumer waits.
+LIVENESS = 0.5
+
+
+class _EndMarker:
+    def __repr__(self) -> str:
+        return "<end of iterable>"
+
+
+#: What a plain iterable's worker returns once the iterable is exhausted.
+END = _EndMarker()
+
+
+class Workers(Protocol):
+    """What an epoch needs of its workers, whether threads or processes.
+
+    ``count``: batches built at once. ``poll``: seconds between liveness checks
+    (:meth:`dead`) while the consumer waits; None when there is nothing to check.
+
+    >>> workers: Workers = ThreadWorkers(1, str)
+    >>> workers.count, workers.poll
+    (1, None)
+    """
+
+    count: int
+    poll: float | None
+
+    def submit(self, indices: Any) -> cf.Future:
+        """Start building the batch made of ``indices``."""
+        ...
+
+    def size(self, batch: Any) -> int:
+        """Bytes of a built batch as it arrives from a worker."""
+        ...
+
+    def adopt(self, batch: Any) -> Any:
+        """The built batch as the consumer gets it."""
+        ...
+
+    def discard(self, batch: Any) -> None:
+        """Let go of a built batch that will never be handed over."""
+        ...
+
+    def dead(self) -> bool:
+        """Whether a worker process has exited."""
+        ...
+
+    def deaths(self) -> list[str]:
+        """The worker processes that died, each as its pid and how it ended."""
+        ...
+
+    def unsendable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says a built batch could not be sent back from its worker (not picklable)."""
+        ...
+
+    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
+        """Stop the workers; then let go of what ``unclaimed`` built (never to be handed over)."""
+        ...
+
+
+class ThreadWorkers:
+    """``count`` threads of this process, each building with ``build(indices)``.
+
+    >>> workers = ThreadWorkers(2, lambda indices: indices * 10)
+    >>> batch = workers.submit(4).result()
+    >>> batch, workers.size(batch), workers.adopt(batch)
+    (40, 0, 40)
+    >>> workers.shutdown(wait=True, unclaimed=[])
+    """
+
+    poll: float | None = None
+
+    def __init__(self, count: int, build: Callable[[Any], Any]) -> None:
+        self.count = count
+        self._build = build
+        self._pool = cf.ThreadPoolExecutor(count, thread_name_prefix="queuetune-prefetch")
+
+    def submit(self, indices: Any) -> cf.Future:
+        return self._pool.submit(self._build, indices)
+
+    def size(self, batch: Any) -> int:
+        return nbytes(batch)
+
+    def adopt(self, batch: Any) -> Any:
+        return batch
+
+    def discard(self, batch: Any) -> None:
+        pass
+
+    def dead(self) -> bool:
+        return False
+
+    def deaths(self) -> list[str]:
+        return []
+
+    def unsendable(self, exc: BaseException) -> bool:
+        return False
+
+    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
+        """Stop the threads; ``wait=False``: builds still running finish in the background."""
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+
+class ProcessWorkers:
+    """``count`` worker processes, started at once, each building batches of
+    ``source`` (see :func:`_start_workers` for why at once). A batch's large
+    arrays come back as descriptors of shared memory (:mod:`.shm`), adopted as
+    arrays when the consumer gets them.
+
+    >>> import multiprocessing
+    >>> from queuetune.recorder import Channel
+    >>> source = [np.full(100_000, i) for i in range(3)]
+    >>> channel = Channel(list().append, processes=True)
+    >>> workers = ProcessWorkers(1, source, None, None, channel, multiprocessing.get_context())
+    >>> sent = workers.submit(2).result()
+    >>> type(sent).__name__, workers.size(sent), int(workers.adopt(sent)[0])
+    ('SharedArray', 800000, 2)
+    >>> workers.shutdown(wait=True, unclaimed=[]); channel.close()
+    """
+
+    poll: float | None = LIVENESS
+
+    def __init__(
+        self,
+        count: int,
+        source: Any,
+        batch_size: int | None,
+        collate_fn: Callable | None,
+        channel: Channel,
+        context: multiprocessing.context.BaseContext,
+    ) -> None:
+        self.count = count
+        # The worker processes, kept to name the one that died.
+        self._processes: dict[int, Any] = {}
+        self._pool = cf.ProcessPoolExecutor(
+            count,
+            mp_context=context,
+            initializer=_init_process,
+            initargs=(source, batch_size, collate_fn, channel, os.getpid()),
+        )
+        try:
+            with channel.reader_paused():
+                _start_workers(self._pool, count)
+        except (TypeError, AttributeError, pickle.PicklingError) as exc:
+            _shutdown(self._pool)
+            method = context.get_start_method()
+            raise TypeError(
+                f"the source or collate_fn could not be sent to a worker process started with {method!r} "
+                f"({type(exc).__name__}: {exc}): with 'spawn' or 'forkserver' they must be picklable "
+                "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
+            ) from exc
+
+    def submit(self, indices: Any) -> cf.Future:
+        try:
+            future = self._pool.submit(_build_in_process, indices)
+        except BrokenProcessPool as exc:  # a worker died: this batch fails like the others
+            future = cf.Future()
+            future.set_exception(exc)
+        self._processes.update(getattr(self._pool, "_processes", None) or {})
+        return future
+
+    def size(self, batch: Any) -> int:
+        return _shared_size(batch)
+
+    def adopt(self, batch: Any) -> Any:
+        return shm.adopt(batch)
+
+    def discard(self, batch: Any) -> None:
+        shm.discard(batch)
+
+    def dead(self) -> bool:
+        return any(process.exitcode is not None for process in list(self._processes.values()))
+
+    def deaths(self) -> list[str]:
+        dead = []
+        for pid, process in list(self._processes.items()):
+            process.join(timeout=1)
+            code = process.exitcode
+            # The pool's thread may be reaping it at this moment: then the code comes a moment later.
+            for _ in range(100):
+                if code is not None:
+                    break
+                time.sleep(0.01)
+                code = process.exitcode
+            if code is None or code == 0 or code == -signal.SIGTERM:  # the pool's own shutdown
+                continue
+            if code < 0:
+                try:
+                    how = f"killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"killed by signal {-code}"
+            else:
+                how = f"exit code {code}"
+            dead.append(f"pid {pid}, {how}")
+        return dead
+
+    def unsendable(self, exc: BaseException) -> bool:
+        return "in _sendback_result" in str(exc.__cause__ or "")
+
+    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
+        """Stop the processes and wait for them (whatever ``wait`` says), then
+        remove the shared memory of every batch not handed over."""
+        _shutdown(self._pool)
+        for future in unclaimed:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                shm.discard(future.result())
+        shm.sweep(os.getpid())
+
+
+class Pull:
+    """Builds a plain iterable's batches: its next item each call, :data:`END` after
+    the last (one worker thread calls it, so the items come in order).
+
+    >>> from queuetune.recorder import Channel
+    >>> pull = Pull(iter("ab"), Channel(list().append, processes=False))
+    >>> pull(None), pull(None), pull(None)
+    ('a', 'b', <end of iterable>)
+    """
+
+    def __init__(self, iterator: Iterator[Any], channel: Channel) -> None:
+        self._iterator = iterator
+        self._channel = channel
+        self._lock = threading.Lock()
+
+    def __call__(self, indices: None) -> Any:
+        with self._lock:
+            start = clock()
+            try:
+                batch = next(self._iterator)
+            except StopIteration:
+                return END
+            _emit(self._channel, start, batch, None)
+            return batch
+
+
+def build(source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, indices: Any) -> Any:
+    """Make the batch of ``source`` at ``indices`` (see :func:`.make_batch`) and record it to ``channel``.
+
+    >>> from queuetune.recorder import Channel
+    >>> records = []
+    >>> build(["x", "y"], None, None, Channel(records.append, processes=False), 1), records[0].batch_index
+    ('y', 1)
+    """
+    start = clock()
+    batch = make_batch(source, indices, batch_size, collate_fn)
+    _emit(channel, start, batch, indices)
+    return batch
+
+
+def _emit(channel: Channel, start: float, batch: Any, indices: Any) -> None:
+    key = None if indices is None else (tuple(indices) if isinstance(indices, list) else indices)
+    index = indices if isinstance(indices, int) else None
+    channel.emit(built_here(start, clock(), nbytes(batch), index, key))
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_process(
+    source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, owner: int
+) -> None:
+    _WORKER.update(source=source, batch_size=batch_size, collate_fn=collate_fn, channel=channel, owner=owner)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        # As torch's own DataLoader workers do: a forked child that uses the intra-op
+        # thread pool the parent already started hangs.
+        torch.set_num_threads(1)
+
+
+def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:
+    """Start the pool's worker processes now, while no thread of queuetune's runs.
+
+    A forked child gets a copy of every lock in the parent as it stood at the
+    fork, and a lock that another thread held then stays held in the child for
+    ever. So the workers are forked here, as the epoch is created, in the
+    consumer's own thread: before the epoch's lock is first taken, before any
+    build is submitted (so no callback of ours runs), before the recorder's
+    memory sampler starts (it runs from the epoch's first batch), with the
+    previous epoch's pool shut down and the recorder's pipe reader paused by
+    the caller. No thread of queuetune's is alive at the fork, and the child
+    writes its records with a bare ``os.write``, taking no lock. The pool forks
+    every worker at its first submit (``fork``); with ``spawn`` and
+    ``forkserver`` nothing is forked from this process, and each submit starts
+    one more worker.
+    """
+    for _ in range(workers):
+        pool.submit(os.getpid)
+
+
+def _build_in_process(indices: Any) -> Any:
+    w = _WORKER
+    batch = build(w["source"], w["batch_size"], w["collate_fn"], w["channel"], indices)
+    return shm.export(batch, w["owner"])
+
+
+def _shared_size(batch: Any) -> int:
+    """Bytes of a batch as a worker process sent it (descriptors counted at full size)."""
+    if isinstance(batch, shm.SharedArray):
+        count = 1
+        for dim in batch.shape:
+            count *= dim
+        return count * np.dtype(batch.dtype).itemsize
+    if isinstance(batch, (tuple, list)):
+        return sum(_shared_size(item) for item in batch)
+    if isinstance(batch, dict):
+        return sum(_shared_size(item) for item in batch.values())
+    return nbytes(batch)
+
+
+def _shutdown(pool: cf.ProcessPoolExecutor) -> None:
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+    pool.shutdown(wait=True)
