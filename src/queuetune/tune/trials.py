@@ -6,6 +6,7 @@ from typing import Any
 
 from ..analysis import Report, analyze
 from ..frameworks import Framework, get
+from ..frameworks.keras import run_model
 from ..nbytes import nbytes
 from ..prefetch import read_ahead
 from ..probe import Probe, probe_of, watch
@@ -70,15 +71,7 @@ def run_trial(
 
 def _consume(job: Job, framework: Framework, watched: Any, probe: Probe, steps: int) -> None:
     if job.model is not None:
-        kwargs = dict(job.kwargs)
-        callbacks = list(kwargs.pop("callbacks", []))
-        kwargs.setdefault("verbose", 0)
-        if job.method == "fit":
-            kwargs.update(epochs=1, steps_per_epoch=steps)
-        else:
-            kwargs["steps"] = steps
-        method = getattr(job.model, job.method)
-        method(watched, callbacks=[*callbacks, probe.keras_callback(print_report=False)], **kwargs)
+        run_model(job.model, job.method, watched, job.kwargs, probe.keras_callback(print_report=False), steps)
         return
     iterator = framework.batches(watched, job)
     try:

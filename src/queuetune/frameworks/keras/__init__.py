@@ -33,6 +33,26 @@ def is_keras_model(obj: Any) -> bool:
     return has_base(obj, "Model", "keras") or has_base(obj, "Layer", "keras")
 
 
+def run_model(model: Any, method: str, loader: Any, kwargs: dict[str, Any], callback: Any, steps: int) -> None:
+    """Let a Keras model's ``method`` ("fit", "predict" or "evaluate") take ``steps``
+    batches of ``loader``, with ``callback`` after the job's own callbacks (one epoch
+    of ``steps`` for ``fit``).
+
+    >>> class Model:
+    ...     def predict(self, x, callbacks, **kwargs): print(len(callbacks), kwargs)
+    >>> run_model(Model(), "predict", [], {"callbacks": ["mine"]}, "probe's", 5)
+    2 {'verbose': 0, 'steps': 5}
+    """
+    kwargs = dict(kwargs)
+    callbacks = list(kwargs.pop("callbacks", []))
+    kwargs.setdefault("verbose", 0)
+    if method == "fit":
+        kwargs.update(epochs=1, steps_per_epoch=steps)
+    else:
+        kwargs["steps"] = steps
+    getattr(model, method)(loader, callbacks=[*callbacks, callback], **kwargs)
+
+
 @dataclass(frozen=True)
 class Keras(Framework):
     """A ``PyDataset``: an enqueuer exists when ``workers > 1`` or
