@@ -86,7 +86,7 @@ def watch_pydataset(
     meta = dataclasses.replace(
         meta,
         loader="pydataset",
-        framework="keras",
+        framework=framework.name,
         type=type(dataset).__qualname__,
         settings=knobs,
         depth=framework.depth(knobs),

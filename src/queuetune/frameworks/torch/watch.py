@@ -412,7 +412,7 @@ def watch_dataloader(
     meta = dataclasses.replace(
         meta,
         loader="dataloader",
-        framework="torch",
+        framework=framework.name,
         type=type(dataset).__qualname__,
         settings=knobs,
         depth=framework.depth(knobs),
