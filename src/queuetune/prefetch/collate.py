@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..frameworks.torch import collate, is_tensor
+
 
 def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None) -> Any:
     """The batch ``source[indices]``, or with ``batch_size`` the samples at
@@ -33,18 +35,14 @@ def default_collate(items: list[Any]) -> Any:
     import numpy as np
 
     first = items[0]
-    if type(first).__module__.startswith("torch"):
-        from torch.utils.data import default_collate as torch_collate
-
-        return torch_collate(items)
+    if is_tensor(first):
+        return collate(items)
     if isinstance(first, tuple):
         return tuple(default_collate(list(group)) for group in zip(*items))
     if isinstance(first, list):
         return [default_collate(list(group)) for group in zip(*items)]
     if isinstance(first, dict):
         return {key: default_collate([item[key] for item in items]) for key in first}
-    if any(type(item).__module__.startswith("torch") for item in items):
-        from torch.utils.data import default_collate as torch_collate
-
-        return torch_collate(items)
+    if any(is_tensor(item) for item in items):
+        return collate(items)
     return np.stack([np.asarray(item) for item in items])

@@ -9,7 +9,6 @@ import multiprocessing.context
 import os
 import pickle
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -18,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..frameworks.torch import in_worker_process
 from ..nbytes import nbytes
 from ..recorder import Channel, built_here, clock
 from . import shm
@@ -285,11 +285,7 @@ def _init_process(
     source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, owner: int
 ) -> None:
     _WORKER.update(source=source, batch_size=batch_size, collate_fn=collate_fn, channel=channel, owner=owner)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        # As torch's own DataLoader workers do: a forked child that uses the intra-op
-        # thread pool the parent already started hangs.
-        torch.set_num_threads(1)
+    in_worker_process()
 
 
 def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,35 @@ def is_dataloader(obj: Any) -> bool:
     False
     """
     return has_base(obj, "DataLoader", "torch.utils.data")
+
+
+def is_tensor(obj: Any) -> bool:
+    """A torch tensor (or another object of torch's), told without importing torch.
+
+    >>> is_tensor(1.0)
+    False
+    """
+    return type(obj).__module__.startswith("torch")
+
+
+def collate(items: list[Any]) -> Any:
+    """torch's own ``default_collate`` of ``items`` (some of them tensors).
+
+    >>> collate([1, 2]).tolist()
+    [1, 2]
+    """
+    from torch.utils.data import default_collate
+
+    return default_collate(items)
+
+
+def in_worker_process() -> None:
+    """What a worker process does first when torch is loaded, as torch's own
+    DataLoader workers do: one intra-op thread, since a forked child that uses the
+    thread pool its parent already started hangs."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 @dataclass(frozen=True)
