@@ -114,7 +114,7 @@ def test_the_watched_loader_is_a_dataloader_with_the_same_settings():
 def test_without_workers_the_depth_is_zero_and_prefetch_factor_none():
     loader = queuetune.watch(DataLoader(Numbers(), batch_size=8))
     meta = queuetune.probe_of(loader).trace().meta
-    # No read-ahead: the loop builds each batch when it asks (knobs.TORCH agrees).
+    # No read-ahead: the loop builds each batch when it asks (frameworks.TORCH agrees).
     assert meta.depth == 0 and meta.settings["prefetch_factor"] is None
     finish(loader)
 
