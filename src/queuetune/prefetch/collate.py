@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..frameworks.torch import collate, is_tensor
+from .shm import allocate
 
 
 def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None) -> Any:
@@ -25,7 +26,9 @@ def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Ca
 
 def default_collate(items: list[Any]) -> Any:
     """Join samples into a batch: arrays and numbers are stacked, tuples, lists and
-    dicts are joined field by field; torch tensors use torch's own collate.
+    dicts are joined field by field; torch tensors use torch's own collate. In a
+    worker process, large arrays and tensors are stacked straight into shared memory
+    (:func:`.shm.allocate`).
 
     >>> import numpy as np
     >>> x, y = default_collate([(np.zeros(2), 1), (np.ones(2), 0)])
@@ -36,7 +39,7 @@ def default_collate(items: list[Any]) -> Any:
 
     first = items[0]
     if is_tensor(first):
-        return collate(items)
+        return collate(items, allocate)
     if isinstance(first, tuple):
         return tuple(default_collate(list(group)) for group in zip(*items))
     if isinstance(first, list):
@@ -45,4 +48,10 @@ def default_collate(items: list[Any]) -> Any:
         return {key: default_collate([item[key] for item in items]) for key in first}
     if any(is_tensor(item) for item in items):
         return collate(items)
-    return np.stack([np.asarray(item) for item in items])
+    arrays = [np.asarray(item) for item in items]
+    shape, dtype = arrays[0].shape, arrays[0].dtype
+    if all(array.shape == shape and array.dtype == dtype for array in arrays):
+        out = allocate((len(arrays), *shape), dtype)
+        if out is not None:
+            return np.stack(arrays, out=out)
+    return np.stack(arrays)

@@ -1,38 +1,94 @@
-"""Numpy arrays from worker processes without pickling their data.
+"""Arrays and tensors from worker processes through reused shared memory.
 
-A worker writes each array of a batch into its own file in /dev/shm and sends
-back only a small descriptor. The receiving process maps the file, removes its
-name at once (the mapping stays valid), and hands out an array over the mapping:
-no copy, and the memory is freed when the last view of the array goes. Files
-are named with the receiver's pid, so :func:`sweep` removes what a killed
-worker left behind.
+The receiving process keeps a :class:`Pool` of segments: files in /dev/shm, each
+mapped once. With each batch a worker is asked to build, the pool lends it a
+segment as large as the largest batch so far (a :class:`Lease`). The worker maps
+the segment once and keeps it mapped, collates straight into it where it can
+(:func:`allocate`, used by :func:`.collate.default_collate`) or copies the
+batch's large arrays into it, and sends back only descriptors (:class:`Piece`).
+The receiver hands out arrays over its own mapping: no copy, and once a segment
+has been used no new page either. The segment comes back to the pool when the
+last view of its batch is gone; a few spare ones are kept, the rest removed.
+
+Files are named with the receiver's pid, so :func:`sweep` removes what a killed
+worker left behind, and :meth:`Pool.close` removes every name at the epoch's end
+(a mapping stays valid for the views still alive).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import mmap
 import os
+import threading
 import uuid
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..frameworks.torch import as_array, from_array
+from ..nbytes import nbytes
+
 ROOT = Path("/dev/shm")
 _PREFIX = "queuetune-"
 MIN_BYTES = 64 * 1024
+# Offsets of arrays in a segment; segment sizes are whole pages.
+_ALIGN = 64
+_PAGE = mmap.PAGESIZE
+# Spare segments a pool keeps for the next batches; more are removed.
+SPARE = 2
 
 
-class SharedArray:
-    """What a worker sends for one array: where it is, and its shape and dtype."""
+@dataclass(frozen=True)
+class Lease:
+    """What a worker is lent for one batch: a segment (``name`` None: none yet,
+    the size of a batch is not known), how many segments the pool holds (the
+    worker keeps no more mapped), and the segments the pool removed lately (the
+    worker lets go of its mappings of them)."""
 
-    __slots__ = ("dtype", "path", "shape")
+    name: str | None
+    size: int
+    keep: int
+    prefix: str
+    dropped: tuple[str, ...] = ()
 
-    def __init__(self, path: str, shape: tuple[int, ...], dtype: str) -> None:
-        self.path, self.shape, self.dtype = path, shape, dtype
+
+class Piece:
+    """One array of a batch in a segment: where it is, its shape and dtype, and
+    whether it was a torch tensor."""
+
+    __slots__ = ("dtype", "kind", "name", "offset", "shape")
+
+    def __init__(self, name: str, offset: int, shape: tuple[int, ...], dtype: str, kind: str) -> None:
+        self.name, self.offset, self.shape, self.dtype, self.kind = name, offset, shape, dtype, kind
 
     def __reduce__(self) -> tuple:
-        return (SharedArray, (self.path, self.shape, self.dtype))
+        return (Piece, (self.name, self.offset, self.shape, self.dtype, self.kind))
+
+
+class Shipped:
+    """A batch as a worker sends it: its large arrays replaced by pieces; the
+    segment it was lent, the segments it made (name and size), and its bytes."""
+
+    __slots__ = ("batch", "lent", "made", "nbytes")
+
+    def __init__(self, batch: Any, lent: str | None, made: dict[str, int], nbytes: int) -> None:
+        self.batch, self.lent, self.made, self.nbytes = batch, lent, made, nbytes
+
+    def __reduce__(self) -> tuple:
+        return (Shipped, (self.batch, self.lent, self.made, self.nbytes))
+
+    def segments(self) -> set[str]:
+        """The segments the batch's pieces lie in."""
+        names: set[str] = set()
+        _walk(self.batch, lambda piece: names.add(piece.name))
+        return names
 
 
 def available() -> bool:
@@ -40,85 +96,356 @@ def available() -> bool:
     return ROOT.is_dir() and os.access(ROOT, os.W_OK)
 
 
-def export(batch: Any, owner: int) -> Any:
-    """Replace the large numpy arrays in ``batch`` (nested in tuples, lists and
-    dicts) by descriptors of shared-memory copies, for receiver pid ``owner``."""
-    if isinstance(batch, np.ndarray) and batch.nbytes >= MIN_BYTES and not batch.dtype.hasobject:
-        return _write(batch, owner)
-    if isinstance(batch, tuple):
-        return tuple(export(item, owner) for item in batch)
-    if isinstance(batch, list):
-        return [export(item, owner) for item in batch]
-    if isinstance(batch, dict):
-        return {key: export(value, owner) for key, value in batch.items()}
-    return batch
-
-
-def adopt(batch: Any) -> Any:
-    """Turn descriptors back into arrays mapped from shared memory (in the receiver).
-
-    >>> import os
-    >>> a = np.arange(20000, dtype="float64")
-    >>> b = adopt(export((a, 3), os.getpid()))
-    >>> bool((b[0] == a).all()), b[1]
-    (True, 3)
-    """
-    if isinstance(batch, SharedArray):
-        return _read(batch)
-    if isinstance(batch, tuple):
-        return tuple(adopt(item) for item in batch)
-    if isinstance(batch, list):
-        return [adopt(item) for item in batch]
-    if isinstance(batch, dict):
-        return {key: adopt(value) for key, value in batch.items()}
-    return batch
-
-
-def discard(batch: Any) -> None:
-    """Remove the files of descriptors that will never be adopted."""
-    if isinstance(batch, SharedArray):
-        _unlink(batch.path)
-    elif isinstance(batch, (tuple, list)):
-        for item in batch:
-            discard(item)
-    elif isinstance(batch, dict):
-        for value in batch.values():
-            discard(value)
-
-
 def sweep(owner: int) -> int:
     """Remove every file left for receiver ``owner``; return how many."""
+    return _sweep(f"{_PREFIX}{owner}-")
+
+
+def _sweep(prefix: str) -> int:
     count = 0
-    for path in ROOT.glob(f"{_PREFIX}{owner}-*"):
+    for path in ROOT.glob(f"{prefix}*"):
         _unlink(str(path))
         count += 1
     return count
 
 
-def _write(array: np.ndarray, owner: int) -> SharedArray:
-    path = str(ROOT / f"{_PREFIX}{owner}-{uuid.uuid4().hex}")
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    try:
-        os.ftruncate(fd, max(array.nbytes, 1))
-        with mmap.mmap(fd, max(array.nbytes, 1)) as mapped:
-            np.ndarray(array.shape, array.dtype, buffer=mapped)[...] = array
-    except BaseException:
-        os.close(fd)
-        _unlink(path)
-        raise
-    os.close(fd)
-    return SharedArray(path, array.shape, array.dtype.str)
+# --- in the receiver ---------------------------------------------------------------------
 
 
-def _read(shared: SharedArray) -> np.ndarray:
-    fd = os.open(shared.path, os.O_RDWR)
+class Pool:
+    """The receiver's segments: lent to builds, holding batches, or spare.
+
+    >>> pool = Pool(os.getpid())
+    >>> lease = pool.lend(100_000)
+    >>> shipped = ship((np.arange(20_000.0), 3), lease)
+    >>> pool.settle(shipped, lease)
+    >>> x, y = pool.open(shipped)
+    >>> bool((x == np.arange(20_000.0)).all()), y, pool.held()
+    (True, 3, 1)
+    >>> del x; pool.held(), pool.lend(100_000).name == lease.name  # its segment is lent again
+    (0, True)
+    >>> pool.close()
+    """
+
+    def __init__(self, owner: int, spare: int = SPARE) -> None:
+        # Each pool's own names: closing one removes no other's files.
+        self.prefix = f"{_PREFIX}{owner}-{uuid.uuid4().hex[:8]}-"
+        self.spare = spare
+        self._lock = threading.Lock()
+        self._maps: dict[str, mmap.mmap] = {}
+        self._free: list[str] = []
+        # Segments whose batch is gone, appended by finalizers (in any thread, at
+        # any moment, so never under the lock) and taken in by the next lend.
+        self._back: deque[str] = deque()
+        self._dropped: deque[str] = deque(maxlen=64)
+        self._closed = False
+
+    def lend(self, reserve: int) -> Lease:
+        """A segment of at least ``reserve`` bytes for the next build (none while ``reserve`` is 0)."""
+        with self._lock:
+            self._take_back()
+            name = None
+            if reserve > 0 and not self._closed:
+                fitting = [n for n in self._free if len(self._maps[n]) >= reserve]
+                if fitting:
+                    name = min(fitting, key=lambda n: len(self._maps[n]))
+                    self._free.remove(name)
+                else:
+                    name = self._create(_round(reserve))
+            size = len(self._maps[name]) if name else 0
+            return Lease(name, size, len(self._maps) + 1, self.prefix, tuple(self._dropped))
+
+    def settle(self, shipped: Shipped | None, lease: Lease) -> None:
+        """After a build (``shipped`` None: it failed): map the segments the worker
+        made; the lent segment comes back at once if the batch is not in it."""
+        with self._lock:
+            if shipped is not None:
+                for name, size in shipped.made.items():
+                    self._adopt(name, size)
+            used = shipped.segments() if shipped is not None else set()
+        if lease.name is not None and lease.name not in used:
+            self._back.append(lease.name)
+
+    def open(self, shipped: Shipped) -> Any:
+        """The batch with arrays (and tensors) over the segments; each segment
+        comes back when the last view into it is gone."""
+        holders: dict[str, Any] = {}
+
+        def view(piece: Any) -> Any:
+            if not isinstance(piece, Piece):
+                return piece
+            holder = holders.get(piece.name)
+            if holder is None:
+                with self._lock:
+                    mapped = self._maps.get(piece.name)
+                if mapped is None:  # a segment made by a worker that this pool has not seen
+                    mapped = _map(piece.name)
+                holder = (ctypes.c_char * len(mapped)).from_buffer(mapped)
+                weakref.finalize(holder, self._back.append, piece.name)
+                holders[piece.name] = holder
+            # The holder is the arrays' base: its finalizer runs once the last view is gone.
+            array = np.ndarray(piece.shape, np.dtype(piece.dtype), buffer=memoryview(holder), offset=piece.offset)
+            return from_array(array) if piece.kind == "torch" else array
+
+        return _replace(shipped.batch, view)
+
+    def discard(self, shipped: Shipped) -> None:
+        """Take back the segments of a batch that will never be opened."""
+        self._back.extend(shipped.segments())
+
+    def held(self) -> int:
+        """Segments neither spare nor lent: holding batches."""
+        with self._lock:
+            self._take_back()
+            return len(self._maps) - len(self._free)
+
+    def close(self) -> None:
+        """Remove every segment's name (those of builds never settled too); views
+        still alive keep their memory until they go."""
+        with self._lock:
+            self._closed = True
+            self._maps.clear()
+            self._free.clear()
+        _sweep(self.prefix)
+
+    def _take_back(self) -> None:
+        while self._back:
+            name = self._back.popleft()
+            if name in self._maps and name not in self._free:
+                self._free.append(name)
+        while len(self._free) > self.spare:
+            name = min(self._free, key=lambda n: len(self._maps[n]))
+            self._free.remove(name)
+            del self._maps[name]  # unmapped once no view is left
+            _unlink(str(ROOT / name))
+            self._dropped.append(name)
+
+    def _create(self, size: int) -> str:
+        name = f"{self.prefix}{uuid.uuid4().hex}"
+        fd = os.open(ROOT / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._maps[name] = mmap.mmap(fd, size)
+        except BaseException:
+            _unlink(str(ROOT / name))
+            raise
+        finally:
+            os.close(fd)
+        return name
+
+    def _adopt(self, name: str, size: int) -> None:
+        if name in self._maps or self._closed:
+            return
+        self._maps[name] = _map(name)
+
+
+# --- in a worker process -------------------------------------------------------------------
+
+
+class _Mapped:
+    """A worker's mappings of the pool's segments, the least recently used let go first."""
+
+    def __init__(self) -> None:
+        self.maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+
+    def get(self, name: str) -> mmap.mmap:
+        mapped = self.maps.pop(name, None) or _map(name)
+        self.maps[name] = mapped
+        return mapped
+
+    def add(self, name: str, mapped: mmap.mmap) -> None:
+        self.maps[name] = mapped
+
+    def trim(self, lease: Lease) -> None:
+        for name in lease.dropped:
+            self.maps.pop(name, None)
+        while len(self.maps) > lease.keep:
+            self.maps.popitem(last=False)
+
+
+_MAPPED = _Mapped()
+_ARENA: list[Arena] = []
+
+
+class Arena:
+    """Where one batch's large arrays go in a worker: the lent segment, from its start.
+
+    >>> arena = Arena(Lease(None, 0, 0, "queuetune-test-"))
+    >>> arena.allocate((100_000,), np.float32) is None  # nothing lent
+    True
+    """
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.buffer = _MAPPED.get(lease.name) if lease.name is not None else None
+        self.used = 0
+        # Arrays placed by allocate: data address -> offset.
+        self.placed: dict[int, int] = {}
+        self.made: dict[str, int] = {}
+
+    def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        """An array in the lent segment, or None (too small to share, or no room)."""
+        dtype = np.dtype(dtype)
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset = self._room(size)
+        if offset is None or self.buffer is None:
+            return None
+        array = np.ndarray(shape, dtype, buffer=self.buffer, offset=offset)
+        self.placed[array.ctypes.data] = offset
+        return array
+
+    def ship(self, batch: Any) -> Shipped:
+        """``batch`` with its large arrays in shared memory, as descriptors."""
+        overflow: list[tuple[np.ndarray, Piece]] = []
+
+        def place(obj: Any) -> Any:
+            array, kind = _shareable(obj)
+            if array is None:
+                return obj
+            offset = self._placed_at(array)
+            if offset is None:
+                offset = self._room(array.nbytes)
+                if offset is None or self.buffer is None:
+                    piece = Piece("", 0, array.shape, array.dtype.str, kind)
+                    overflow.append((array, piece))
+                    return piece
+                np.ndarray(array.shape, array.dtype, buffer=self.buffer, offset=offset)[...] = array
+            return Piece(self.lease.name or "", offset, array.shape, array.dtype.str, kind)
+
+        shipped = _replace(batch, place)
+        if overflow:
+            self._spill(overflow)
+        size = _shipped_nbytes(shipped)
+        return Shipped(shipped, self.lease.name, self.made, size)
+
+    def _room(self, size: int) -> int | None:
+        if size < MIN_BYTES:
+            return None
+        offset = -(-self.used // _ALIGN) * _ALIGN
+        if offset + size > self.lease.size:
+            return None
+        self.used = offset + size
+        return offset
+
+    def _placed_at(self, array: np.ndarray) -> int | None:
+        offset = self.placed.get(array.ctypes.data)
+        if offset is None or not array.flags.c_contiguous:
+            return None
+        return offset
+
+    def _spill(self, overflow: list[tuple[np.ndarray, Piece]]) -> None:
+        """One new segment for the arrays that did not fit in the lent one."""
+        offsets, end = [], 0
+        for array, _piece in overflow:
+            start = -(-end // _ALIGN) * _ALIGN
+            offsets.append(start)
+            end = start + array.nbytes
+        name = f"{self.lease.prefix}{uuid.uuid4().hex}"
+        size = _round(end)
+        fd = os.open(ROOT / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mapped = mmap.mmap(fd, size)
+        except BaseException:
+            _unlink(str(ROOT / name))
+            raise
+        finally:
+            os.close(fd)
+        for (array, piece), offset in zip(overflow, offsets):
+            np.ndarray(array.shape, array.dtype, buffer=mapped, offset=offset)[...] = array
+            piece.name, piece.offset = name, offset
+        _MAPPED.add(name, mapped)
+        self.made[name] = size
+
+
+def ship(batch: Any, lease: Lease) -> Shipped:
+    """``batch`` as a worker sends it under ``lease`` (see :class:`Arena`)."""
+    _MAPPED.trim(lease)
+    return Arena(lease).ship(batch)
+
+
+@contextlib.contextmanager
+def building(lease: Lease) -> Iterator[Arena]:
+    """While a worker builds a batch under ``lease``: :func:`allocate` places
+    arrays in its segment; then ship the batch with the arena's :meth:`Arena.ship`."""
+    _MAPPED.trim(lease)
+    _ARENA[:] = [Arena(lease)]
     try:
-        size = os.fstat(fd).st_size
-        mapped = mmap.mmap(fd, size)
+        yield _ARENA[0]
+    finally:
+        _ARENA.clear()
+
+
+def allocate(shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+    """An array in the segment lent for the batch being built in this worker
+    process, or None (none lent, too small to share, or no room): collate into it.
+
+    >>> allocate((1000, 1000), np.float32) is None  # not in a worker
+    True
+    """
+    return _ARENA[0].allocate(shape, dtype) if _ARENA else None
+
+
+# --- both sides ------------------------------------------------------------------------------
+
+
+def _shareable(obj: Any) -> tuple[np.ndarray | None, str]:
+    if type(obj) is np.ndarray:
+        array, kind = obj, "numpy"
+    else:
+        array, kind = as_array(obj), "torch"
+        if array is None:
+            return None, ""
+    if array.nbytes < MIN_BYTES or array.dtype.hasobject:
+        return None, ""
+    return array, kind
+
+
+def _replace(batch: Any, change: Any) -> Any:
+    """``batch`` with each array, tensor or piece replaced by ``change(it)``, through tuples, lists and dicts."""
+    if type(batch) in (tuple, list):
+        return type(batch)(_replace(item, change) for item in batch)
+    if type(batch) is dict:
+        return {key: _replace(value, change) for key, value in batch.items()}
+    return change(batch)
+
+
+def _walk(batch: Any, visit: Any) -> None:
+    if isinstance(batch, Piece):
+        visit(batch)
+    elif type(batch) in (tuple, list):
+        for item in batch:
+            _walk(item, visit)
+    elif type(batch) is dict:
+        for value in batch.values():
+            _walk(value, visit)
+
+
+def _shipped_nbytes(batch: Any) -> int:
+    if isinstance(batch, Piece):
+        count = 1
+        for dim in batch.shape:
+            count *= dim
+        return count * np.dtype(batch.dtype).itemsize
+    if type(batch) in (tuple, list):
+        return sum(_shipped_nbytes(item) for item in batch)
+    if type(batch) is dict:
+        return sum(_shipped_nbytes(value) for value in batch.values())
+    return nbytes(batch)
+
+
+def _map(name: str) -> mmap.mmap:
+    fd = os.open(ROOT / name, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
-        _unlink(shared.path)
-    return np.ndarray(shared.shape, np.dtype(shared.dtype), buffer=mapped)
+
+
+def _round(size: int) -> int:
+    """A segment's size for batches of ``size`` bytes: whole pages, with room for alignment."""
+    size += 16 * _ALIGN
+    return -(-size // _PAGE) * _PAGE
 
 
 def _unlink(path: str) -> None:

@@ -5,6 +5,7 @@ through /dev/shm (:class:`ProcessWorkers`)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import multiprocessing.context
 import os
 import pickle
@@ -14,8 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
-
-import numpy as np
 
 from ..frameworks.torch import in_worker_process
 from ..nbytes import nbytes
@@ -50,8 +49,8 @@ class Workers(Protocol):
     count: int
     poll: float | None
 
-    def submit(self, indices: Any) -> cf.Future:
-        """Start building the batch made of ``indices``."""
+    def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
+        """Start building the batch made of ``indices``, ``reserve`` bytes or less as far as known."""
         ...
 
     def size(self, batch: Any) -> int:
@@ -100,7 +99,7 @@ class ThreadWorkers:
         self._build = build
         self._pool = cf.ThreadPoolExecutor(count, thread_name_prefix="queuetune-prefetch")
 
-    def submit(self, indices: Any) -> cf.Future:
+    def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
         return self._pool.submit(self._build, indices)
 
     def size(self, batch: Any) -> int:
@@ -129,17 +128,19 @@ class ThreadWorkers:
 class ProcessWorkers:
     """``count`` worker processes, started at once, each building batches of
     ``source`` (see :func:`_start_workers` for why at once). A batch's large
-    arrays come back as descriptors of shared memory (:mod:`.shm`), adopted as
-    arrays when the consumer gets them.
+    arrays and tensors are built in (or copied to) a shared-memory segment lent
+    for it from a pool of reused ones, and come back as descriptors (:mod:`.shm`),
+    opened as arrays over the segment when the consumer gets them.
 
     >>> import multiprocessing
+    >>> import numpy as np
     >>> from queuetune.recorder import Channel
     >>> source = [np.full(100_000, i) for i in range(3)]
     >>> channel = Channel(list().append, processes=True)
     >>> workers = ProcessWorkers(1, source, None, None, channel, multiprocessing.get_context())
     >>> sent = workers.submit(2).result()
     >>> type(sent).__name__, workers.size(sent), int(workers.adopt(sent)[0])
-    ('SharedArray', 800000, 2)
+    ('Shipped', 800000, 2)
     >>> workers.shutdown(wait=True, unclaimed=[]); channel.close()
     """
 
@@ -155,6 +156,7 @@ class ProcessWorkers:
         context: multiprocessing.context.BaseContext,
     ) -> None:
         self.count = count
+        self.segments = shm.Pool(os.getpid())
         # The worker processes, kept to name the one that died.
         self._processes: dict[int, Any] = {}
         self._pool = cf.ProcessPoolExecutor(
@@ -175,23 +177,30 @@ class ProcessWorkers:
                 "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
             ) from exc
 
-    def submit(self, indices: Any) -> cf.Future:
+    def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
+        lease = self.segments.lend(reserve)
         try:
-            future = self._pool.submit(_build_in_process, indices)
+            future = self._pool.submit(_build_in_process, indices, lease)
         except BrokenProcessPool as exc:  # a worker died: this batch fails like the others
             future = cf.Future()
             future.set_exception(exc)
         self._processes.update(getattr(self._pool, "_processes", None) or {})
+        # First of the future's callbacks: the batch's segments are known before anything else sees it.
+        future.add_done_callback(functools.partial(self._settle, lease))
         return future
 
-    def size(self, batch: Any) -> int:
-        return _shared_size(batch)
+    def _settle(self, lease: shm.Lease, future: cf.Future) -> None:
+        done = not future.cancelled() and future.exception() is None
+        self.segments.settle(future.result() if done else None, lease)
 
-    def adopt(self, batch: Any) -> Any:
-        return shm.adopt(batch)
+    def size(self, batch: shm.Shipped) -> int:
+        return batch.nbytes
 
-    def discard(self, batch: Any) -> None:
-        shm.discard(batch)
+    def adopt(self, batch: shm.Shipped) -> Any:
+        return self.segments.open(batch)
+
+    def discard(self, batch: shm.Shipped) -> None:
+        self.segments.discard(batch)
 
     def dead(self) -> bool:
         return any(process.exitcode is not None for process in list(self._processes.values()))
@@ -226,10 +235,7 @@ class ProcessWorkers:
         """Stop the processes and wait for them (whatever ``wait`` says), then
         remove the shared memory of every batch not handed over."""
         _shutdown(self._pool)
-        for future in unclaimed:
-            if future.done() and not future.cancelled() and future.exception() is None:
-                shm.discard(future.result())
-        shm.sweep(os.getpid())
+        self.segments.close()
 
 
 class Pull:
@@ -308,24 +314,11 @@ def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:
         pool.submit(os.getpid)
 
 
-def _build_in_process(indices: Any) -> Any:
+def _build_in_process(indices: Any, lease: shm.Lease) -> shm.Shipped:
     w = _WORKER
-    batch = build(w["source"], w["batch_size"], w["collate_fn"], w["channel"], indices)
-    return shm.export(batch, w["owner"])
-
-
-def _shared_size(batch: Any) -> int:
-    """Bytes of a batch as a worker process sent it (descriptors counted at full size)."""
-    if isinstance(batch, shm.SharedArray):
-        count = 1
-        for dim in batch.shape:
-            count *= dim
-        return count * np.dtype(batch.dtype).itemsize
-    if isinstance(batch, (tuple, list)):
-        return sum(_shared_size(item) for item in batch)
-    if isinstance(batch, dict):
-        return sum(_shared_size(item) for item in batch.values())
-    return nbytes(batch)
+    with shm.building(lease) as arena:
+        batch = build(w["source"], w["batch_size"], w["collate_fn"], w["channel"], indices)
+    return arena.ship(batch)
 
 
 def _shutdown(pool: cf.ProcessPoolExecutor) -> None:

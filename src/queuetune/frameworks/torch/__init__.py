@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,15 +33,70 @@ def is_tensor(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch")
 
 
-def collate(items: list[Any]) -> Any:
-    """torch's own ``default_collate`` of ``items`` (some of them tensors).
+def collate(items: list[Any], allocate: Callable[[tuple[int, ...], Any], Any] | None = None) -> Any:
+    """torch's own ``default_collate`` of ``items`` (some of them tensors). Tensors
+    of one shape and dtype are stacked into ``allocate(shape, numpy_dtype)`` when
+    it gives a numpy array (shared memory in a worker process, see :mod:`queuetune.prefetch.shm`).
 
     >>> collate([1, 2]).tolist()
     [1, 2]
     """
+    if allocate is not None:
+        stacked = _stack_into(items, allocate)
+        if stacked is not None:
+            return stacked
     from torch.utils.data import default_collate
 
     return default_collate(items)
+
+
+def _stack_into(items: list[Any], allocate: Callable[[tuple[int, ...], Any], Any]) -> Any:
+    import torch
+
+    first = items[0]
+    if any(type(item) is not torch.Tensor or item.shape != first.shape or item.dtype != first.dtype for item in items):
+        return None
+    if first.device.type != "cpu" or first.requires_grad or first.is_sparse:
+        return None
+    try:
+        dtype = torch.empty(0, dtype=first.dtype).numpy().dtype
+    except TypeError:  # bfloat16 and others numpy has no type for
+        return None
+    buffer = allocate((len(items), *first.shape), dtype)
+    if buffer is None:
+        return None
+    return torch.stack(items, out=torch.from_numpy(buffer))
+
+
+def as_array(obj: Any) -> Any:
+    """A numpy array over a plain CPU tensor's memory (no copy), or None for
+    anything else (another type, a tensor that needs grad, a dtype numpy lacks).
+
+    >>> as_array([1]) is None
+    True
+    """
+    if not is_tensor(obj):
+        return None
+    import torch
+
+    if type(obj) is not torch.Tensor or obj.device.type != "cpu" or obj.requires_grad or obj.is_sparse:
+        return None
+    try:
+        return obj.numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
+def from_array(array: Any) -> Any:
+    """The tensor over a numpy array's memory (no copy), as :func:`as_array` undoes.
+
+    >>> import numpy as np
+    >>> from_array(np.zeros(2, dtype=np.float32)).dtype
+    torch.float32
+    """
+    import torch
+
+    return torch.from_numpy(array)
 
 
 def in_worker_process() -> None:

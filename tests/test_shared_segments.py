@@ -1,0 +1,166 @@
+"""Process mode's shared-memory segments: batches built in reused segments, handed
+over as views, never overwritten while a view of them is alive, and no file left."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+
+import numpy as np
+import pytest
+
+from helpers import assert_nothing_left_running
+from queuetune import Prefetcher
+from queuetune.prefetch import shm
+
+pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
+
+SAMPLE = 32 * 1024  # float32 values: 128 KiB a sample, above shm.MIN_BYTES
+
+
+def files(prefix: str = "") -> list[str]:
+    return sorted(p.name for p in shm.ROOT.glob(f"{prefix or f'queuetune-{os.getpid()}-'}*"))
+
+
+class Samples:
+    """Sample i: SAMPLE float32 values, all i, and its label i (numpy or torch)."""
+
+    def __init__(self, n: int, kind: str = "numpy") -> None:
+        self.n, self.kind = n, kind
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        x = np.full(SAMPLE, float(i), dtype=np.float32)
+        if self.kind == "torch":
+            import torch
+
+            return torch.from_numpy(x), i
+        return x, i
+
+
+def address(x) -> int:
+    return x.data_ptr() if hasattr(x, "data_ptr") else x.ctypes.data
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
+def test_batches_come_in_reused_segments_and_a_kept_batch_is_never_overwritten(kind):
+    batch, depth, n = 4, 3, 40
+    kept, addresses = [], set()
+    with Prefetcher(
+        Samples(batch * n, kind),
+        batch_size=batch,
+        mode="process",
+        workers=2,
+        adaptive=False,
+        depth=depth,
+        max_bytes="64MiB",
+    ) as p:
+        for position, (x, y) in enumerate(p):
+            assert type(x).__module__.split(".")[0] == ("torch" if kind == "torch" else "numpy")
+            assert x.shape == (batch, SAMPLE)
+            assert [int(v) for v in y] == list(range(position * batch, (position + 1) * batch))
+            addresses.add(address(x))
+            if position % 10 == 0:
+                kept.append((position, x))  # held on to: its segment must not be lent again
+            del x, y
+        gc.collect()
+    for position, x in kept:
+        values = np.asarray(x)
+        expected = np.repeat(np.arange(position * batch, (position + 1) * batch, dtype=np.float32), SAMPLE)
+        assert np.array_equal(values.reshape(-1), expected)
+    # 40 batches in few segments: at most the depth, the batches kept, the spares, and the
+    # batch the consumer holds while the next is started
+    assert len(addresses) <= depth + len(kept) + shm.SPARE + 2 < n
+    assert files() == []
+    del kept
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(120)
+def test_batches_that_grow_and_shrink_and_a_collate_fn_of_ones_own_arrive_whole():
+    sizes = [1, 8, 2, 16, 3, 16, 1]  # samples a batch: more than the lent segment holds spills into a new one
+
+    class Uneven:
+        def __len__(self):
+            return len(sizes)
+
+        def __getitem__(self, i):
+            return {"x": np.full((sizes[i], SAMPLE), float(i), dtype=np.float32), "i": i}
+
+    with Prefetcher(Uneven(), mode="process", workers=2, adaptive=False, depth=3, max_bytes="64MiB") as p:
+        got = [(int(b["i"]), b["x"].shape[0], float(b["x"].min()), float(b["x"].max())) for b in p]
+    assert got == [(i, s, float(i), float(i)) for i, s in enumerate(sizes)]
+
+    def pairs(items):  # a collate_fn of the user's own: its arrays are copied into the segment
+        return np.concatenate([x for x, _ in items]), [y for _, y in items]
+
+    with Prefetcher(Samples(12), batch_size=3, collate_fn=pairs, mode="process", workers=2, max_bytes="64MiB") as p:
+        got = [(x.reshape(3, SAMPLE)[:, 0].tolist(), y, isinstance(x.base, ctypes.Array)) for x, y in p]
+    assert got == [([3.0 * b, 3.0 * b + 1, 3.0 * b + 2], [3 * b, 3 * b + 1, 3 * b + 2], True) for b in range(4)]
+    assert files() == []
+    assert_nothing_left_running()
+
+
+def test_a_pool_keeps_few_spares_and_tells_workers_what_it_dropped():
+    pool = shm.Pool(os.getpid())
+    try:
+        leases = [pool.lend(200_000) for _ in range(5)]
+        assert len({lease.name for lease in leases}) == 5 and len(files(pool.prefix)) == 5
+        opened = []
+        for i, lease in enumerate(leases):
+            shipped = shm.ship(np.full(40_000, i, dtype=np.float32), lease)
+            pool.settle(shipped, lease)
+            opened.append(pool.open(shipped))
+        assert pool.held() == 5 and [int(a[0]) for a in opened] == [0, 1, 2, 3, 4]
+        del opened
+        gc.collect()
+        assert pool.held() == 0
+        lease = pool.lend(200_000)  # from the spares; the others were removed
+        assert len(files(pool.prefix)) == shm.SPARE
+        assert len(lease.dropped) == 5 - shm.SPARE and lease.name not in lease.dropped
+        assert pool.lend(0).name is None  # size unknown: nothing lent
+        unused = pool.lend(200_000)
+        pool.settle(shm.ship([1, 2], unused), unused)  # nothing large: the lent segment comes back at once
+        assert pool.held() == 1  # only `lease`, never settled
+    finally:
+        pool.close()
+    assert files(pool.prefix) == []
+
+
+def test_a_view_outlives_the_pool_and_its_file():
+    pool = shm.Pool(os.getpid())
+    lease = pool.lend(100_000)
+    shipped = shm.ship(np.arange(20_000.0), lease)
+    pool.settle(shipped, lease)
+    x = pool.open(shipped)
+    pool.close()
+    assert files(pool.prefix) == []
+    assert x[-1] == 19_999.0 and x.sum() == sum(range(20_000))
+
+
+def test_allocate_places_arrays_in_the_lent_segment_only_while_building():
+    pool = shm.Pool(os.getpid())
+    try:
+        lease = pool.lend(500_000)
+        with shm.building(lease) as arena:
+            inside = shm.allocate((100, 1000), np.float32)
+            small = shm.allocate((10,), np.float32)  # under MIN_BYTES: not shared
+            too_big = shm.allocate((1000, 1000), np.float32)  # no room left
+        assert inside is not None and small is None and too_big is None
+        assert shm.allocate((100, 1000), np.float32) is None  # not building any more
+        inside[...] = 7
+        shipped = arena.ship((inside, np.ones(50_000, dtype=np.float32)))
+        # the second array did not fit: a segment of its own
+        first, second = shipped.batch
+        assert first.name == lease.name and second.name.startswith(pool.prefix) and second.name != lease.name
+        assert shipped.nbytes == 400_000 + 200_000 and shipped.segments() == {first.name, second.name}
+        pool.settle(shipped, lease)
+        x, y = pool.open(shipped)
+        assert float(x.sum()) == 7 * 100_000 and float(y.sum()) == 50_000
+    finally:
+        pool.close()
+    assert files(pool.prefix) == []
