@@ -17,11 +17,26 @@ def feed(controller, pattern):
     return changes
 
 
-def test_grows_after_two_waits_in_a_row():
+def test_grows_after_two_waits_among_the_last_four_requests():
     c = DepthController()
-    assert feed(c, "w.w.w") == []
-    assert feed(c, "ww") == [2]
+    assert feed(c, "w...w...w...") == []  # one wait in every four: batches come in bursts, not too few
+    assert feed(c, "w") == []
+    assert feed(c, "..w") == [2]  # two in the last four
     assert feed(c, "wwww") == [3, 4]
+    c = DepthController(grow_after=3, window=3)
+    assert feed(c, "ww.ww") == []
+    assert feed(c, "w") == [2]
+
+
+def test_a_wait_jumps_to_the_depth_the_workers_need():
+    c = DepthController(depth=2)
+    assert c.observe(waited=True, full=False, needed=13) == 13
+    assert c.observe(waited=True, full=False, needed=13) is None  # there already
+    assert c.observe(waited=False, full=False, needed=20) is None  # no wait, no change
+    assert c.observe(waited=True, full=False, needed=20, limit=16) == 16  # within the budget
+    assert c.observe(waited=True, full=False, needed=30, can_grow=False) is None  # every worker busy
+    c = DepthController(depth=2, max_depth=6)
+    assert c.observe(waited=True, full=False, needed=13) == 6
 
 
 def test_shrinks_only_after_a_long_calm_with_the_queue_full():
@@ -60,11 +75,11 @@ def test_one_long_wait_deepens_at_once_by_the_steps_it_cost():
     assert feed(c, "." * 5) == []  # the ready batches after the stall change nothing
 
 
-def test_short_waits_still_need_two_in_a_row():
+def test_short_waits_still_need_two_among_the_last_four():
     c = DepthController(depth=3)
     # Just under the long-wait threshold (4 steps): one alone does nothing.
     assert stall(c, 3.9 * STEP) is None
-    assert feed(c, ".") == []
+    assert feed(c, "...") == []
     assert stall(c, 3.9 * STEP) is None
     assert stall(c, 3.9 * STEP) == 4
     # Without a step estimate (the first requests) a long wait is a short one.
@@ -108,7 +123,15 @@ def test_stalls_do_not_swing_the_depth():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"depth": 0}, {"max_depth": 0}, {"depth": 5, "max_depth": 4}, {"grow_after": 0}, {"long_wait": 1}],
+    [
+        {"depth": 0},
+        {"max_depth": 0},
+        {"depth": 5, "max_depth": 4},
+        {"grow_after": 0},
+        {"long_wait": 1},
+        {"window": 0},
+        {"grow_after": 5, "window": 4},
+    ],
 )
 def test_bad_settings(kwargs):
     with pytest.raises(ValueError):

@@ -4,6 +4,7 @@ again when the queue stays full and the consumer never waits, with hysteresis.""
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..units import positive_int
@@ -13,7 +14,13 @@ from ..units import positive_int
 class DepthController:
     """Decides the depth (batches being built or ready) from what each request saw.
 
-    - ``grow_after`` requests in a row that found the next batch not ready: one deeper.
+    - ``grow_after`` requests among the last ``window`` that found the next batch
+      not ready: one deeper.
+    - A wait while fewer batches are under way than the workers need (``needed``:
+      the batches being built to keep pace with the consumer, plus the one it
+      takes next; see :meth:`.Schedule.needed`): at once to that depth. So a batch
+      that takes hundreds of milliseconds to build against steps of a few does
+      not take a dozen waits per worker to reach.
     - One wait of at least ``long_wait`` typical consumer steps (a stall: one long
       wait, then ready batches): deeper at once by about the steps the wait cost
       (``ceil(wait / step)``), so that as many more batches are under way when the
@@ -27,6 +34,8 @@ class DepthController:
     >>> c = DepthController()
     >>> [c.observe(waited=True, full=False) for _ in range(4)]
     [None, 2, None, 3]
+    >>> c.observe(waited=True, full=False, needed=9)
+    9
     >>> c.observe(waited=True, full=False, wait=0.100, step=0.003, limit=16)
     16
     >>> c.depth
@@ -36,10 +45,11 @@ class DepthController:
     depth: int = 1
     max_depth: int = 64
     grow_after: int = 2
+    window: int = 4
     shrink_after: int = 32
     long_wait: float = 4.0
     floor: int = 1
-    _waits: int = field(default=0, repr=False)
+    _recent: deque[bool] = field(default_factory=deque, repr=False)
     _calm: int = field(default=0, repr=False)
     _since_shrink: int | None = field(default=None, repr=False)
 
@@ -48,6 +58,10 @@ class DepthController:
         self.max_depth = positive_int(self.max_depth, "max depth")
         self.grow_after = positive_int(self.grow_after, "grow_after")
         self.shrink_after = positive_int(self.shrink_after, "shrink_after")
+        self.window = positive_int(self.window, "window")
+        if self.grow_after > self.window:
+            raise ValueError(f"grow_after {self.grow_after} is above window {self.window}")
+        self._recent = deque(maxlen=self.window)
         if not self.long_wait > 1:
             raise ValueError(f"long_wait must be more than 1 step, got {self.long_wait}")
         if self.depth > self.max_depth:
@@ -61,6 +75,7 @@ class DepthController:
         wait: float | None = None,
         step: float | None = None,
         limit: int | None = None,
+        needed: int | None = None,
     ) -> int | None:
         """Note one request; return the new depth if it changes, else None.
 
@@ -70,25 +85,27 @@ class DepthController:
         one more batch. ``wait``: seconds the request waited; ``step``: the
         consumer's typical step in seconds (time from taking a batch to asking for
         the next); both needed for the long-wait rule. ``limit``: the deepest
-        depth the byte budget allows.
+        depth the byte budget allows. ``needed``: the depth that keeps as many
+        workers building as the consumer's pace needs, once known.
         """
         if self._since_shrink is not None:
             self._since_shrink += 1
             if waited and self._since_shrink <= self.shrink_after:
                 self.floor = max(self.floor, self.depth + 1)
                 self._since_shrink = None
+        self._recent.append(waited)
         if waited:
             self._calm = 0
-            self._waits += 1
             top = self.max_depth if limit is None else min(self.max_depth, limit)
             if not can_grow or self.depth >= top:
                 return None
             if wait is not None and step is not None and step > 0 and wait >= self.long_wait * step:
                 return self._set(min(top, self.depth + math.ceil(wait / step)))
-            if self._waits >= self.grow_after:
+            if needed is not None and needed > self.depth:
+                return self._set(min(top, needed))
+            if sum(self._recent) >= self.grow_after:
                 return self._set(self.depth + 1)
             return None
-        self._waits = 0
         self._calm = self._calm + 1 if full else 0
         if self._calm >= self.shrink_after and self.depth > self.floor:
             self._since_shrink = 0
@@ -97,5 +114,6 @@ class DepthController:
 
     def _set(self, depth: int) -> int:
         self.depth = depth
-        self._waits = self._calm = 0
+        self._recent.clear()
+        self._calm = 0
         return depth

@@ -101,6 +101,7 @@ class Epoch:
                         limit=seen.limit,
                         wait=got - asked if stalled else None,
                         step=step,
+                        needed=schedule.needed(step),
                     )
                     if changed is not None:
                         recorder.mark("depth", changed)

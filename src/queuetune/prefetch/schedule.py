@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
+import math
 import statistics
 import threading
 from collections import deque
@@ -143,7 +144,7 @@ class Schedule:
         return self.held + self.reserved + self.sizes.largest <= self.config.max_bytes
 
     def _submit(self, task: Task) -> None:
-        task.future = self.workers.submit(task.indices)
+        task.future = self.workers.submit(task.indices, task.reserved)
         task.future.add_done_callback(functools.partial(self._built, task))
 
     # --- the byte account ----------------------------------------------------------------
@@ -238,6 +239,23 @@ class Schedule:
             # Before the first batch is built its size is unknown: no deeper yet.
             limit=self.config.max_bytes // largest if largest else (None if self.sizes.known else 1),
         )
+
+    def needed(self, step: float | None) -> int | None:
+        """The depth that keeps pace with a consumer taking a batch every ``step``
+        seconds: the batches built meanwhile (the typical build time over the
+        step, at most the workers) and the one it takes next; None until both
+        are known.
+
+        >>> from queuetune.prefetch.workers import ThreadWorkers
+        >>> schedule = Schedule(EpochConfig(1000, 1, 64, True, None), [], ThreadWorkers(12, str), BatchSizes())
+        >>> schedule.builds.extend([0.300, 0.400, 0.500])
+        >>> schedule.needed(0.014), schedule.needed(0.200), schedule.needed(None)
+        (13, 3, None)
+        >>> schedule.workers.shutdown(wait=True, unclaimed=[])
+        """
+        if step is None or step <= 0 or not self.builds:
+            return None
+        return min(self.workers.count, math.ceil(statistics.median(self.builds) / step)) + 1
 
     def stalled(self, step: float | None) -> bool:
         """Whether the batch just handed over was a stall that more depth can cover.
