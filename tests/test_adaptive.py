@@ -136,3 +136,35 @@ def test_stalls_do_not_swing_the_depth():
 def test_bad_settings(kwargs):
     with pytest.raises(ValueError):
         DepthController(**kwargs)
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_idle_for_the_depth_alone_is_noted_once():
+    import threading
+
+    from queuetune.prefetch.config import BatchSizes, EpochConfig
+    from queuetune.prefetch.schedule import Schedule
+    from queuetune.prefetch.workers import ThreadWorkers
+
+    sizes = BatchSizes()
+    sizes.learn(100)
+    workers = ThreadWorkers(2, lambda i: bytes(100))
+    try:
+        config = EpochConfig(max_bytes=10_000, depth=1, max_depth=8, ordered=True, timeout=None)
+        schedule = Schedule(config, list(range(6)), workers, sizes)
+        with schedule.lock:
+            schedule.fill()
+        assert schedule.tasks[0].accounted.wait(5)
+        # built, not taken, and batch 1 not started for the depth alone: a worker sits idle
+        assert schedule.was_held_back() is True
+        assert schedule.was_held_back() is False  # noted once
+        budget = Schedule(
+            EpochConfig(max_bytes=150, depth=1, max_depth=8, ordered=True, timeout=None), list(range(6)), workers, sizes
+        )
+        with budget.lock:
+            budget.fill()
+        assert budget.tasks[0].accounted.wait(5)
+        assert budget.was_held_back() is False  # held back by the budget, which more depth cannot help
+    finally:
+        workers.shutdown(wait=True, unclaimed=[])
+    assert not [t for t in threading.enumerate() if t.name.startswith("queuetune-prefetch")]

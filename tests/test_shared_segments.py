@@ -164,3 +164,25 @@ def test_allocate_places_arrays_in_the_lent_segment_only_while_building():
     finally:
         pool.close()
     assert files(pool.prefix) == []
+
+
+@pytest.mark.timeout(120)
+def test_closing_one_prefetcher_leaves_another_ones_segments_alone():
+    """A training and a validation loader in one process: the first closed (or
+    collected) mid-way through the second's epoch takes none of its files."""
+    second = Prefetcher(Samples(48), batch_size=4, mode="process", workers=2, max_bytes="64MiB")
+    got = []
+    try:
+        iterator = iter(second)
+        for _ in range(3):
+            got.append(next(iterator)[1].tolist())
+        with Prefetcher(Samples(24), batch_size=4, mode="process", workers=2, max_bytes="64MiB") as first:
+            assert len(list(first)) == 6
+        for x, y in iterator:
+            assert float(x[0, 0]) == float(y[0])
+            got.append(y.tolist())
+    finally:
+        second.close()
+    assert got == [list(range(i, i + 4)) for i in range(0, 48, 4)]
+    assert files() == []
+    assert_nothing_left_running()

@@ -94,10 +94,12 @@ class Epoch:
                     # A stall leaves the workers idle while it lasts, even when
                     # they were all busy when it was asked for.
                     stalled = schedule.stalled(step)
+                    held_back = schedule.was_held_back()
                     changed = schedule.controller.observe(
                         seen.waited,
                         seen.full,
-                        can_grow=seen.can_grow or stalled,
+                        # A worker idle for the depth alone while the consumer waited: more depth helps.
+                        can_grow=seen.can_grow or stalled or held_back,
                         limit=seen.limit,
                         wait=got - asked if stalled else None,
                         step=step,

@@ -179,7 +179,9 @@ class Prefetcher:
         self._sizes = BatchSizes()
         self._epoch: Epoch | None = None
         self._closed = False
-        self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid())
+        # The shared-memory pools of this prefetcher's epochs: what its end removes (no other's).
+        self._pools: list[str] = []
+        self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid(), self._pools)
 
     # --- the epoch ---------------------------------------------------------------------
 
@@ -240,7 +242,9 @@ class Prefetcher:
             return ThreadWorkers(1, Pull(iter(self._source), channel))
         if self.mode == "process":
             context = self.multiprocessing_context or multiprocessing.get_context()
-            return ProcessWorkers(self.num_workers, self._source, self.batch_size, self.collate_fn, channel, context)
+            workers = ProcessWorkers(self.num_workers, self._source, self.batch_size, self.collate_fn, channel, context)
+            self._pools.append(workers.segments.prefix)
+            return workers
         return ThreadWorkers(
             self.num_workers, functools.partial(build, self._source, self.batch_size, self.collate_fn, channel)
         )
@@ -332,10 +336,11 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
-def _close_all(recorder: Recorder, pid: int) -> None:
+def _close_all(recorder: Recorder, pid: int, pools: list[str]) -> None:
     recorder.close()
     if os.getpid() == pid and shm.available():
-        shm.sweep(pid)
+        for prefix in pools:
+            shm.sweep_pool(prefix)
 
 
 def _indexable(source: Any) -> bool:

@@ -114,6 +114,8 @@ class Schedule:
         self.reserved = 0
         # Seconds from submitting a batch to its being built, of the latest batches.
         self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
+        # A worker finished a batch and could start no other for the depth alone, since the consumer last looked.
+        self.held_back = False
         self.error: BaseException | None = None
         self.stopped = False
         self.exhausted = False
@@ -142,6 +144,18 @@ class Schedule:
         if not self.sizes.known:  # nothing built yet: learn the size from one batch
             return outstanding == 0
         return self.held + self.reserved + self.sizes.largest <= self.config.max_bytes
+
+    def _can_start_but_for_depth(self) -> bool:
+        if self.stopped or self.error is not None or self.exhausted or not self.sizes.known:
+            return False
+        if self.total is not None and self.submitted >= self.total:
+            return False
+        return self.held + self.reserved + self.sizes.largest <= self.config.max_bytes
+
+    def was_held_back(self) -> bool:
+        """Whether a worker sat idle for the depth alone since the last call (and forget it)."""
+        held_back, self.held_back = self.held_back, False
+        return held_back
 
     def _submit(self, task: Task) -> None:
         task.future = self.workers.submit(task.indices, task.reserved)
@@ -179,6 +193,8 @@ class Schedule:
                 self.error = self._budget_fault(task, size)
             self.sizes.learn(size)
             self.fill()
+            if self._can_start_but_for_depth():
+                self.held_back = True
 
     def _budget_fault(self, task: Task, size: int) -> BudgetExceeded | None:
         """The error if the batch just built breaks the budget (before ``sizes`` takes it in)."""

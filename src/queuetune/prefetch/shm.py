@@ -101,6 +101,13 @@ def sweep(owner: int) -> int:
     return _sweep(f"{_PREFIX}{owner}-")
 
 
+def sweep_pool(prefix: str) -> int:
+    """Remove every file of the pool whose names start with ``prefix`` (:attr:`Pool.prefix`); return how many."""
+    if not prefix.startswith(_PREFIX):
+        raise ValueError(f"not the prefix of a pool's files: {prefix!r}")
+    return _sweep(prefix)
+
+
 def _sweep(prefix: str) -> int:
     count = 0
     for path in ROOT.glob(f"{prefix}*"):
@@ -206,7 +213,7 @@ class Pool:
             self._closed = True
             self._maps.clear()
             self._free.clear()
-        _sweep(self.prefix)
+        sweep_pool(self.prefix)
 
     def _take_back(self) -> None:
         while self._back:
