@@ -331,7 +331,7 @@ def test_the_epochs_end_does_not_deepen_the_queue():
         trace = p.trace()
     marks = [m for m in trace.marks if m.kind == "depth"]
     assert taken == list(range(8))
-    assert [m.value for m in marks][0] == 4 and max(m.value for m in marks) <= 5
+    assert marks[0].value == 4 and max(m.value for m in marks) <= 5
     assert all(m.t < trace.consumed[4].requested for m in marks)  # none as the epoch ends
 
 
