@@ -85,7 +85,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import queuetune
-from common import machine
+from common import machine, stop_nodes
 from queuetune.analysis import match
 from queuetune.tune import throughput
 
@@ -564,14 +564,7 @@ def run_nodes(w: Workload, method: str = "thread", name: str = NODES) -> dict[st
     try:
         arrived = consume(Loader(prefetcher), w, _COUNTED)
     finally:
-        # Their threads and processes, stopped now rather than when the nodes are collected.
-        for node in (prefetcher, mapper):
-            inner = getattr(node, "_it", None)
-            while inner is not None:
-                shutdown = getattr(inner, "_shutdown", None)
-                if shutdown is not None:
-                    shutdown()
-                inner = getattr(inner, "_it", None)
+        stop_nodes(prefetcher, mapper)
     return counted_result(name, w, arrived, _COUNTED)
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from common import machine
+from common import machine, stop_nodes
 
 WARMUP = 4
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
@@ -206,16 +206,7 @@ def loader_for(name: str, data: Jpegs, args: argparse.Namespace, steps: int) -> 
     )
     prefetcher = NodesPrefetcher(mapper, prefetch_factor=2)
 
-    def close() -> None:
-        for node in (prefetcher, mapper):
-            inner = getattr(node, "_it", None)
-            while inner is not None:
-                shutdown = getattr(inner, "_shutdown", None)
-                if shutdown is not None:
-                    shutdown()
-                inner = getattr(inner, "_it", None)
-
-    return Loader(prefetcher), close
+    return Loader(prefetcher), lambda: stop_nodes(prefetcher, mapper)
 
 
 def run(name: str, data: Jpegs, args: argparse.Namespace) -> dict[str, Any]:

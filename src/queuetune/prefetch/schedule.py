@@ -134,23 +134,25 @@ class Schedule:
             self._submit(task)
 
     def _can_start(self) -> bool:
-        if self.stopped or self.error is not None or self.exhausted:
-            return False
-        if self.total is not None and self.submitted >= self.total:
+        if not self._left_to_start():
             return False
         outstanding = self.submitted - self.delivered
         if outstanding >= self.controller.depth:
             return False
         if not self.sizes.known:  # nothing built yet: learn the size from one batch
             return outstanding == 0
+        return self._budget_has_room()
+
+    def _left_to_start(self) -> bool:
+        if self.stopped or self.error is not None or self.exhausted:
+            return False
+        return self.total is None or self.submitted < self.total
+
+    def _budget_has_room(self) -> bool:
         return self.held + self.reserved + self.sizes.largest <= self.config.max_bytes
 
     def _can_start_but_for_depth(self) -> bool:
-        if self.stopped or self.error is not None or self.exhausted or not self.sizes.known:
-            return False
-        if self.total is not None and self.submitted >= self.total:
-            return False
-        return self.held + self.reserved + self.sizes.largest <= self.config.max_bytes
+        return self._left_to_start() and self.sizes.known and self._budget_has_room()
 
     def was_held_back(self) -> bool:
         """Whether a worker sat idle for the depth alone since the last call (and forget it)."""

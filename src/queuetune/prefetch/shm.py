@@ -167,8 +167,8 @@ class Pool:
         made; the lent segment comes back at once if the batch is not in it."""
         with self._lock:
             if shipped is not None:
-                for name, size in shipped.made.items():
-                    self._adopt(name, size)
+                for name in shipped.made:
+                    self._adopt(name)
             used = shipped.segments() if shipped is not None else set()
         if lease.name is not None and lease.name not in used:
             self._back.append(lease.name)
@@ -228,19 +228,11 @@ class Pool:
             self._dropped.append(name)
 
     def _create(self, size: int) -> str:
-        name = f"{self.prefix}{uuid.uuid4().hex}"
-        fd = os.open(ROOT / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, size)
-            self._maps[name] = mmap.mmap(fd, size)
-        except BaseException:
-            _unlink(str(ROOT / name))
-            raise
-        finally:
-            os.close(fd)
+        name, mapped = _new_segment(self.prefix, size)
+        self._maps[name] = mapped
         return name
 
-    def _adopt(self, name: str, size: int) -> None:
+    def _adopt(self, name: str) -> None:
         if name in self._maps or self._closed:
             return
         self._maps[name] = _map(name)
@@ -328,7 +320,7 @@ class Arena:
     def _room(self, size: int) -> int | None:
         if size < MIN_BYTES:
             return None
-        offset = -(-self.used // _ALIGN) * _ALIGN
+        offset = _aligned(self.used)
         if offset + size > self.lease.size:
             return None
         self.used = offset + size
@@ -344,20 +336,10 @@ class Arena:
         """One new segment for the arrays that did not fit in the lent one."""
         offsets, end = [], 0
         for array, _piece in overflow:
-            start = -(-end // _ALIGN) * _ALIGN
-            offsets.append(start)
-            end = start + array.nbytes
-        name = f"{self.lease.prefix}{uuid.uuid4().hex}"
+            offsets.append(_aligned(end))
+            end = offsets[-1] + array.nbytes
         size = _round(end)
-        fd = os.open(ROOT / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, size)
-            mapped = mmap.mmap(fd, size)
-        except BaseException:
-            _unlink(str(ROOT / name))
-            raise
-        finally:
-            os.close(fd)
+        name, mapped = _new_segment(self.lease.prefix, size)
         for (array, piece), offset in zip(overflow, offsets):
             np.ndarray(array.shape, array.dtype, buffer=mapped, offset=offset)[...] = array
             piece.name, piece.offset = name, offset
@@ -447,6 +429,24 @@ def _map(name: str) -> mmap.mmap:
         return mmap.mmap(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
+
+
+def _new_segment(prefix: str, size: int) -> tuple[str, mmap.mmap]:
+    """A new file of ``size`` bytes named with ``prefix``, and its mapping."""
+    name = f"{prefix}{uuid.uuid4().hex}"
+    fd = os.open(ROOT / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        return name, mmap.mmap(fd, size)
+    except BaseException:
+        _unlink(str(ROOT / name))
+        raise
+    finally:
+        os.close(fd)
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // _ALIGN) * _ALIGN
 
 
 def _round(size: int) -> int:
