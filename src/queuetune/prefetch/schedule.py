@@ -114,6 +114,8 @@ class Schedule:
         self.reserved = 0
         # Seconds from submitting a batch to its being built, of the latest batches.
         self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
+        # Their median, kept as each build is learnt rather than taken at every request.
+        self.typical_build: float | None = None
         # A worker finished a batch and could start no other for the depth alone, since the consumer last looked.
         self.held_back = False
         self.error: BaseException | None = None
@@ -183,7 +185,7 @@ class Schedule:
                 self.exhausted = True
                 task.size = 0
                 return
-            self.builds.append(clock() - task.submitted_at)
+            self.learn_build(clock() - task.submitted_at)
             if self.stopped:
                 self.workers.discard(batch)
                 return
@@ -258,6 +260,11 @@ class Schedule:
             limit=self.config.max_bytes // largest if largest else (None if self.sizes.known else 1),
         )
 
+    def learn_build(self, seconds: float) -> None:
+        """Take in the seconds from submitting a batch to its being built."""
+        self.builds.append(seconds)
+        self.typical_build = statistics.median(self.builds)
+
     def needed(self, step: float | None) -> int | None:
         """The depth that keeps pace with a consumer taking a batch every ``step``
         seconds: the batches built meanwhile (the typical build time over the
@@ -266,14 +273,15 @@ class Schedule:
 
         >>> from queuetune.prefetch.workers import ThreadWorkers
         >>> schedule = Schedule(EpochConfig(1000, 1, 64, True, None), [], ThreadWorkers(12, str), BatchSizes())
-        >>> schedule.builds.extend([0.300, 0.400, 0.500])
+        >>> for seconds in (0.300, 0.400, 0.500):
+        ...     schedule.learn_build(seconds)
         >>> schedule.needed(0.014), schedule.needed(0.200), schedule.needed(None)
         (13, 3, None)
         >>> schedule.workers.shutdown(wait=True, unclaimed=[])
         """
-        if step is None or step <= 0 or not self.builds:
+        if step is None or step <= 0 or self.typical_build is None:
             return None
-        return min(self.workers.count, math.ceil(statistics.median(self.builds) / step)) + 1
+        return min(self.workers.count, math.ceil(self.typical_build / step)) + 1
 
     def stalled(self, step: float | None) -> bool:
         """Whether the batch just handed over was a stall that more depth can cover.
@@ -286,9 +294,9 @@ class Schedule:
         workers cannot use (a plain iterable's one worker never outpaces it). Out
         of order, the others are handed over meanwhile: a wait says nothing.
         """
-        if not self.config.ordered or step is None or not self.builds:
+        if not self.config.ordered or step is None or self.typical_build is None:
             return False
-        if statistics.median(self.builds) >= (self.workers.count - 1) * step:
+        if self.typical_build >= (self.workers.count - 1) * step:
             return False
         behind = [t for t in self.tasks.values() if not t.taken]
         return all(t.future.done() for t in behind)  # type: ignore[union-attr]
