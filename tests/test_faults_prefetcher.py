@@ -597,3 +597,42 @@ def test_close_from_another_thread_wakes_the_waiting_consumer(mode):
 def test_a_bad_timeout_is_refused_naming_it(timeout, error):
     with pytest.raises(error, match="timeout"):
         Prefetcher([1], max_bytes=100, timeout=timeout)
+
+
+_POOL = None
+
+
+def _send_half_a_result_and_die():
+    """In a forked worker: the start of a result message on the pool's result pipe, then SIGKILL."""
+    import struct
+
+    writer = _POOL._result_queue._writer
+    os.write(writer.fileno(), struct.pack("!i", 50_000) + b"\0" * 100)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_killed_while_sending_its_result_leaves_no_thread_waiting_for_ever():
+    """Killed half-way through a message, a worker leaves the pool's thread reading the
+    rest for ever, and Python's exit would join it: the workers' shutdown ends that wait."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    from queuetune.prefetch.workers import _shutdown
+
+    global _POOL
+    _POOL = pool = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    manager = None
+    try:
+        assert pool.submit(os.getpid).result(timeout=30) > 0
+        manager = pool._executor_manager_thread
+        pool.submit(_send_half_a_result_and_die)
+        assert wait_until(lambda: not any(p.is_alive() for p in list(pool._processes.values())), timeout=30)
+        _shutdown(pool)
+        assert not manager.is_alive()
+    finally:
+        if manager is not None and manager.is_alive():  # the test failed: let the suite still exit
+            pool._result_queue._writer.close()
+            manager.join(timeout=10)
+        _POOL = None
+    assert_nothing_left_running()

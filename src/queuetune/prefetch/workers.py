@@ -323,6 +323,10 @@ def _build_in_process(indices: Any, lease: shm.Lease) -> shm.Shipped:
 
 def _shutdown(pool: cf.ProcessPoolExecutor) -> None:
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    # shutdown(wait=False) forgets the pool's thread and its result pipe, so a later
+    # shutdown(wait=True) neither joins the one nor closes the other.
+    manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
@@ -330,3 +334,14 @@ def _shutdown(pool: cf.ProcessPoolExecutor) -> None:
     for process in processes:
         process.join(timeout=5)
     pool.shutdown(wait=True)
+    if manager is not None:
+        manager.join(timeout=5)
+        if manager.is_alive():
+            # A worker died in the middle of sending a result: the pool's thread
+            # waits for the rest of the message for ever (and Python's exit joins
+            # it), since this process holds the pipe's other end as well. With
+            # the workers gone, closing that end ends the wait.
+            writer = getattr(results, "_writer", None)
+            if writer is not None:
+                writer.close()
+            manager.join(timeout=5)
