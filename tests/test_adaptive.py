@@ -139,8 +139,9 @@ def test_bad_settings(kwargs):
 
 
 @pytest.mark.timeout(30)
-def test_a_worker_idle_for_the_depth_alone_is_noted_once():
+def test_time_a_worker_sits_idle_for_the_depth_alone_counts_once_it_reaches_half_a_build():
     import threading
+    import time
 
     from queuetune.prefetch.config import BatchSizes, EpochConfig
     from queuetune.prefetch.schedule import Schedule
@@ -148,23 +149,46 @@ def test_a_worker_idle_for_the_depth_alone_is_noted_once():
 
     sizes = BatchSizes()
     sizes.learn(100)
-    workers = ThreadWorkers(2, lambda i: bytes(100))
+
+    def build(i):
+        time.sleep(1.0)
+        return bytes(100)
+
+    workers = ThreadWorkers(2, build)
+    schedules = []
     try:
         config = EpochConfig(max_bytes=10_000, depth=1, max_depth=8, ordered=True, timeout=None)
         schedule = Schedule(config, list(range(6)), workers, sizes)
+        schedules.append(schedule)
         with schedule.lock:
             schedule.fill()
-        assert schedule.tasks[0].accounted.wait(5)
-        # built, not taken, and batch 1 not started for the depth alone: a worker sits idle
-        assert schedule.was_held_back() is True
-        assert schedule.was_held_back() is False  # noted once
+        assert schedule.tasks[0].accounted.wait(10)
+        # built, not taken, and batch 1 not started for the depth alone: a worker sits idle,
+        # for less than half a build (1 s) so far
+        assert schedule.held_back_since is not None
+        assert schedule.held_back(waited=True) is False
+        time.sleep(0.6)
+        assert schedule.held_back(waited=False) is False  # only a wait asks
+        assert schedule.held_back(waited=True) is True
+        assert schedule.held_back(waited=True) is False  # counted from the last wait
         budget = Schedule(
             EpochConfig(max_bytes=150, depth=1, max_depth=8, ordered=True, timeout=None), list(range(6)), workers, sizes
         )
+        schedules.append(budget)
         with budget.lock:
             budget.fill()
-        assert budget.tasks[0].accounted.wait(5)
-        assert budget.was_held_back() is False  # held back by the budget, which more depth cannot help
+        assert budget.tasks[0].accounted.wait(10)
+        assert budget.held_back_since is None  # held back by the budget, which more depth cannot help
     finally:
+        for each in schedules:
+            each.stopped = True
         workers.shutdown(wait=True, unclaimed=[])
     assert not [t for t in threading.enumerate() if t.name.startswith("queuetune-prefetch")]
+
+
+def test_a_wait_after_time_lost_to_the_depth_deepens_by_one():
+    c = DepthController(depth=5)
+    assert c.observe(waited=True, full=False, lost=True) == 6  # one wait is enough
+    assert c.observe(waited=True, full=False, lost=True, can_grow=False) is None
+    assert c.observe(waited=False, full=False, lost=True) is None
+    assert c.observe(waited=True, full=False, lost=True, limit=6) is None  # the budget holds no more

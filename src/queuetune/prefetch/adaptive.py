@@ -21,6 +21,10 @@ class DepthController:
       takes next; see :meth:`.Schedule.needed`): at once to that depth. So a batch
       that takes hundreds of milliseconds to build against steps of a few does
       not take a dozen waits per worker to reach.
+    - A wait after workers sat idle for the depth alone for half a build or more
+      since the last wait (``lost``; see :meth:`.Schedule.held_back`): one
+      deeper. A consumer whose steps come in bursts drains what a deeper queue
+      would have built meanwhile.
     - One wait of at least ``long_wait`` typical consumer steps (a stall: one long
       wait, then ready batches): deeper at once by about the steps the wait cost
       (``ceil(wait / step)``), so that as many more batches are under way when the
@@ -76,6 +80,7 @@ class DepthController:
         step: float | None = None,
         limit: int | None = None,
         needed: int | None = None,
+        lost: bool = False,
     ) -> int | None:
         """Note one request; return the new depth if it changes, else None.
 
@@ -86,7 +91,8 @@ class DepthController:
         consumer's typical step in seconds (time from taking a batch to asking for
         the next); both needed for the long-wait rule. ``limit``: the deepest
         depth the byte budget allows. ``needed``: the depth that keeps as many
-        workers building as the consumer's pace needs, once known.
+        workers building as the consumer's pace needs, once known. ``lost``:
+        workers sat idle for the depth alone since the last wait.
         """
         if self._since_shrink is not None:
             self._since_shrink += 1
@@ -103,7 +109,7 @@ class DepthController:
                 return self._set(min(top, self.depth + math.ceil(wait / step)))
             if needed is not None and needed > self.depth:
                 return self._set(min(top, needed))
-            if sum(self._recent) >= self.grow_after:
+            if lost or sum(self._recent) >= self.grow_after:
                 return self._set(self.depth + 1)
             return None
         self._calm = self._calm + 1 if full else 0

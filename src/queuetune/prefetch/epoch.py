@@ -94,7 +94,7 @@ class Epoch:
                     # A stall leaves the workers idle while it lasts, even when
                     # they were all busy when it was asked for.
                     stalled = schedule.stalled(step)
-                    held_back = schedule.was_held_back()
+                    held_back = schedule.held_back(seen.waited)
                     changed = schedule.controller.observe(
                         seen.waited,
                         seen.full,
@@ -104,6 +104,7 @@ class Epoch:
                         wait=got - asked if stalled else None,
                         step=step,
                         needed=schedule.needed(step),
+                        lost=held_back,
                     )
                     if changed is not None:
                         recorder.mark("depth", changed)

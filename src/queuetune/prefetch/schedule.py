@@ -116,8 +116,11 @@ class Schedule:
         self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
         # Their median, kept as each build is learnt rather than taken at every request.
         self.typical_build: float | None = None
-        # A worker finished a batch and could start no other for the depth alone, since the consumer last looked.
-        self.held_back = False
+        # Since when a worker has sat idle for the depth alone (it finished a batch
+        # and could start no other), or None; the next batch started ends it. And
+        # the seconds of such idleness that ended since the consumer last waited.
+        self.held_back_since: float | None = None
+        self.held_back_seconds = 0.0
         self.error: BaseException | None = None
         self.stopped = False
         self.exhausted = False
@@ -133,6 +136,9 @@ class Schedule:
             self.tasks[position] = task
             self.reserved += task.reserved
             self.submitted += 1
+            if self.held_back_since is not None:
+                self.held_back_seconds += clock() - self.held_back_since
+                self.held_back_since = None
             self._submit(task)
 
     def _can_start(self) -> bool:
@@ -156,10 +162,21 @@ class Schedule:
     def _can_start_but_for_depth(self) -> bool:
         return self._left_to_start() and self.sizes.known and self._budget_has_room()
 
-    def was_held_back(self) -> bool:
-        """Whether a worker sat idle for the depth alone since the last call (and forget it)."""
-        held_back, self.held_back = self.held_back, False
-        return held_back
+    def held_back(self, waited: bool) -> bool:
+        """On a request that ``waited``: whether, since the consumer last waited,
+        workers sat idle for the depth alone for half a typical build or more in
+        all (time the consumer now lacks, not the jitter of builds finishing a
+        little out of order); then the count starts again. False on a request
+        that did not wait."""
+        if not waited:
+            return False
+        now = clock()
+        lost = self.held_back_seconds
+        if self.held_back_since is not None:
+            lost += now - self.held_back_since
+            self.held_back_since = now
+        self.held_back_seconds = 0.0
+        return self.typical_build is not None and lost >= self.typical_build / 2
 
     def _submit(self, task: Task) -> None:
         task.future = self.workers.submit(task.indices, task.reserved)
@@ -197,8 +214,8 @@ class Schedule:
                 self.error = self._budget_fault(task, size)
             self.sizes.learn(size)
             self.fill()
-            if self._can_start_but_for_depth():
-                self.held_back = True
+            if self.held_back_since is None and self._can_start_but_for_depth():
+                self.held_back_since = clock()
 
     def _budget_fault(self, task: Task, size: int) -> BudgetExceeded | None:
         """The error if the batch just built breaks the budget (before ``sizes`` takes it in)."""
