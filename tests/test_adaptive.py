@@ -162,7 +162,7 @@ def test_time_a_worker_sits_idle_for_the_depth_alone_counts_once_it_reaches_half
         schedules.append(schedule)
         with schedule.lock:
             schedule.fill()
-        assert schedule.tasks[0].accounted.wait(10)
+        assert schedule.wait_for([schedule.tasks[0]], 10) is not None
         # built, not taken, and batch 1 not started for the depth alone: a worker sits idle,
         # for less than half a build (1 s) so far
         assert schedule.held_back_since is not None
@@ -177,7 +177,7 @@ def test_time_a_worker_sits_idle_for_the_depth_alone_counts_once_it_reaches_half
         schedules.append(budget)
         with budget.lock:
             budget.fill()
-        assert budget.tasks[0].accounted.wait(10)
+        assert budget.wait_for([budget.tasks[0]], 10) is not None
         assert budget.held_back_since is None  # held back by the budget, which more depth cannot help
     finally:
         for each in schedules:
@@ -192,3 +192,28 @@ def test_a_wait_after_time_lost_to_the_depth_deepens_by_one():
     assert c.observe(waited=True, full=False, lost=True, can_grow=False) is None
     assert c.observe(waited=False, full=False, lost=True) is None
     assert c.observe(waited=True, full=False, lost=True, limit=6) is None  # the budget holds no more
+
+
+def test_waits_that_cost_less_than_the_slack_do_not_deepen_one_batch_at_a_time():
+    c = DepthController(depth=5)
+    t = 100.0
+    assert c.observe(waited=False, full=False, now=t) is None
+    # waits of 1 ms in a second of requests: 0.1 % of the consumer's time
+    assert c.observe(waited=True, full=False, lost=True, spent=0.001, now=t + 1.0) is None
+    assert c.observe(waited=True, full=False, spent=0.001, now=t + 1.001) is None  # two waits of the last four
+    # 12 ms waited since the first request: over the slack (0.5 %), one deeper
+    assert c.observe(waited=True, full=False, lost=True, spent=0.010, now=t + 1.02) == 6
+    # the time counts again from the change
+    assert c.observe(waited=True, full=False, lost=True, spent=0.001, now=t + 3.0) is None
+    # the rules that jump are not held back by the slack
+    assert c.observe(waited=True, full=False, needed=9, spent=0.0001, now=t + 5.0) == 9
+    assert c.observe(waited=True, full=False, wait=0.100, step=0.003, spent=0.100, now=t + 60.0) == 9 + 34
+
+
+def test_a_wait_after_time_lost_to_the_depth_deepens_by_the_batches_it_left_the_consumer_short_of():
+    c = DepthController(depth=5)
+    assert c.observe(waited=True, full=False, lost=True, short=3.2) == 9
+    assert c.observe(waited=True, full=False, lost=True, short=0.2) == 10  # at least one
+    assert c.observe(waited=True, full=False, lost=True, short=-1.0) == 11  # the workers outpace it: one
+    assert c.observe(waited=True, full=False, lost=True, short=8, limit=12) == 12  # within the budget
+    assert c.observe(waited=True, full=False, short=5.0) is None  # not after time lost: one wait says nothing

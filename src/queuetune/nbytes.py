@@ -29,10 +29,11 @@ def _count(obj: Any, seen: set[int]) -> int:
     if key in seen:
         return 0
     seen.add(key)
-    if isinstance(obj, (tuple, list)):
-        return sum(_count(item, seen) for item in obj)
-    if isinstance(obj, dict):
-        return sum(_count(item, seen) for item in obj.values())
+    if isinstance(obj, (tuple, list, dict)):
+        total = 0
+        for item in obj.values() if isinstance(obj, dict) else obj:
+            total += _count(item, seen)
+        return total
     size = getattr(obj, "nbytes", None)
     if isinstance(size, int):
         return size

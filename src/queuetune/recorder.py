@@ -245,11 +245,18 @@ def multiprocessing_helpers() -> set[int]:
 
 
 class MemorySampler:
-    """Samples resident memory of this process and unique memory of its children."""
+    """Samples resident memory of this process and, with ``children=True``, the
+    unique memory of its child processes.
 
-    def __init__(self, sink: Callable[[MemorySample], None], interval: float = 0.05) -> None:
+    Finding the children means reading every process's entry in /proc (milliseconds
+    on a busy machine, most of it holding the GIL), so a loader with no worker
+    processes leaves it out.
+    """
+
+    def __init__(self, sink: Callable[[MemorySample], None], interval: float = 0.05, children: bool = True) -> None:
         self._sink = sink
         self._interval = interval
+        self._children = children
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process = psutil.Process()
@@ -276,8 +283,10 @@ class MemorySampler:
     def sample(self) -> None:
         try:
             rss = self._process.memory_info().rss
-            helpers = multiprocessing_helpers()
-            children = [c for c in self._process.children(recursive=True) if c.pid not in helpers]
+            children: list[psutil.Process] = []
+            if self._children:
+                helpers = multiprocessing_helpers()
+                children = [c for c in self._process.children(recursive=True) if c.pid not in helpers]
         except psutil.Error:
             return
         unique = 0
@@ -296,7 +305,8 @@ class Recorder:
     records from before the oldest kept run are let go (``meta.forgotten_runs``
     counts the runs dropped), so a loader that runs for weeks does not grow its
     records without end. Runs must then follow one another, as a prefetcher's
-    epochs do.
+    epochs do. ``processes``: the loader builds batches in worker processes, whose
+    records come through a pipe and whose memory is sampled with this process's.
 
     >>> rec = Recorder(TraceMeta(loader="demo"), sample_memory=False)
     >>> rec.run_begin(); t = clock(); rec.produced(t, t, 8, index=0)
@@ -325,7 +335,7 @@ class Recorder:
         self._marks: list[Mark] = []
         self._memory: list[MemorySample] = []
         self.channel = Channel(self._produced.append, processes)
-        self._sampler = MemorySampler(self._memory.append, memory_interval) if sample_memory else None
+        self._sampler = MemorySampler(self._memory.append, memory_interval, processes) if sample_memory else None
         self.run = -1
         self.epoch = -1
         self._active = 0

@@ -22,13 +22,18 @@ class DepthController:
       that takes hundreds of milliseconds to build against steps of a few does
       not take a dozen waits per worker to reach.
     - A wait after workers sat idle for the depth alone for half a build or more
-      since the last wait (``lost``; see :meth:`.Schedule.held_back`): one
-      deeper. A consumer whose steps come in bursts drains what a deeper queue
-      would have built meanwhile.
+      since the last wait (``lost``; see :meth:`.Schedule.held_back`): deeper by
+      the batches the wait left the consumer short of (``short``, at least one;
+      see :meth:`.Schedule.short`). A consumer whose steps come in bursts drains
+      what a deeper queue would have built meanwhile.
     - One wait of at least ``long_wait`` typical consumer steps (a stall: one long
       wait, then ready batches): deeper at once by about the steps the wait cost
       (``ceil(wait / step)``), so that as many more batches are under way when the
       next stall comes.
+    - The last two rules (one wait at a time) deepen only while the waits cost
+      the consumer more than ``slack`` of its time since the depth last changed
+      (given ``spent`` and ``now`` with each wait): a queue that misses a batch now
+      and then, for a few hundred microseconds in a second, is deep enough.
     - ``shrink_after`` requests in a row that found it ready with the queue full:
       one shallower. A wait soon after shrinking makes the depth it left a floor,
       so the controller does not swing between two depths.
@@ -53,7 +58,13 @@ class DepthController:
     shrink_after: int = 32
     long_wait: float = 4.0
     floor: int = 1
+    slack: float = 0.005
     _recent: deque[bool] = field(default_factory=deque, repr=False)
+    # When the depth last changed (or the first request asked), the seconds waited
+    # since, and the time of the latest request.
+    _since: float | None = field(default=None, repr=False)
+    _spent: float = field(default=0.0, repr=False)
+    _now: float | None = field(default=None, repr=False)
     _calm: int = field(default=0, repr=False)
     _since_shrink: int | None = field(default=None, repr=False)
 
@@ -81,6 +92,9 @@ class DepthController:
         limit: int | None = None,
         needed: int | None = None,
         lost: bool = False,
+        short: float | None = None,
+        spent: float | None = None,
+        now: float | None = None,
     ) -> int | None:
         """Note one request; return the new depth if it changes, else None.
 
@@ -92,8 +106,18 @@ class DepthController:
         the next); both needed for the long-wait rule. ``limit``: the deepest
         depth the byte budget allows. ``needed``: the depth that keeps as many
         workers building as the consumer's pace needs, once known. ``lost``:
-        workers sat idle for the depth alone since the last wait.
+        workers sat idle for the depth alone since the last wait; ``short``: the
+        batches this wait left the consumer short of. ``spent``: the
+        seconds this request waited, and ``now`` the time it got its batch (a
+        clock's seconds, given with every request), for the slack rule; without
+        them, that rule is off.
         """
+        if now is not None:
+            self._now = now
+            if self._since is None:
+                self._since = now - (spent or 0.0)
+            if waited and spent is not None:
+                self._spent += spent
         if self._since_shrink is not None:
             self._since_shrink += 1
             if waited and self._since_shrink <= self.shrink_after:
@@ -109,8 +133,9 @@ class DepthController:
                 return self._set(min(top, self.depth + math.ceil(wait / step)))
             if needed is not None and needed > self.depth:
                 return self._set(min(top, needed))
-            if lost or sum(self._recent) >= self.grow_after:
-                return self._set(self.depth + 1)
+            if (lost or sum(self._recent) >= self.grow_after) and self._costly(spent, now):
+                more = max(1, math.ceil(short)) if lost and short is not None else 1
+                return self._set(min(top, self.depth + more))
             return None
         self._calm = self._calm + 1 if full else 0
         if self._calm >= self.shrink_after and self.depth > self.floor:
@@ -118,8 +143,17 @@ class DepthController:
             return self._set(self.depth - 1)
         return None
 
+    def _costly(self, spent: float | None, now: float | None) -> bool:
+        """Whether the waits since the depth last changed, this one included, cost
+        more than ``slack`` of the time since (True when not told)."""
+        if spent is None or now is None or self._since is None:
+            return True
+        return self._spent > self.slack * (now - self._since)
+
     def _set(self, depth: int) -> int:
         self.depth = depth
         self._recent.clear()
         self._calm = 0
+        self._since = self._now
+        self._spent = 0.0
         return depth

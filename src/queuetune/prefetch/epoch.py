@@ -3,7 +3,6 @@ keeps under way, the depth decisions it makes, and how the epoch stops."""
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import statistics
 import threading
 from collections import deque
@@ -49,8 +48,6 @@ class Epoch:
         self.recorder = recorder
         self.schedule = Schedule(config, plan, workers, sizes)
         self.reason = ""
-        # Done when the epoch is stopped: wakes a consumer waiting for a batch.
-        self.wakeup: cf.Future = cf.Future()
         # The consumer's thread, once it started reading, and whether it is reading.
         self.consumer: int | None = None
         self.running = False
@@ -89,29 +86,16 @@ class Epoch:
                 if batch is END:
                     return
                 got = clock()
-                step = statistics.median(steps) if steps else None
                 with schedule.lock:
-                    # A stall leaves the workers idle while it lasts, even when
-                    # they were all busy when it was asked for.
-                    stalled = schedule.stalled(step)
-                    held_back = schedule.held_back(seen.waited)
-                    changed = schedule.controller.observe(
-                        seen.waited,
-                        seen.full,
-                        # A worker idle for the depth alone while the consumer waited: more depth helps.
-                        can_grow=seen.can_grow or stalled or held_back,
-                        limit=seen.limit,
-                        wait=got - asked if stalled else None,
-                        step=step,
-                        needed=schedule.needed(step),
-                        lost=held_back,
-                    )
+                    if seen.waited:
+                        changed = self._deepen(seen, asked, got, steps)
+                    else:
+                        changed = schedule.controller.observe(False, seen.full, now=got)
                     if changed is not None:
                         recorder.mark("depth", changed)
+                    schedule.fill()
                 samples = task.indices if isinstance(task.indices, list) else None
                 recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
-                with schedule.lock:
-                    schedule.fill()
                 yield batch
         except GeneratorExit:
             raise
@@ -127,6 +111,30 @@ class Epoch:
             if self.on_leave is not None:
                 self.on_leave()
 
+    def _deepen(self, seen: Seen, asked: float, got: float, steps: deque[float]) -> int | None:
+        """The depth controller's decision on a request that waited from ``asked``
+        to ``got``, with the lock held; the new depth, or None."""
+        schedule = self.schedule
+        step = statistics.median(steps) if steps else None
+        # A stall leaves the workers idle while it lasts, even when
+        # they were all busy when it was asked for.
+        stalled = schedule.stalled(step)
+        held_back = schedule.held_back(True)
+        return schedule.controller.observe(
+            True,
+            seen.full,
+            # A worker idle for the depth alone while the consumer waited: more depth helps.
+            can_grow=seen.can_grow or stalled or held_back,
+            limit=seen.limit,
+            wait=got - asked if stalled else None,
+            step=step,
+            needed=schedule.needed(step),
+            lost=held_back,
+            short=schedule.short(got - asked, step) if held_back else None,
+            spent=got - asked,
+            now=got,
+        )
+
     def _next_task(self) -> tuple[Task, Seen] | None:
         """The task to hand over next, and what the request found before waiting."""
         schedule = self.schedule
@@ -135,7 +143,6 @@ class Epoch:
                 raise self._closed_error()
             if schedule.total is not None and schedule.delivered >= schedule.total:
                 return None
-            schedule.fill()
             pending = schedule.next_up()
             if not pending:
                 if schedule.error is not None:
@@ -143,59 +150,49 @@ class Epoch:
                 if schedule.exhausted:
                     return None
                 raise RuntimeError("prefetcher has nothing to wait for before the end of the epoch")
-            ready = [t for t in pending if t.future.done()]  # type: ignore[union-attr]
-            seen = schedule.seen(waited=not ready)
-        if ready:
-            return ready[0], seen
+            for task in pending:
+                if task.settled:
+                    return task, schedule.seen(waited=False)
+            seen = schedule.seen(waited=True)
         return self._wait(pending), seen
 
     def _wait(self, pending: list[Task]) -> Task:
         """Wait until one of ``pending`` is built; a stop, the timeout or a dead
         worker process ends the wait with its error."""
+        schedule = self.schedule
         timeout = self.config.timeout
-        futures = [t.future for t in pending]
         deadline = None if timeout is None else clock() + timeout
         poll = self.workers.poll
         while True:
             remaining = None if deadline is None else max(0.0, deadline - clock())
             # In slices, to see a dead worker process even if the pool does not.
             piece = remaining if poll is None else min(poll if remaining is None else remaining, poll)
-            done, _ = cf.wait([*futures, self.wakeup], timeout=piece, return_when=cf.FIRST_COMPLETED)  # type: ignore[list-item]
-            if self.wakeup.done():
-                raise self._closed_error()
-            if done or (deadline is not None and clock() >= deadline):
-                break
-            if self.workers.dead():
-                raise faults.worker_died(pending[0], self.workers.deaths())
-        if not done:
-            assert timeout is not None  # without a deadline, only a batch or a stop ends the wait
-            raise faults.timed_out(pending, timeout)
-        return next(t for t in pending if t.future in done)
-
-    def _take(self, task: Task) -> Any:
-        """``task``'s batch, handed over: a worker's fault is raised as its clearer error."""
-        schedule = self.schedule
-        future = task.future
-        assert future is not None
-        if schedule.stopped or future.cancelled():
-            raise self._closed_error()
-        try:
-            batch = future.result()
-        except Exception as exc:
-            ours = faults.translate(task, exc, self.workers)
-            if ours is None:
-                raise
-            raise ours from exc
-        task.accounted.wait()
-        # The future's callback holds the task: let go of the future, or the
-        # batch lives on in that cycle until the garbage collector runs.
-        task.future = None
-        with schedule.lock:
-            if schedule.error is not None:
-                raise schedule.error
+            task = schedule.wait_for(pending, piece)
             if schedule.stopped:
                 raise self._closed_error()
-            return schedule.hand_over(task, batch)
+            if task is not None:
+                return task
+            if deadline is not None and clock() >= deadline:
+                raise faults.timed_out(pending, timeout)  # type: ignore[arg-type]
+            if self.workers.dead():
+                raise faults.worker_died(pending[0], self.workers.deaths())
+
+    def _take(self, task: Task) -> Any:
+        """``task``'s batch (its build settled), handed over: a worker's fault is
+        raised as its clearer error."""
+        schedule = self.schedule
+        with schedule.lock:
+            if schedule.stopped or task.cancelled:
+                raise self._closed_error()
+            failure = task.failure
+            if failure is None:
+                if schedule.error is not None:
+                    raise schedule.error
+                return schedule.hand_over(task)
+        ours = faults.translate(task, failure, self.workers)
+        if ours is None:
+            raise failure
+        raise ours from failure
 
     def _closed_error(self) -> PrefetcherClosed:
         return faults.closed(self.reason, self.schedule.delivered)
@@ -214,7 +211,7 @@ class Epoch:
             schedule.stopped = True
             self.reason = reason
             tasks = list(schedule.tasks.values())
-        self.wakeup.set_result(None)
+            schedule.changed.notify_all()
         for task in tasks:
             if task.future is not None:
                 task.future.cancel()

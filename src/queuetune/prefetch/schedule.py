@@ -9,7 +9,7 @@ import math
 import statistics
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..recorder import clock
@@ -20,11 +20,12 @@ from .errors import BudgetExceeded
 from .workers import END, Workers
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     """One batch of the epoch: its position, what it is made of (a batch index,
     sample indices, or None for a plain iterable's next item), the bytes reserved
-    for it, then its build and its size once built.
+    for it, then its build and, once settled, its outcome: the batch and its
+    size, the worker's exception, or cancelled.
 
     >>> Task(3, [6, 7], reserved=100).key
     (6, 7)
@@ -37,8 +38,11 @@ class Task:
     submitted_at: float = 0.0
     size: int | None = None
     taken: bool = False
-    # Set once the build's outcome is in the account, whatever it was.
-    accounted: threading.Event = field(default_factory=threading.Event)
+    # True once the build's outcome is in the account, whatever it was.
+    settled: bool = False
+    batch: Any = None
+    failure: BaseException | None = None
+    cancelled: bool = False
 
     @property
     def key(self) -> Any:
@@ -48,7 +52,7 @@ class Task:
         return tuple(self.indices) if isinstance(self.indices, list) else self.indices
 
 
-@dataclass
+@dataclass(slots=True)
 class Seen:
     """What a request found: the next batch not ready, the queue full, a worker
     idle for the lack of depth, the deepest depth the byte budget allows (as many
@@ -78,7 +82,9 @@ class Schedule:
 
     ``plan``: what each batch is made of, or None for a plain iterable (read
     until its workers return :data:`.END`). The state is read and changed with
-    ``lock`` held, by the consumer and by the callbacks of finished builds.
+    ``lock`` held, by the consumer and by the callbacks of finished builds;
+    ``changed`` (on that lock) is notified when a build is settled or the
+    schedule stopped.
 
     >>> from queuetune.prefetch.workers import ThreadWorkers
     >>> release = threading.Event()
@@ -88,8 +94,8 @@ class Schedule:
     >>> schedule = Schedule(config, [0, 1, 2, 3], ThreadWorkers(2, make), BatchSizes())
     >>> with schedule.lock:
     ...     schedule.fill()
-    >>> schedule.tasks[0].accounted.wait(5)
-    True
+    >>> schedule.wait_for([schedule.tasks[0]], 5).position
+    0
     >>> sorted(schedule.tasks), schedule.held, schedule.reserved  # 300 built, 2 x 300 reserved
     ([0, 1, 2], 300, 600)
     >>> schedule.stopped = True; release.set(); schedule.workers.shutdown(wait=True, unclaimed=[])
@@ -102,20 +108,21 @@ class Schedule:
         # Re-entrant: a future that is already done runs its callback at once,
         # in the thread that adds it, which holds the lock.
         self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
         self.controller = DepthController(depth=config.depth, max_depth=config.max_depth)
         self.plan = plan
         self.total: int | None = None if plan is None else len(plan)
         self.tasks: dict[int, Task] = {}
         self.submitted = 0
         self.delivered = 0
+        # Batches started whose build is not settled yet.
+        self.building = 0
         # Batches built and not taken, and their bytes; bytes reserved for batches being built.
         self.ready = 0
         self.held = 0
         self.reserved = 0
         # Seconds from submitting a batch to its being built, of the latest batches.
         self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
-        # Their median, kept as each build is learnt rather than taken at every request.
-        self.typical_build: float | None = None
         # Since when a worker has sat idle for the depth alone (it finished a batch
         # and could start no other), or None; the next batch started ends it. And
         # the seconds of such idleness that ended since the consumer last waited.
@@ -136,6 +143,7 @@ class Schedule:
             self.tasks[position] = task
             self.reserved += task.reserved
             self.submitted += 1
+            self.building += 1
             if self.held_back_since is not None:
                 self.held_back_seconds += clock() - self.held_back_since
                 self.held_back_since = None
@@ -176,7 +184,8 @@ class Schedule:
             lost += now - self.held_back_since
             self.held_back_since = now
         self.held_back_seconds = 0.0
-        return self.typical_build is not None and lost >= self.typical_build / 2
+        typical = self.typical_build
+        return typical is not None and lost >= typical / 2
 
     def _submit(self, task: Task) -> None:
         task.future = self.workers.submit(task.indices, task.reserved)
@@ -185,37 +194,53 @@ class Schedule:
     # --- the byte account ----------------------------------------------------------------
 
     def _built(self, task: Task, future: cf.Future) -> None:
-        try:
-            self._account(task, future)
-        finally:
-            task.accounted.set()
+        with self.lock:
+            try:
+                self._account(task, future)
+            finally:
+                task.settled = True
+                self.building -= 1
+                self.changed.notify_all()
 
     def _account(self, task: Task, future: cf.Future) -> None:
+        self.reserved -= task.reserved
+        if future.cancelled():
+            task.cancelled = True
+            return
+        task.failure = future.exception()
+        if task.failure is not None:
+            return
+        batch = future.result()
+        if batch is END:
+            self.exhausted = True
+            task.size = 0
+            task.batch = END
+            return
+        self.learn_build(clock() - task.submitted_at)
+        if self.stopped:
+            self.workers.discard(batch)
+            return
+        size = self.workers.size(batch)
+        task.size = size
+        task.batch = batch
+        self.held += size
+        self.ready += 1
+        if self.error is None:  # the first fault is the one to report
+            self.error = self._budget_fault(task, size)
+        self.sizes.learn(size)
+        self.fill()
+        if self.held_back_since is None and self._can_start_but_for_depth():
+            self.held_back_since = clock()
+
+    def wait_for(self, tasks: list[Task], timeout: float | None) -> Task | None:
+        """The first of ``tasks`` whose build is settled, waiting up to ``timeout``
+        seconds for one (None: no limit); None if none is by then or the schedule
+        is stopped meanwhile."""
         with self.lock:
-            self.reserved -= task.reserved
-            if future.cancelled():
-                return
-            if future.exception() is not None:
-                return
-            batch = future.result()
-            if batch is END:
-                self.exhausted = True
-                task.size = 0
-                return
-            self.learn_build(clock() - task.submitted_at)
-            if self.stopped:
-                self.workers.discard(batch)
-                return
-            size = self.workers.size(batch)
-            task.size = size
-            self.held += size
-            self.ready += 1
-            if self.error is None:  # the first fault is the one to report
-                self.error = self._budget_fault(task, size)
-            self.sizes.learn(size)
-            self.fill()
-            if self.held_back_since is None and self._can_start_but_for_depth():
-                self.held_back_since = clock()
+            found = self.changed.wait_for(lambda: self.stopped or any(t.settled for t in tasks), timeout)
+            if not found or self.stopped:
+                return None
+            return next(t for t in tasks if t.settled)
 
     def _budget_fault(self, task: Task, size: int) -> BudgetExceeded | None:
         """The error if the batch just built breaks the budget (before ``sizes`` takes it in)."""
@@ -233,9 +258,14 @@ class Schedule:
             )
         return None
 
-    def hand_over(self, task: Task, batch: Any) -> Any:
+    def hand_over(self, task: Task) -> Any:
         """Take ``task``'s built batch out of the account as the consumer gets it;
         return the batch as the consumer gets it."""
+        batch = task.batch
+        task.batch = None
+        # The future's callback holds the task: let go of the future, or the
+        # batch lives on in that cycle until the garbage collector runs.
+        task.future = None
         task.taken = True
         del self.tasks[task.position]
         if batch is END:
@@ -263,16 +293,19 @@ class Schedule:
 
     def seen(self, waited: bool) -> Seen:
         """What a request finds, for the depth controller; ``waited``: the batch it
-        takes is not built yet."""
+        takes is not built yet. A request that did not wait cannot deepen: what
+        only deepening needs (``can_grow``, ``limit``) is not worked out for it."""
+        full = self.ready >= self.controller.depth
+        if not waited:
+            return Seen(False, full, can_grow=False, limit=None)
         # Depth helps only while a worker sits idle for the lack of it, not
         # for the lack of batches left to start (the epoch's end).
-        building = len([t for t in self.tasks.values() if t.future is not None and not t.future.done()])
         left = not self.exhausted and (self.total is None or self.submitted < self.total)
         largest = self.sizes.largest
         return Seen(
             waited=waited,
-            full=self.ready >= self.controller.depth,
-            can_grow=building < self.workers.count and left,
+            full=full,
+            can_grow=self.building < self.workers.count and left,
             # Before the first batch is built its size is unknown: no deeper yet.
             limit=self.config.max_bytes // largest if largest else (None if self.sizes.known else 1),
         )
@@ -280,7 +313,12 @@ class Schedule:
     def learn_build(self, seconds: float) -> None:
         """Take in the seconds from submitting a batch to its being built."""
         self.builds.append(seconds)
-        self.typical_build = statistics.median(self.builds)
+
+    @property
+    def typical_build(self) -> float | None:
+        """The median of the latest builds' seconds, None before the first (asked
+        only on a wait, so worked out then rather than at every build)."""
+        return statistics.median(self.builds) if self.builds else None
 
     def needed(self, step: float | None) -> int | None:
         """The depth that keeps pace with a consumer taking a batch every ``step``
@@ -296,9 +334,28 @@ class Schedule:
         (13, 3, None)
         >>> schedule.workers.shutdown(wait=True, unclaimed=[])
         """
-        if step is None or step <= 0 or self.typical_build is None:
+        typical = self.typical_build
+        if step is None or step <= 0 or typical is None:
             return None
-        return min(self.workers.count, math.ceil(self.typical_build / step)) + 1
+        return min(self.workers.count, math.ceil(typical / step)) + 1
+
+    def short(self, spent: float, step: float | None) -> float | None:
+        """The batches a consumer taking one every ``step`` seconds went short of
+        while it waited ``spent`` seconds: what it would have taken meanwhile,
+        less what the workers built (each one per typical build); None until
+        both are known.
+
+        >>> from queuetune.prefetch.workers import ThreadWorkers
+        >>> schedule = Schedule(EpochConfig(1000, 1, 64, True, None), [], ThreadWorkers(4, str), BatchSizes())
+        >>> schedule.learn_build(0.008)
+        >>> schedule.short(0.004, step=0.001), schedule.short(0.004, step=None)
+        (2.0, None)
+        >>> schedule.workers.shutdown(wait=True, unclaimed=[])
+        """
+        typical = self.typical_build
+        if step is None or step <= 0 or not typical:
+            return None
+        return spent * (1 / step - self.workers.count / typical)
 
     def stalled(self, step: float | None) -> bool:
         """Whether the batch just handed over was a stall that more depth can cover.
@@ -311,9 +368,9 @@ class Schedule:
         workers cannot use (a plain iterable's one worker never outpaces it). Out
         of order, the others are handed over meanwhile: a wait says nothing.
         """
-        if not self.config.ordered or step is None or self.typical_build is None:
+        typical = self.typical_build
+        if not self.config.ordered or step is None or typical is None:
             return False
-        if self.typical_build >= (self.workers.count - 1) * step:
+        if typical >= (self.workers.count - 1) * step:
             return False
-        behind = [t for t in self.tasks.values() if not t.taken]
-        return all(t.future.done() for t in behind)  # type: ignore[union-attr]
+        return self.building == 0

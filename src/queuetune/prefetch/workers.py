@@ -9,9 +9,11 @@ import functools
 import multiprocessing.context
 import os
 import pickle
+import queue
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
@@ -85,6 +87,9 @@ class Workers(Protocol):
 class ThreadWorkers:
     """``count`` threads of this process, each building with ``build(indices)``.
 
+    Started at once and fed from one queue: a submit is a future and a put,
+    nothing more, for it runs on the consumer's thread at every batch.
+
     >>> workers = ThreadWorkers(2, lambda indices: indices * 10)
     >>> batch = workers.submit(4).result()
     >>> batch, workers.size(batch), workers.adopt(batch)
@@ -96,11 +101,22 @@ class ThreadWorkers:
 
     def __init__(self, count: int, build: Callable[[Any], Any]) -> None:
         self.count = count
-        self._build = build
-        self._pool = cf.ThreadPoolExecutor(count, thread_name_prefix="queuetune-prefetch")
+        self._jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=_serve, args=(self._jobs, build), name=f"queuetune-prefetch_{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+        # Threads left running by a prefetcher nobody closed end with it.
+        self._stop = weakref.finalize(self, _stop_serving, self._jobs, count)
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
-        return self._pool.submit(self._build, indices)
+        if not self._stop.alive:
+            raise RuntimeError("cannot submit to workers that were shut down")
+        future: cf.Future = cf.Future()
+        self._jobs.put((future, indices))
+        return future
 
     def size(self, batch: Any) -> int:
         return nbytes(batch)
@@ -121,8 +137,46 @@ class ThreadWorkers:
         return False
 
     def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
-        """Stop the threads; ``wait=False``: builds still running finish in the background."""
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        """Stop the threads, cancelling builds not started; ``wait=False``: builds
+        still running finish in the background."""
+        while self._stop.alive:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        self._stop()
+        if wait:
+            me = threading.current_thread()
+            for thread in self._threads:
+                if thread is not me:
+                    thread.join()
+
+
+def _serve(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], build: Callable[[Any], Any]) -> None:
+    """A worker thread: build what ``jobs`` brings until it brings None."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        future, indices = job
+        del job
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            batch = build(indices)
+        except BaseException as exc:  # the consumer gets it through the future
+            future.set_exception(exc)
+        else:
+            future.set_result(batch)
+            del batch
+        del future
+
+
+def _stop_serving(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], count: int) -> None:
+    for _ in range(count):
+        jobs.put(None)
 
 
 class ProcessWorkers:

@@ -1,0 +1,89 @@
+"""The prefetcher's worker threads and the memory sampler beside them."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import psutil
+import pytest
+
+from helpers import assert_nothing_left_running
+from queuetune import Prefetcher
+from queuetune.prefetch.workers import ThreadWorkers
+from queuetune.recorder import MemorySampler
+
+
+def test_each_build_runs_in_a_worker_thread_and_a_failure_reaches_the_future():
+    def build(i):
+        if i == 3:
+            raise KeyError(i)
+        return i * 10, threading.current_thread().name
+
+    workers = ThreadWorkers(2, build)
+    try:
+        futures = [workers.submit(i) for i in range(5)]
+        results = [f.result(10) if i != 3 else None for i, f in enumerate(futures)]
+        with pytest.raises(KeyError):
+            futures[3].result(10)
+    finally:
+        workers.shutdown(wait=True, unclaimed=[])
+    assert [r[0] for r in results if r is not None] == [0, 10, 20, 40]
+    assert {r[1] for r in results if r is not None} <= {"queuetune-prefetch_0", "queuetune-prefetch_1"}
+    assert_nothing_left_running()
+
+
+def test_shutdown_cancels_the_builds_not_started_and_refuses_more():
+    release = threading.Event()
+    started = []
+
+    def build(i):
+        started.append(i)
+        release.wait(10)
+        return i
+
+    workers = ThreadWorkers(1, build)
+    first = workers.submit(0)
+    queued = [workers.submit(i) for i in (1, 2)]
+    deadline = time.monotonic() + 10
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    workers.shutdown(wait=False, unclaimed=[])
+    assert all(f.cancelled() for f in queued)
+    release.set()
+    assert first.result(10) == 0  # a build running finishes in the background
+    with pytest.raises(RuntimeError, match="shut down"):
+        workers.submit(3)
+    workers.shutdown(wait=True, unclaimed=[])  # again: nothing more to do
+    assert started == [0]
+    assert_nothing_left_running()
+
+
+def test_workers_nobody_shut_down_end_their_threads_once_let_go():
+    workers = ThreadWorkers(3, str)
+    assert workers.submit(7).result(10) == "7"
+    del workers
+    gc.collect()
+    assert_nothing_left_running()
+
+
+def test_the_memory_sampler_looks_for_child_processes_only_for_loaders_that_have_them(monkeypatch):
+    looked = []
+    children = psutil.Process.children
+
+    def counted(self, recursive=False):
+        looked.append(recursive)
+        return children(self, recursive=recursive)
+
+    monkeypatch.setattr(psutil.Process, "children", counted)
+    samples = []
+    MemorySampler(samples.append, children=False).sample()
+    assert looked == [] and samples[-1].n_children == 0 and samples[-1].rss > 0
+    MemorySampler(samples.append).sample()
+    assert looked == [True]
+    looked.clear()
+    with Prefetcher(list(range(8)), max_bytes=1 << 20, workers=2) as prefetcher:
+        assert list(prefetcher) == list(range(8))
+    assert looked == []
+    assert_nothing_left_running()
