@@ -60,8 +60,10 @@ rounds of each workload):
   bytes within ``max_bytes`` plus the batch in the step, and its peak started
   batches within the deepest depth it reached plus that batch.
 - Extra rows (the jittery workload): the prefetcher with ``ordered=False``,
-  and with a budget of 40 batches; checked against the same targets, shown
-  apart from the default.
+  with a budget of 40 batches, and with a budget of 10 batches (what
+  torchdata.nodes holds besides the batch in the step: the prefetcher's
+  throughput at nodes' bytes); checked against the same targets, shown apart
+  from the default.
 """
 
 from __future__ import annotations
@@ -105,6 +107,10 @@ PROCESS_LOADERS = ("prefetcher", "torch", NODES_PROCESS, SPDL_PROCESS)
 UNORDERED = "prefetcher ordered=False"
 DEEP_BUDGET_BATCHES = 40
 DEEP = f"prefetcher max_bytes={DEEP_BUDGET_BATCHES} b"
+# A budget of as many batches as torchdata.nodes holds built or being built (its peak
+# started, less the batch in the step): the prefetcher's throughput at nodes' bytes.
+LEAN_BUDGET_BATCHES = 10
+LEAN = f"prefetcher max_bytes={LEAN_BUDGET_BATCHES} b"
 MiB = 1024 * 1024
 
 
@@ -218,7 +224,7 @@ def workloads(scale: float) -> list[Workload]:
     return [
         Workload("input-bound", 0.008, 0.002, n(600), 30),
         Workload("compute-bound", 0.002, 0.008, n(300), 20),
-        Workload("jittery", 0.003, 0.003, n(600), 30, stall=0.100, p=0.04, extras=(UNORDERED, DEEP)),
+        Workload("jittery", 0.003, 0.003, n(600), 30, stall=0.100, p=0.04, extras=(UNORDERED, DEEP, LEAN)),
         Workload("pause", 0.002, 0.008, n(300), 20, pause=PAUSE),
         Workload("overhead-bound", 0.001, 0.0005, n(1500), 100, rows=16),
         Workload("bursty", 0.008, 0.001, n(600), 40, burst=(16, 4, 0.020)),
@@ -605,6 +611,7 @@ RUNNERS = {
     SPDL_PROCESS: lambda w: run_spdl(w, True, SPDL_PROCESS),
     UNORDERED: lambda w: run_prefetcher(w, ordered=False, name=UNORDERED),
     DEEP: lambda w: run_prefetcher(w, max_bytes=DEEP_BUDGET_BATCHES * w.batch_bytes, name=DEEP),
+    LEAN: lambda w: run_prefetcher(w, max_bytes=LEAN_BUDGET_BATCHES * w.batch_bytes, name=LEAN),
 }
 
 
