@@ -54,15 +54,13 @@ def _stack_into(items: list[Any], allocate: Callable[[tuple[int, ...], Any], Any
     import torch
 
     first = items[0]
+    # A plain CPU tensor of a dtype numpy has (not bfloat16), as every other must match.
+    array = as_array(first)
+    if array is None:
+        return None
     if any(type(item) is not torch.Tensor or item.shape != first.shape or item.dtype != first.dtype for item in items):
         return None
-    if first.device.type != "cpu" or first.requires_grad or first.is_sparse:
-        return None
-    try:
-        dtype = torch.empty(0, dtype=first.dtype).numpy().dtype
-    except TypeError:  # bfloat16 and others numpy has no type for
-        return None
-    buffer = allocate((len(items), *first.shape), dtype)
+    buffer = allocate((len(items), *first.shape), array.dtype)
     if buffer is None:
         return None
     return torch.stack(items, out=torch.from_numpy(buffer))
