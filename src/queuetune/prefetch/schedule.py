@@ -123,6 +123,8 @@ class Schedule:
         self.reserved = 0
         # Seconds from submitting a batch to its being built, of the latest batches.
         self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
+        # Their median, worked out on the first wait that asks after a build is learnt.
+        self._typical: float | None = None
         # Since when a worker has sat idle for the depth alone (it finished a batch
         # and could start no other), or None; the next batch started ends it. And
         # the seconds of such idleness that ended since the consumer last waited.
@@ -313,12 +315,16 @@ class Schedule:
     def learn_build(self, seconds: float) -> None:
         """Take in the seconds from submitting a batch to its being built."""
         self.builds.append(seconds)
+        self._typical = None
 
     @property
     def typical_build(self) -> float | None:
         """The median of the latest builds' seconds, None before the first (asked
-        only on a wait, so worked out then rather than at every build)."""
-        return statistics.median(self.builds) if self.builds else None
+        only on a wait, by several rules, so worked out once then rather than at
+        every build)."""
+        if self._typical is None and self.builds:
+            self._typical = statistics.median(self.builds)
+        return self._typical
 
     def needed(self, step: float | None) -> int | None:
         """The depth that keeps pace with a consumer taking a batch every ``step``
