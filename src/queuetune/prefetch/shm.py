@@ -296,11 +296,15 @@ class Arena:
     def ship(self, batch: Any) -> Shipped:
         """``batch`` with its large arrays in shared memory, as descriptors."""
         overflow: list[tuple[np.ndarray, Piece]] = []
+        size = 0
 
         def place(obj: Any) -> Any:
+            nonlocal size
             array, kind = _shareable(obj)
             if array is None:
+                size += nbytes(obj)
                 return obj
+            size += array.nbytes
             offset = self._placed_at(array)
             if offset is None:
                 offset = self._room(array.nbytes)
@@ -314,7 +318,6 @@ class Arena:
         shipped = _replace(batch, place)
         if overflow:
             self._spill(overflow)
-        size = _shipped_nbytes(shipped)
         return Shipped(shipped, self.lease.name, self.made, size)
 
     def _room(self, size: int) -> int | None:
@@ -408,19 +411,6 @@ def _walk(batch: Any, visit: Any) -> None:
     elif type(batch) is dict:
         for value in batch.values():
             _walk(value, visit)
-
-
-def _shipped_nbytes(batch: Any) -> int:
-    if isinstance(batch, Piece):
-        count = 1
-        for dim in batch.shape:
-            count *= dim
-        return count * np.dtype(batch.dtype).itemsize
-    if type(batch) in (tuple, list):
-        return sum(_shipped_nbytes(item) for item in batch)
-    if type(batch) is dict:
-        return sum(_shipped_nbytes(value) for value in batch.values())
-    return nbytes(batch)
 
 
 def _map(name: str) -> mmap.mmap:
