@@ -63,6 +63,16 @@ def preamble(title: str, result: dict[str, Any]) -> list[str]:
     ]
 
 
+def rotated(items: list[Any], round_: int) -> list[Any]:
+    """``items`` starting one later each round, so that none always runs first.
+
+    >>> rotated(["a", "b", "c"], 4)
+    ['b', 'c', 'a']
+    """
+    shift = round_ % len(items)
+    return items[shift:] + items[:shift]
+
+
 def interleaved_comparison(
     settings: dict[str, dict[str, Any]],
     rounds: int,

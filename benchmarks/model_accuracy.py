@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 
 import queuetune
-from common import machine
+from common import machine, rotated
 from queuetune.analysis import match
 from queuetune.model import fit, handover_time, simulate, transit_time
 from queuetune.trace import Trace
@@ -393,9 +393,7 @@ def run(
         for entry in entries:
             loader = by_framework[entry["loader"]]
             factory = factories[(loader.framework, entry["distribution"])]
-            # each round starts one setting later, so no setting always runs first
-            shift = round_ % len(entry["rows"])
-            for row in entry["rows"][shift:] + entry["rows"][:shift]:
+            for row in rotated(entry["rows"], round_):
                 trace, report, rate = run_trial(factory, row["settings"], loader.framework, steps, warmup)
                 row["measured"].append(rate)
                 row["measured_peak_in_flight"].append(report.peak_in_flight_batches)

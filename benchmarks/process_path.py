@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine
+from common import machine, rotated
 
 SAMPLE = (3, 224, 224)
 BATCH = 64
@@ -128,8 +128,7 @@ def main() -> int:
     configs = [(loader, kind) for kind in ("numpy", "torch") for loader in ("prefetcher", "torch")]
     runs: dict[str, list[float]] = {f"{loader}/{kind}": [] for loader, kind in configs}
     for round_ in range(args.rounds):
-        shift = round_ % len(configs)
-        for loader, kind in configs[shift:] + configs[:shift]:
+        for loader, kind in rotated(configs, round_):
             rate = run(loader, kind, args.batches)
             runs[f"{loader}/{kind}"].append(rate)
             print(f"round {round_}: {loader}/{kind} {rate:.1f} batches/s", file=sys.stderr, flush=True)

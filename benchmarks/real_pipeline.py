@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from common import machine, stop_nodes
+from common import machine, rotated, stop_nodes
 
 WARMUP = 4
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
@@ -269,8 +269,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="queuetune-jpegs-") as folder:
         data = Jpegs(make_jpegs(Path(folder), args.images))
         for round_ in range(args.rounds):
-            shift = round_ % len(LOADERS)
-            for name in LOADERS[shift:] + LOADERS[:shift]:
+            for name in rotated(list(LOADERS), round_):
                 row = run(name, data, args)
                 runs[name].append(row)
                 print(
