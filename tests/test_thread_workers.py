@@ -87,3 +87,29 @@ def test_the_memory_sampler_looks_for_child_processes_only_for_loaders_that_have
         assert list(prefetcher) == list(range(8))
     assert looked == []
     assert_nothing_left_running()
+
+
+@pytest.mark.timeout(30)
+def test_the_memory_sampler_reads_costly_children_seldom_and_its_own_rss_at_every_sample(monkeypatch):
+    reads = []
+
+    def slow_children(self, recursive=False):
+        reads.append(time.monotonic())
+        time.sleep(0.010)  # as reading /proc and smaps_rollup can cost
+        return []
+
+    monkeypatch.setattr(psutil.Process, "children", slow_children)
+    samples = []
+    sampler = MemorySampler(samples.append, interval=0.005)
+    began = time.monotonic()
+    sampler.start()
+    time.sleep(0.4)
+    sampler.stop()
+    elapsed = time.monotonic() - began
+    # 10 ms or more a reading, within 2 % of a core: one every 0.5 s or less
+    # often, besides the ones at start and at stop, while the process's own RSS
+    # was read every few milliseconds.
+    assert 2 <= len(reads) <= 2 + int(elapsed / 0.5)
+    assert len(samples) >= 10
+    assert all(s.rss > 0 and s.n_children == 0 for s in samples)
+    assert_nothing_left_running()

@@ -248,10 +248,17 @@ class MemorySampler:
     """Samples resident memory of this process and, with ``children=True``, the
     unique memory of its child processes.
 
-    Finding the children means reading every process's entry in /proc (milliseconds
-    on a busy machine, most of it holding the GIL), so a loader with no worker
-    processes leaves it out.
+    Finding the children means reading every process's entry in /proc, and a
+    child's unique memory its ``smaps_rollup`` (milliseconds each, for a worker
+    forked from a process that loaded torch), so a loader with no worker
+    processes leaves them out, and the children are read at most as often as
+    keeps that reading within ``CHILDREN_SHARE`` of one core (every sample in
+    between repeats their last reading). This process's own RSS is read at
+    every sample (microseconds).
     """
+
+    #: The share of one core the children's readings may take.
+    CHILDREN_SHARE = 0.02
 
     def __init__(self, sink: Callable[[MemorySample], None], interval: float = 0.05, children: bool = True) -> None:
         self._sink = sink
@@ -260,12 +267,15 @@ class MemorySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process = psutil.Process()
+        # When the children are next read, and their last reading: unique bytes, count.
+        self._children_due = 0.0
+        self._last_children = (0, 0)
 
     def start(self) -> None:
         if self._thread is not None:
             return
         self._stop.clear()
-        self.sample()
+        self.sample(children_now=True)
         self._thread = threading.Thread(target=self._run, name="queuetune-memory", daemon=True)
         self._thread.start()
 
@@ -274,28 +284,44 @@ class MemorySampler:
         if thread is not None:
             self._stop.set()
             thread.join(timeout=5)
-            self.sample()
+            self.sample(children_now=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             self.sample()
 
-    def sample(self) -> None:
+    def sample(self, children_now: bool = False) -> None:
+        """Take one sample; the children are read if due, or with ``children_now``."""
         try:
             rss = self._process.memory_info().rss
-            children: list[psutil.Process] = []
-            if self._children:
-                helpers = multiprocessing_helpers()
-                children = [c for c in self._process.children(recursive=True) if c.pid not in helpers]
         except psutil.Error:
             return
+        if self._children and (children_now or time.monotonic() >= self._children_due):
+            began = time.monotonic()
+            reading = self._read_children()
+            if reading is None:
+                return
+            self._last_children = reading
+            cost = time.monotonic() - began
+            self._children_due = began + max(self._interval, cost / self.CHILDREN_SHARE)
+        unique, count = self._last_children
+        self._sink(MemorySample(clock(), rss, unique, count))
+
+    def _read_children(self) -> tuple[int, int] | None:
+        """The unique bytes of this process's children and their count; None if
+        this process cannot be read."""
+        try:
+            helpers = multiprocessing_helpers()
+            children = [c for c in self._process.children(recursive=True) if c.pid not in helpers]
+        except psutil.Error:
+            return None
         unique = 0
         for child in children:
             try:
                 unique += child.memory_full_info().uss
             except psutil.Error:
                 continue
-        self._sink(MemorySample(clock(), rss, unique, len(children)))
+        return unique, len(children)
 
 
 class Recorder:
