@@ -25,10 +25,66 @@ def test_queue_that_fills_ahead_of_a_slow_consumer():
     assert r.peak_building_batches == 1
     assert r.input_wait_seconds == pytest.approx(0.5)
     assert r.wall_seconds == pytest.approx(4.5)
-    assert r.input_bound_fraction == pytest.approx(0.5 / 4.5)
-    assert r.verdict == "moderately input-bound"
+    # The only wait is the first batch's: the start, not the steady state.
+    assert r.start is not None
+    assert (r.start.runs, r.start.built_before_asked) == (1, 0)
+    assert r.start.first_batch_seconds == pytest.approx(0.5)
+    assert r.steady_wait_seconds == pytest.approx(0.0)
+    assert r.steady_seconds == pytest.approx(4.0)
+    assert r.input_bound_fraction == pytest.approx(0.0)
+    assert r.verdict == "not input-bound"
     assert r.consumer_step.median == pytest.approx(1.0)
     assert r.producer_time.median == pytest.approx(0.05)
+
+
+def test_a_slow_start_is_reported_apart_and_the_verdict_is_the_steady_states():
+    # 12 workers take 3 s to start while the consumer waits from t=0; then 100
+    # steps of 0.1 s, each waiting 2 ms: 2 % of the steady state.
+    produced = [Produced(2.0, 2.9 + i * 0.01, 10, index=i) for i in range(12)]
+    produced += [Produced(3.0 + i * 0.1, 3.05 + i * 0.1, 10, index=12 + i) for i in range(88)]
+    consumed = [Consumed(0.0, 3.0)]
+    consumed += [Consumed(3.0 + i * 0.102, 3.002 + i * 0.102) for i in range(1, 100)]
+    end = consumed[-1].consumed + 0.1
+    r = analyze(Trace(produced=produced, consumed=consumed, marks=run_marks(0.0, end), end=end))
+    assert r.start is not None
+    assert r.start.first_batch_seconds == pytest.approx(3.0)
+    assert r.start.built_before_asked == 0  # it asked at once
+    assert r.steady_wait_seconds == pytest.approx(99 * 0.002)
+    assert r.steady_seconds == pytest.approx(end - 3.0)
+    assert r.input_bound_fraction == pytest.approx(99 * 0.002 / (end - 3.0))
+    assert r.verdict == "not input-bound"
+    # Counted with the start, the same run would read as input-bound.
+    assert r.input_wait_seconds / r.wall_seconds > 0.20
+
+
+def test_batches_built_before_the_consumer_first_asked_are_part_of_the_start():
+    # Keras builds its model first: the consumer asks at t=2, when 6 batches are built.
+    produced = [Produced(0.1, 0.25 + i * 0.3, 10, index=i) for i in range(8)]
+    consumed = [Consumed(2.0 + i, 2.0 + i) for i in range(8)]
+    r = analyze(Trace(produced=produced, consumed=consumed, marks=run_marks(0.0, 10.0), end=10.0))
+    assert r.start is not None
+    assert (r.start.built_before_asked, r.start.first_batch_seconds) == (6, 2.0)
+    assert r.steady_seconds == pytest.approx(8.0) and r.verdict == "not input-bound"
+
+
+def test_each_runs_first_batch_is_its_start():
+    # Two epochs, each starting its workers anew (1 s), then 3 steps that wait 0.5 s each.
+    consumed, marks = [], []
+    for run, begin in enumerate((0.0, 10.0)):
+        marks += run_marks(begin, begin + 6.5, run)
+        consumed.append(Consumed(begin, begin + 1.0, run=run))
+        consumed += [Consumed(begin + 1.0 + i * 1.5, begin + 1.5 + i * 1.5, run=run) for i in range(1, 4)]
+    r = analyze(Trace(consumed=consumed, marks=marks, end=16.5))
+    assert r.start is not None
+    assert (r.start.runs, r.start.first_batch_seconds, r.start.seconds) == (2, 1.0, 2.0)
+    assert r.steady_wait_seconds == pytest.approx(6 * 0.5)
+    assert r.steady_seconds == pytest.approx(2 * 5.5)
+    assert r.verdict == "highly input-bound"
+
+
+def test_no_consumer_means_no_start_and_no_steady_state():
+    r = analyze(Trace(produced=[Produced(0, 1, 5)], end=1))
+    assert (r.start, r.steady_wait_seconds, r.steady_seconds, r.input_bound_fraction) == (None, None, None, None)
 
 
 def test_read_ahead_at_the_end_is_what_was_never_used():
@@ -135,6 +191,9 @@ REPORT_KEYS = {
     "consumer_step",
     "input_wait_seconds",
     "wall_seconds",
+    "start",
+    "steady_wait_seconds",
+    "steady_seconds",
     "input_bound_fraction",
     "verdict",
     "batch_bytes",
@@ -155,6 +214,7 @@ def test_report_json_schema():
     data = json.loads(analyze(trace).to_json())
     assert set(data) == REPORT_KEYS
     assert set(data["producer_time"]) == {"n", "median", "p95", "mean"}
+    assert set(data["start"]) == {"runs", "first_batch_seconds", "seconds", "built_before_asked"}
     assert set(data["series"]) == {"t", "batches", "bytes"}
     assert set(data["coverage"][0]) == {
         "run",

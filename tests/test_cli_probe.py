@@ -21,6 +21,10 @@ RUN_KEYS = {
     "produced_batches",
     "peak_in_flight_batches",
     "peak_in_flight_bytes",
+    "first_batch_seconds",
+    "built_before_asked",
+    "steady_wait_seconds",
+    "steady_seconds",
     "input_bound_fraction",
 }
 
@@ -48,6 +52,10 @@ def test_demo_json_reproduces_the_article_experiment():
         assert run["batch_size"] == 128
         assert run["consumed_batches"] == 10 and run["predicted_samples"] == 1280
         assert 0.0 <= run["input_bound_fraction"] <= 1.0
+        assert run["first_batch_seconds"] > 0 and run["built_before_asked"] >= 0
+        # The steady state is the run after its first batch.
+        assert run["steady_seconds"] == pytest.approx(run["wall_seconds"] - run["first_batch_seconds"])
+        assert run["steady_wait_seconds"] <= run["input_wait_seconds"]
         assert run["peak_in_flight_bytes"] == run["peak_in_flight_batches"] * data["batch_bytes"]
     q10, q2, gen = data["runs"]
     # Keras starts up to max_queue_size + 1 batches the model never sees

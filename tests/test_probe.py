@@ -79,6 +79,29 @@ def test_break_ends_the_run_and_counts_only_what_was_taken():
 
 
 @pytest.mark.timeout(30)
+def test_a_slow_start_does_not_make_a_loader_that_then_never_waits_input_bound():
+    def slow_to_start():
+        time.sleep(0.5)  # workers starting, files opened
+        for i in range(15):
+            yield np.full(8, i)
+
+    watched = queuetune.watch(slow_to_start())
+    for _ in watched:
+        time.sleep(0.05)
+    report = queuetune.report(watched)
+    assert report.start is not None
+    assert report.start.first_batch_seconds >= 0.5
+    assert report.start.built_before_asked == 0  # a generator builds only when asked
+    # Over the whole run the start alone is over 20 % of the time...
+    assert report.input_wait_seconds / report.wall_seconds > 0.2
+    # ...but the steady state waits for nothing.
+    assert report.steady_seconds >= 14 * 0.05
+    assert report.input_bound_fraction < 0.05
+    assert report.verdict == "not input-bound"
+    queuetune.probe_of(watched).close()
+
+
+@pytest.mark.timeout(30)
 def test_consumer_time_and_input_wait_are_attributed_to_the_right_side():
     def slow_source():
         for _ in range(4):

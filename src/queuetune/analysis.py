@@ -48,6 +48,25 @@ class Coverage:
 
 
 @dataclass
+class Start:
+    """How the runs began, kept apart from their steady state: ``first_batch_seconds``
+    from the first run's beginning to its first batch (workers starting, the
+    first builds), ``seconds`` the same summed over every run (each epoch of a
+    loader without persistent workers starts them anew), ``built_before_asked``
+    the batches built before the consumer first asked for one, and ``runs``
+    the runs that got a batch.
+
+    >>> Start(runs=1, first_batch_seconds=2.5, seconds=2.5, built_before_asked=12).seconds
+    2.5
+    """
+
+    runs: int
+    first_batch_seconds: float
+    seconds: float
+    built_before_asked: int
+
+
+@dataclass
 class NodeHeld:
     """Batches built on one node (a worker named ``"node:pid"``) and what it held
     of them: built and not yet released by the consumer, at the peak and at the end."""
@@ -69,8 +88,15 @@ class Report:
     >>> t = Trace(produced=[Produced(0.0, 1.0, 10)], consumed=[Consumed(0.0, 1.0)],
     ...           marks=[Mark(0.0, "run_begin", 0), Mark(2.0, "run_end", 0)])
     >>> r = analyze(t)
-    >>> r.produced_batches, r.consumed_batches, r.input_bound_fraction
-    (1, 1, 0.5)
+    >>> r.produced_batches, r.consumed_batches, r.start.first_batch_seconds
+    (1, 1, 1.0)
+    >>> r.input_wait_seconds, r.wall_seconds, r.steady_seconds, r.input_bound_fraction
+    (1.0, 2.0, 1.0, 0.0)
+
+    ``input_wait_seconds`` and ``wall_seconds`` cover whole runs; the
+    input-bound fraction and the verdict describe the steady state (after each
+    run's first batch: ``steady_wait_seconds`` of ``steady_seconds``), the
+    start is reported apart (``start``).
     """
 
     meta: TraceMeta
@@ -87,6 +113,9 @@ class Report:
     consumer_step: Timing
     input_wait_seconds: float | None
     wall_seconds: float | None
+    start: Start | None
+    steady_wait_seconds: float | None
+    steady_seconds: float | None
     input_bound_fraction: float | None
     verdict: str
     batch_bytes: Timing
@@ -167,7 +196,8 @@ def analyze(trace: Trace) -> Report:
     waits = [c.consumed - c.requested for c in consumed]
     wall = sum(end - begin for begin, end in runs.values()) if runs else None
     wait_total = float(sum(waits)) if has_consumer else None
-    fraction = (wait_total / wall) if (wall and wait_total is not None) else None
+    start, steady_wait, steady = _start_and_steady(produced, consumed, runs) if has_consumer else (None, None, None)
+    fraction = (steady_wait / steady) if (steady and steady_wait is not None) else None
     if fraction is not None:
         fraction = min(max(fraction, 0.0), 1.0)
 
@@ -190,6 +220,9 @@ def analyze(trace: Trace) -> Report:
         consumer_step=Timing.of([r - c.consumed for c, r in zip(consumed, releases) if r is not None]),
         input_wait_seconds=wait_total,
         wall_seconds=wall,
+        start=start,
+        steady_wait_seconds=steady_wait,
+        steady_seconds=steady,
         input_bound_fraction=fraction,
         verdict=verdict(fraction),
         batch_bytes=Timing.of([float(p.nbytes) for p in produced]),
@@ -202,6 +235,46 @@ def analyze(trace: Trace) -> Report:
         notes=notes,
         nodes=held_by_node(produced, freed),
     )
+
+
+def built_before_asked(produced: list[Produced], consumed: list[Consumed]) -> int:
+    """Batches already built when the consumer first asked for one (Keras builds
+    twice its depth while ``fit`` builds the model): part of the start, not of
+    the steady state.
+
+    >>> built_before_asked([Produced(0, t, 1) for t in (0.5, 0.8, 1.5)], [Consumed(1.0, 1.0)])
+    2
+    """
+    if not consumed:
+        return 0
+    asked = min(c.requested for c in consumed)
+    return sum(1 for p in produced if p.end <= asked)
+
+
+def _start_and_steady(
+    produced: list[Produced], consumed: list[Consumed], runs: dict[int, tuple[float, float]]
+) -> tuple[Start | None, float | None, float | None]:
+    """The start of the runs, and the seconds waited in their steady state and
+    its length: from each run's first batch to its end, that batch's wait left
+    to the start."""
+    first: dict[int, Consumed] = {}
+    steady_wait = 0.0
+    for c in consumed:
+        if c.run in first:
+            steady_wait += c.consumed - c.requested
+        else:
+            first[c.run] = c
+    if not first:
+        return None, None, None
+    earliest = min(first, key=lambda r: runs[r][0])
+    start = Start(
+        runs=len(first),
+        first_batch_seconds=max(0.0, first[earliest].consumed - runs[earliest][0]),
+        seconds=sum(max(0.0, c.consumed - runs[r][0]) for r, c in first.items()),
+        built_before_asked=built_before_asked(produced, consumed),
+    )
+    steady = sum(max(0.0, runs[r][1] - c.consumed) for r, c in first.items())
+    return start, steady_wait, steady
 
 
 def _runs(trace: Trace) -> dict[int, tuple[float, float]]:

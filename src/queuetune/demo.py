@@ -148,6 +148,10 @@ def _run_result(run: DemoRun, batch_size: int, predicted: int, report: Report, b
         "estimated_batches": estimate.total_batches,
         "input_wait_seconds": report.input_wait_seconds,
         "wall_seconds": report.wall_seconds,
+        "first_batch_seconds": None if report.start is None else report.start.first_batch_seconds,
+        "built_before_asked": None if report.start is None else report.start.built_before_asked,
+        "steady_wait_seconds": report.steady_wait_seconds,
+        "steady_seconds": report.steady_seconds,
         "input_bound_fraction": report.input_bound_fraction,
         "verdict": report.verdict,
     }

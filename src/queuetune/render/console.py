@@ -12,7 +12,7 @@ from rich.table import Table
 from ..units import format_bytes
 
 if TYPE_CHECKING:
-    from ..analysis import Coverage, Report, Timing
+    from ..analysis import Coverage, Report, Start, Timing
     from ..trace import TraceMeta
 
 
@@ -55,12 +55,15 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
         rows.append(("batch size (median)", format_bytes(int(report.batch_bytes.median))))
     rows.append(("producer time per batch", _timing(report.producer_time)))
     rows.append(("consumer time per step", _timing(report.consumer_step)))
+    if report.start is not None:
+        rows.append(("start", _start(report.start)))
     if report.input_bound_fraction is not None:
         rows.append(
             (
-                "input wait",
-                f"{report.input_wait_seconds:.3f} s of {report.wall_seconds:.3f} s "
-                f"({report.input_bound_fraction:.1%}): {report.verdict}",
+                "input wait (steady state)",
+                f"{report.steady_wait_seconds:.3f} s of {report.steady_seconds:.3f} s "
+                f"({report.input_bound_fraction:.1%}): {report.verdict}; with the start, "
+                f"{report.input_wait_seconds:.3f} s of {report.wall_seconds:.3f} s",
             )
         )
     if report.peak_rss_bytes is not None:
@@ -89,6 +92,16 @@ def _title(meta: TraceMeta) -> str:
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
     name = meta.name or meta.type or meta.loader or "loader"
     return f"queuetune: {name} ({meta.framework or '?'}{', ' + described if described else ''})"
+
+
+def _start(start: Start) -> str:
+    text = (
+        f"first batch after {start.first_batch_seconds:.3f} s, "
+        f"{start.built_before_asked} batches built before the first request"
+    )
+    if start.runs > 1:
+        text += f"; {start.seconds:.3f} s to the first batch over {start.runs} runs"
+    return text
 
 
 def _timing(t: Timing) -> str:
@@ -142,11 +155,13 @@ def print_demo(result: dict[str, Any], console: Console | None = None) -> None:
         "never used",
         "peak in flight",
         "estimated",
+        "first batch",
         "input wait",
     ):
         table.add_column(column, justify="right")
     for run in result["runs"]:
         fraction = run["input_bound_fraction"]
+        first = run.get("first_batch_seconds")
         table.add_row(
             run["label"],
             f"{run['consumed_samples']} ({run['consumed_batches']})",
@@ -154,6 +169,7 @@ def print_demo(result: dict[str, Any], console: Console | None = None) -> None:
             f"{run['read_ahead_batches']}",
             f"{run['peak_in_flight_batches']} ({format_bytes(run['peak_in_flight_bytes'])})",
             f"{run['estimated_batches']} ({format_bytes(run['estimated_footprint_bytes'])})",
+            "-" if first is None else f"{first:.2f} s",
             "-" if fraction is None else f"{fraction:.0%}",
         )
     print_renderable(table, out)
@@ -161,7 +177,8 @@ def print_demo(result: dict[str, Any], console: Console | None = None) -> None:
     built = ", ".join(f"{v} at {k}" for k, v in article["built_samples"].items())
     print_renderable(
         "samples (batches); peak in flight = built and not yet released by the model, "
-        "estimated = queuetune estimate for those settings",
+        "estimated = queuetune estimate for those settings; input wait = of the steady "
+        "state, after the first batch",
         out,
     )
     print_renderable(

@@ -25,7 +25,8 @@ def explain(result: TuneResult) -> list[str]:
         side = "loading" if fraction >= MODERATE else "the model"
         verdict = result.baseline.get("verdict")
         lines.append(
-            f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run: {verdict})."
+            f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run's "
+            f"steady state: {verdict})."
         )
     candidates = result.candidates
     for c in candidates:

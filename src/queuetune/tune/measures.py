@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..analysis import match
+from ..analysis import built_before_asked, match
 from ..trace import Trace
 
 
@@ -36,9 +36,9 @@ def after_warmup(trace: Trace, warmup: int) -> Trace:
 
 
 def startup_backlog(trace: Trace) -> int:
-    """Batches already built when the consumer first asked (Keras builds twice its
-    depth while ``fit`` builds the model). A trial counts throughput only after
-    the consumer has taken them: they cost the timed window nothing, so a deeper
+    """Batches already built when the consumer first asked (the report's
+    ``start.built_before_asked``). A trial counts throughput only after the
+    consumer has taken them: they cost the timed window nothing, so a deeper
     queue would look faster in a short run than it is.
 
     >>> from queuetune.trace import Consumed, Produced
@@ -46,10 +46,7 @@ def startup_backlog(trace: Trace) -> int:
     ...                       consumed=[Consumed(1.0, 1.0)]))
     2
     """
-    if not trace.consumed:
-        return 0
-    first = trace.consumed[0].requested
-    return sum(1 for p in trace.produced if p.end <= first)
+    return built_before_asked(trace.produced, trace.consumed)
 
 
 def throughput(trace: Trace, warmup: int = 0) -> float:
