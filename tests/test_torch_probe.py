@@ -218,6 +218,28 @@ def test_a_slow_consumer_fills_the_queue_but_not_beyond_its_depth():
     finish(loader)
 
 
+def slow_worker_start(worker_id: int) -> None:
+    import time
+
+    time.sleep(1.0)  # a worker opening files, loading an index
+
+
+@pytest.mark.timeout(60)
+def test_workers_slow_to_start_are_the_start_not_an_input_bound_steady_state():
+    import time
+
+    loader = queuetune.watch(DataLoader(Numbers(), batch_size=2, num_workers=2, worker_init_fn=slow_worker_start))
+    for _batch in loader:
+        time.sleep(0.1)
+    report = settled_report(loader)
+    assert report.start is not None and report.start.first_batch_seconds >= 1.0
+    # With the start, over a quarter of the run waited; after it, the workers kept ahead.
+    assert report.input_wait_seconds / report.wall_seconds > 0.25
+    assert report.steady_seconds >= 19 * 0.1
+    assert report.verdict == "not input-bound"
+    finish(loader)
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_shuffled_epochs_cover_every_sample_exactly_once(workers):
