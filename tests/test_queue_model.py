@@ -203,6 +203,31 @@ def hand_trace(meta=None):
     return Trace(meta=meta or {}, produced=produced, consumed=consumed)
 
 
+def serial_trace(build=0.002, step=0.002, n=40):
+    # A plain generator run in the consumer's thread (depth 0): each batch is
+    # built when asked for, then the step runs.
+    produced, consumed, t = [], [], 0.0
+    for _ in range(n):
+        produced.append(Produced(start=t, end=t + build, nbytes=64, worker="thread-1"))
+        consumed.append(Consumed(requested=t, consumed=t + build))
+        t += build + step
+    return Trace(meta={"framework": "python", "loader": "generator", "depth": 0}, produced=produced, consumed=consumed)
+
+
+def test_a_generator_built_on_request_has_no_dispatch_delay_and_reads_ahead_in_parallel():
+    model = fit(serial_trace())
+    # The build starts at the request, not a step after the last hand-over.
+    assert dispatch_time(serial_trace()) == pytest.approx(0.0, abs=1e-9)
+    assert model.dispatch == pytest.approx(0.0, abs=1e-9)
+    # One thread reading ahead overlaps build and step: about 1 / 2 ms, not 1 / 4 ms.
+    (at_two,) = predict_curve(model, depths=[2], workers=[1], seed=0)
+    assert at_two.throughput == pytest.approx(500.0, rel=0.05)
+    # The same trace from a loader that reads ahead would count the step as dispatch.
+    ahead = serial_trace()
+    ahead.meta.depth = 2
+    assert dispatch_time(ahead) == pytest.approx(0.002)
+
+
 def test_fit_builds_the_distributions():
     m = fit(hand_trace())
     assert np.sort(m.producer.values) == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])

@@ -143,7 +143,8 @@ def dispatch_time(trace: Trace) -> float:
     median, over the produced batches after the first of each worker, of the
     time from the latest event that can start a batch (a build's end, or the
     consumer freeing a place: its request or its hand-over, by the loader's
-    rules) to the batch's start; 0 with fewer than 3
+    rules; its request for a loader of depth 0, which builds when asked) to the
+    batch's start; 0 with fewer than 3
     such batches. The latest such event is at or after the one that really
     started the batch, so this errs low, never high.
 
@@ -154,7 +155,10 @@ def dispatch_time(trace: Trace) -> float:
     0.001
     """
     produced = sorted(trace.produced, key=lambda p: p.start)
-    at_request = rules_of(trace.meta).release == "request"
+    # A loader of depth 0 (a plain generator run in the consumer's thread) starts
+    # each batch when it is asked for: that request, not the last hand-over, is
+    # what started it, or the consumer's whole step would read as dispatch.
+    at_request = rules_of(trace.meta).release == "request" or trace.meta.depth == 0
     frees = [c.requested if at_request else c.consumed for c in trace.consumed]
     triggers = np.sort(np.array([p.end for p in produced] + frees, dtype=float))
     skip = _trace_workers(trace)
