@@ -1,7 +1,7 @@
 """How well the queue model predicts measured throughput and in-flight batches.
 
 Run: KERAS_BACKEND=torch .venv/bin/python benchmarks/model_accuracy.py
-         [--steps 500] [--warmup 25] [--rounds 3] [--loader torch|keras|both]
+         [--steps 500] [--warmup 25] [--rounds 3] [--loader torch|keras|python|both]
          [--json] [--out benchmarks/results] [--render model_accuracy.json]
 
 What is measured, and how:
@@ -22,6 +22,11 @@ What is measured, and how:
     q + 1), consumed by ``fit`` on a Keras model whose ``train_step`` sleeps.
     Keras's thread pool takes the submitted items in order, the queue model's
     shared pool.
+  * python (``--loader python``, its own results file
+    ``model_accuracy_python``): a plain generator over the items behind
+    queuetune's prefetch thread with ``buffer`` b (depth b + 1; b = 0 reads
+    the generator in the consumer's thread, depth 0), as ``queuetune tune``
+    tries it. The model comes from the run at ``buffer=0``, as the tuner's does.
 
 - Three producer distributions: constant (20 ms), exponential (mean 20 ms) and
   heavy-tailed (12 ms, plus 120 ms with probability 0.04: mostly short with
@@ -144,9 +149,13 @@ class Loader:
     rule: str
 
     def depth(self, workers: int, knob: int) -> int:
+        if self.framework == "python":  # buffer 0: built in the consumer's thread
+            return knob + 1 if knob else 0
         return workers * knob if self.framework == "torch" else knob + 1
 
     def as_settings(self, workers: int, knob: int) -> dict[str, int]:
+        if not self.workers_knob:
+            return {self.depth_knob: knob}
         return {self.workers_knob: workers, self.depth_knob: knob}
 
 
@@ -219,6 +228,29 @@ def keras_factory(producer: np.ndarray, consumer: np.ndarray) -> Factory:
     return make
 
 
+def generator_factory(producer: np.ndarray, consumer: np.ndarray) -> Factory:
+    """``make()``: a fresh plain generator over the items and a step function;
+    queuetune's own prefetch thread in front of it is the setting (``buffer``)."""
+
+    def make() -> tuple[Any, Callable[[Any], None]]:
+        items = SleepItems(producer)
+
+        def batches() -> Any:
+            for index in range(len(items)):
+                yield items.item(index)
+
+        counter = [0]
+
+        def step(batch: Any) -> None:
+            i = counter[0]
+            counter[0] += 1
+            time.sleep(consumer[i % len(consumer)])
+
+        return batches(), step
+
+    return make
+
+
 LOADERS = {
     "torch": Loader(
         "torch",
@@ -239,6 +271,16 @@ LOADERS = {
         (4, 7),
         keras_factory,
         "a shared thread pool; a place frees when the consumer asks (future_queue.get before future.get)",
+    ),
+    "python": Loader(
+        "python",
+        "a plain generator behind queuetune's prefetch thread (buffer=b; 0: read in the consumer's thread)",
+        "",
+        "buffer",
+        [(1, 0), (1, 1), (1, 2), (1, 3), (1, 5)],
+        (1, 0),
+        generator_factory,
+        "one thread reads the generator ahead; the model comes from the run without it (buffer=0)",
     ),
 }
 
@@ -434,9 +476,8 @@ def run(
 
 
 def _settings_text(settings: dict[str, int]) -> str:
-    (wk, w), (dk, d) = settings.items()
     short = {"num_workers": "nw", "prefetch_factor": "pf", "workers": "w", "max_queue_size": "mqs"}
-    return f"{short.get(wk, wk)}={w} {short.get(dk, dk)}={d}"
+    return " ".join(f"{short.get(k, k)}={v}" for k, v in settings.items())
 
 
 def table(result: dict[str, Any]) -> str:
@@ -504,7 +545,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--loader", choices=["torch", "keras", "both"], default="both", help="which loader to test (default both)"
+        "--loader",
+        choices=["torch", "keras", "python", "both"],
+        default="both",
+        help="which loader to test (default both: torch and keras; python: a generator behind queuetune's thread)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", type=Path, help="also write model_accuracy.json and .txt into this folder")
@@ -521,13 +565,14 @@ def main() -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    names = list(LOADERS) if args.loader == "both" else [args.loader]
+    names = ["torch", "keras"] if args.loader == "both" else [args.loader]
     result = run([LOADERS[n] for n in names], args.steps, args.warmup, args.rounds, args.seed, log)
     text = table(result)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "model_accuracy.json").write_text(json.dumps(result, indent=2))
-        (args.out / "model_accuracy.txt").write_text(text + "\n")
+        stem = "model_accuracy" if args.loader == "both" else f"model_accuracy_{args.loader}"
+        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+        (args.out / f"{stem}.txt").write_text(text + "\n")
     print(json.dumps(result, indent=2) if args.json else text)
     return 0
 
