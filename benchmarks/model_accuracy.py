@@ -79,6 +79,7 @@ import numpy as np
 
 import queuetune
 from common import machine, rotated
+from queuetune import frameworks
 from queuetune.analysis import match
 from queuetune.model import fit, handover_time, simulate, transit_time
 from queuetune.trace import Trace
@@ -149,9 +150,7 @@ class Loader:
     rule: str
 
     def depth(self, workers: int, knob: int) -> int:
-        if self.framework == "python":  # buffer 0: built in the consumer's thread
-            return knob + 1 if knob else 0
-        return workers * knob if self.framework == "torch" else knob + 1
+        return frameworks.get(self.framework).depth(self.as_settings(workers, knob))
 
     def as_settings(self, workers: int, knob: int) -> dict[str, int]:
         if not self.workers_knob:
