@@ -1,7 +1,7 @@
 """How well the queue model predicts measured throughput and in-flight batches.
 
 Run: KERAS_BACKEND=torch .venv/bin/python benchmarks/model_accuracy.py
-         [--steps 500] [--warmup 25] [--rounds 3] [--loader torch|keras|python|both]
+         [--steps 500] [--warmup 25] [--rounds 3] [--loader torch|keras|python|tfdata|both]
          [--json] [--out benchmarks/results] [--render model_accuracy.json]
 
 What is measured, and how:
@@ -27,6 +27,13 @@ What is measured, and how:
     queuetune's prefetch thread with ``buffer`` b (depth b + 1; b = 0 reads
     the generator in the consumer's thread, depth 0), as ``queuetune tune``
     tries it. The model comes from the run at ``buffer=0``, as the tuner's does.
+  * tfdata (``--loader tfdata``, results ``model_accuracy_tfdata``):
+    ``tf.data.Dataset.from_generator`` over the items, then ``prefetch(b)``
+    (depth b + 1; ``prefetch(0)`` builds each batch in the request). TensorFlow
+    builds out of the probe's sight, so the model comes from two runs of the
+    round, as the tuner's does: ``buffer=0`` (the build times) and the baseline
+    ``buffer=3`` (what of each request stays with the consumer:
+    ``queuetune.model.fit_unbuffered``).
 
 - Three producer distributions: constant (20 ms), exponential (mean 20 ms) and
   heavy-tailed (12 ms, plus 120 ms with probability 0.04: mostly short with
@@ -81,7 +88,7 @@ import queuetune
 from common import machine, rotated
 from queuetune import frameworks
 from queuetune.analysis import match
-from queuetune.model import fit, handover_time, simulate, transit_time
+from queuetune.model import fit, fit_unbuffered, simulate, transit_time
 from queuetune.trace import Trace
 from queuetune.tune import after_warmup, run_trial
 
@@ -250,6 +257,33 @@ def generator_factory(producer: np.ndarray, consumer: np.ndarray) -> Factory:
     return make
 
 
+def tfdata_factory(producer: np.ndarray, consumer: np.ndarray) -> Factory:
+    """``make(buffer)``: a fresh ``tf.data`` pipeline, ``from_generator`` over the
+    items then ``prefetch(buffer)`` (0: each request builds its batch), and a
+    step function."""
+    import tensorflow as tf
+
+    def make(buffer: int = 3) -> tuple[Any, Callable[[Any], None]]:
+        items = SleepItems(producer)
+
+        def batches() -> Any:
+            for index in range(len(items)):
+                yield items.item(index)
+
+        spec = tf.TensorSpec((ITEM_FLOATS,), tf.float32)
+        dataset = tf.data.Dataset.from_generator(batches, output_signature=spec).prefetch(buffer)
+        counter = [0]
+
+        def step(batch: Any) -> None:
+            i = counter[0]
+            counter[0] += 1
+            time.sleep(consumer[i % len(consumer)])
+
+        return dataset, step
+
+    return make
+
+
 LOADERS = {
     "torch": Loader(
         "torch",
@@ -280,6 +314,17 @@ LOADERS = {
         (1, 0),
         generator_factory,
         "one thread reads the generator ahead; the model comes from the run without it (buffer=0)",
+    ),
+    "tfdata": Loader(
+        "tfdata",
+        "tf.data from_generator(...).prefetch(buffer) (0: each request builds its batch)",
+        "",
+        "buffer",
+        [(1, 0), (1, 1), (1, 2), (1, 3), (1, 5)],
+        (1, 3),
+        tfdata_factory,
+        "one TensorFlow thread fills the prefetch buffer; the model comes from the run at buffer=0 "
+        "(build times) and the baseline (what of each request stays with the consumer), as the tuner's does",
     ),
 }
 
@@ -332,6 +377,10 @@ def versions(loaders: list[Loader]) -> dict[str, str]:
         import keras
 
         found["keras"] = f"{keras.__version__} ({keras.backend.backend()} backend)"
+    if any(loader.framework == "tfdata" for loader in loaders):
+        import tensorflow as tf
+
+        found["tensorflow"] = tf.__version__
     return found
 
 
@@ -364,17 +413,18 @@ def _entry(loader: Loader, workload: Workload, producer: np.ndarray) -> dict[str
     }
 
 
-def _predict_round(entry: dict[str, Any], trace: Trace, warmup: int) -> None:
-    """The model of this round's baseline run, and its prediction for every setting."""
+def _predict_round(entry: dict[str, Any], trace: Trace, warmup: int, unbuffered: Trace | None) -> None:
+    """The model of this round's baseline run (beside its run at the framework's
+    model settings, for tf.data), and its prediction for every setting."""
     trimmed = after_warmup(trace, warmup)
-    model = fit(trimmed)
+    model = fit(trimmed) if unbuffered is None else fit_unbuffered(after_warmup(unbuffered, warmup), trimmed)
     entry["models"].append(
         {
             "workers": model.workers,
             "producer_mean_ms": model.producer.mean * 1e3,
             "producer_median_ms": float(np.median(model.producer.values)) * 1e3,
             "consumer_mean_ms": model.consumer.mean * 1e3,
-            "handover_ms": handover_time(trimmed) * 1e3,
+            "handover_ms": model.handover * 1e3,
             "transit_ms": transit_time(trimmed) * 1e3,
             "dispatch_ms": model.dispatch * 1e3,
             "assignment": model.assignment,
@@ -434,6 +484,8 @@ def run(
         for entry in entries:
             loader = by_framework[entry["loader"]]
             factory = factories[(loader.framework, entry["distribution"])]
+            modelled = frameworks.get(loader.framework).model_settings(entry["baseline"]["settings"])
+            kept: dict[str, Trace] = {}
             for row in rotated(entry["rows"], round_):
                 trace, report, rate = run_trial(factory, row["settings"], loader.framework, steps, warmup)
                 row["measured"].append(rate)
@@ -441,7 +493,10 @@ def run(
                 row["measured_steady_peak_in_flight"].append(steady_peak(trace, warmup))
                 row["measured_input_bound_fraction"].append(report.input_bound_fraction)
                 if row["settings"] == entry["baseline"]["settings"]:
-                    _predict_round(entry, trace, warmup)
+                    kept["baseline"] = trace
+                if row["settings"] == modelled:
+                    kept["unbuffered"] = trace
+            _predict_round(entry, kept["baseline"], warmup, kept.get("unbuffered"))
         log(f"round {round_ + 1}/{rounds} done ({time.perf_counter() - started:.0f} s)")
     for entry in entries:
         _summarise(entry)
@@ -545,9 +600,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--loader",
-        choices=["torch", "keras", "python", "both"],
+        choices=["torch", "keras", "python", "tfdata", "both"],
         default="both",
-        help="which loader to test (default both: torch and keras; python: a generator behind queuetune's thread)",
+        help=(
+            "which loader to test (default both: torch and keras; python: a generator behind queuetune's "
+            "thread; tfdata: a tf.data prefetch)"
+        ),
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", type=Path, help="also write model_accuracy.json and .txt into this folder")

@@ -199,10 +199,10 @@ def test_estimate_json_schema_with_framework():
         (["--framework", "torch", "--num-workers", "4", "--prefetch-factor", "2"], 8, 9),
         (["--framework", "torch", "--num-workers", "4", "--pin-memory"], 8, 17),
         (["--framework", "torch"], 0, 1),
-        # a prefetch buffer's depth counts the batch being built: buffer + 1
-        (["--framework", "tfdata", "--buffer", "8"], 9, 9),
-        (["--framework", "tfdata"], 2, 2),
-        (["--framework", "generator"], 2, 2),
+        # tf.data's prefetch builds only into room in its buffer: depth = buffer
+        (["--framework", "tfdata", "--buffer", "8"], 8, 9),
+        (["--framework", "tfdata"], 1, 2),
+        (["--framework", "generator"], 1, 2),
         (["--framework", "generator", "--backend", "torch"], 0, 1),
         (["--framework", "none"], 0, 1),
         (["--framework", "keras", "--workers", "4", "--transient-factor", "2"], 11, 13),

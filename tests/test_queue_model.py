@@ -17,7 +17,9 @@ from queuetune.model import (
     compare_with_closed_form,
     dispatch_time,
     fit,
+    fit_unbuffered,
     handover_time,
+    kept_by_consumer,
     predict_curve,
     simulate,
     tfdata_empty_probability,
@@ -226,6 +228,51 @@ def test_a_generator_built_on_request_has_no_dispatch_delay_and_reads_ahead_in_p
     ahead = serial_trace()
     ahead.meta.depth = 2
     assert dispatch_time(ahead) == pytest.approx(0.002)
+
+
+def request_trace(build: float, step: float, n: int = 40) -> Trace:
+    """Requests of ``build`` seconds (``prefetch(0)``: each builds its batch), then a step."""
+    t, consumed = 0.0, []
+    for _ in range(n):
+        consumed.append(Consumed(requested=t, consumed=t + build))
+        t += build + step
+    produced = [Produced(c.requested, c.consumed, 64) for c in consumed]
+    return Trace(meta={"framework": "python", "loader": "iterable", "depth": 0}, produced=produced, consumed=consumed)
+
+
+def cycled_trace(request: float, cycle: float, n: int = 40) -> Trace:
+    """A read-ahead run: requests of ``request`` seconds, one batch every ``cycle``."""
+    consumed = [Consumed(requested=i * cycle, consumed=i * cycle + request) for i in range(n)]
+    return Trace(meta={"framework": "python", "loader": "iterable", "depth": 0}, consumed=consumed)
+
+
+def test_a_read_ahead_out_of_sight_is_modelled_from_a_run_without_it():
+    # Bare, a request takes 11 ms (10 ms of building, 1 ms of the iterator) and
+    # the step 4 ms. Read ahead, the builds bound it (one every 10 ms), and each
+    # request waits 6 ms for its batch: what stays with the consumer is
+    # 11 - 10 = 1 ms, not the 7 ms a request lasts.
+    assert kept_by_consumer(request_trace(0.011, 0.004), cycled_trace(0.007, 0.010)) == pytest.approx(0.001)
+    model = fit_unbuffered(request_trace(0.011, 0.004), cycled_trace(0.007, 0.010))
+    assert model.producer.mean == pytest.approx(0.010) and model.consumer.mean == pytest.approx(0.005)
+    assert model.handover == pytest.approx(0.001)
+    (deep,) = predict_curve(model, depths=[4], workers=[1], seed=0)
+    assert deep.throughput == pytest.approx(100.0, rel=0.02)
+    # The step bounds it (every batch ready, 1 ms to take it): the requests' lower quartile.
+    fast = fit_unbuffered(request_trace(0.004, 0.008), cycled_trace(0.001, 0.009))
+    assert fast.producer.mean == pytest.approx(0.003) and fast.consumer.mean == pytest.approx(0.009)
+    # Fitted to the bare run alone, the model would put the 1 ms in the build.
+    assert fit(request_trace(0.011, 0.004)).producer.mean == pytest.approx(0.011)
+
+
+def test_sampling_a_measured_distribution_keeps_its_rare_values():
+    # 1 stall in 50 measured: every pass over the values draws it once, so a
+    # simulation of 2000 batches sees 40 of them, not 40 give or take 6.
+    values = [0.01] * 49 + [0.5]
+    drawn = Distribution(values).sample(np.random.default_rng(0), 2000)
+    assert (drawn == 0.5).sum() == 40
+    assert drawn.mean() == pytest.approx(np.mean(values))
+    # ... in a shuffled order, not the order measured.
+    assert drawn[:50].tolist() != values
 
 
 def test_fit_builds_the_distributions():

@@ -32,7 +32,7 @@ RAY_BOUND = dataclasses.replace(RAY, block_bytes=100, store_budget=1000, cpus=3)
         (TORCH, {"num_workers": 0, "prefetch_factor": None}, 0),
         (PYTHON, {"buffer": 0}, 0),
         (PYTHON, {"buffer": 3}, 4),
-        (TFDATA, {"buffer": 8}, 9),
+        (TFDATA, {"buffer": 8}, 8),
         (RAY_BOUND, {"prefetch_batches": 1, "object_store_memory": 400, "concurrency": 2}, 5),
         (RAY_BOUND, {"prefetch_batches": 3, "object_store_memory": 399, "concurrency": 1}, 5),
         # no budget: Ray's default, half the store (1000 B) holds 5 blocks ahead; concurrency: every CPU
@@ -328,6 +328,53 @@ def test_tune_a_tfdata_pipeline_and_refuse_autotune():
 
     with pytest.raises(ValueError, match="integer default"):
         tune(autotuned, steps=5, warmup=0)
+
+
+def _sleeping_dataset(tf, build: float, buffer: int, built: list[int] | None = None):
+    def batches():
+        for i in range(10_000):
+            time.sleep(build)
+            if built is not None:
+                built.append(i)
+            yield np.full(256, i, np.float32)
+
+    spec = tf.TensorSpec((256,), tf.float32)
+    return tf.data.Dataset.from_generator(batches, output_signature=spec).prefetch(buffer)
+
+
+@pytest.mark.tf
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("buffer", [0, 1, 3])
+def test_tfdata_prefetch_builds_only_into_room_in_its_buffer(buffer):
+    tf = pytest.importorskip("tensorflow")
+    built: list[int] = []
+    iterator = iter(_sleeping_dataset(tf, 0.002, buffer, built))
+    ahead = []
+    for taken in range(1, 4):
+        next(iterator)
+        time.sleep(0.15)  # ample time to fill any room
+        ahead.append(len(built) - taken)
+    assert ahead == [TFDATA.depth({"buffer": buffer})] * 3
+
+
+@pytest.mark.tf
+@pytest.mark.timeout(180)
+def test_tune_models_tfdata_from_a_run_without_prefetch():
+    tf = pytest.importorskip("tensorflow")
+
+    # Builds of 20 ms against steps of 5: read ahead, one batch per build.
+    def make(buffer=3):
+        return _sleeping_dataset(tf, 0.020, buffer), (lambda batch: time.sleep(0.005))
+
+    result = tune(make, steps=40, warmup=4, rounds=1, candidates=2)
+    assert result.modelled_from == {"buffer": 0}
+    assert any("fitted to a run with buffer=0" in line for line in explain(result))
+    predicted = {p.settings["buffer"]: p.throughput for p in result.predictions}
+    assert predicted[0] < 0.9 * predicted[3]
+    # Fitted to the default run alone, the model would take its requests' waits
+    # for builds (15 of the 20 ms) and predict about a third more than measured.
+    measured = result.default.throughput
+    assert predicted[3] == pytest.approx(measured, rel=0.15)
 
 
 # --- CLI -------------------------------------------------------------------------------------

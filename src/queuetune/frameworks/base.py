@@ -149,6 +149,12 @@ class Framework:
         """The batches a step function reads from the watched loader."""
         return iter(watched)
 
+    def model_settings(self, default: dict[str, Any]) -> dict[str, Any] | None:
+        """Settings for a second run that the queue model is fitted to, beside the
+        default's: None when the default's run shows the batches being built
+        (see :func:`queuetune.model.fit_unbuffered`)."""
+        return None
+
     def bound(self) -> Framework:
         """These rules bound to what they need to know before a baseline (Ray: the cluster)."""
         return self

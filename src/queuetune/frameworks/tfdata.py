@@ -1,7 +1,9 @@
 """tf.data: a ``Dataset`` whose last ``prefetch`` buffer bounds its read-ahead.
 
 It builds batches inside TensorFlow, out of the probe's sight: a watched
-``Dataset`` is read as a plain iterable, and the tuner counts its buffer as full.
+``Dataset`` is read as a plain iterable, and the tuner counts its buffer as full
+and fits the queue model to a run with ``prefetch(0)``, where each request
+builds its batch.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..units import nonnegative_int
-from .base import Framework, Lines, buffer_depth, buffer_for, has_base, parameter_default
+from .base import Framework, Lines, has_base, parameter_default
 
 
 def is_tf_dataset(obj: Any) -> bool:
@@ -25,26 +27,27 @@ def is_tf_dataset(obj: Any) -> bool:
 
 @dataclass(frozen=True)
 class TfData(Framework):
-    """The final ``prefetch(buffer)``: one producer and ``buffer`` ready batches.
+    """The final ``prefetch(buffer)``: one producer thread that waits for room
+    in the buffer before it builds, so ``buffer`` batches at most are being
+    built or ready (its depth; 0 builds each batch in the request).
 
     >>> TFDATA.depth({"buffer": 8}), TFDATA.settings_for(9, None)
-    (9, {'buffer': 8})
+    (8, {'buffer': 9})
     """
 
     def recognises(self, loader: Any) -> bool:
         return is_tf_dataset(loader)
 
     def depth(self, settings: dict[str, Any]) -> int:
-        return buffer_depth(settings.get("buffer", 1))
+        return nonnegative_int(settings.get("buffer", 1), "buffer")
 
     def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
-        buffer = buffer_for(depth)
-        return None if buffer is None else {"buffer": buffer}
+        return {"buffer": depth} if depth >= 0 else None
 
     def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
         buffer = nonnegative_int(settings.get("buffer", 1), "buffer")
         why = f"prefetch buffer of {buffer} batch(es); with AUTOTUNE pass the size you expect"
-        return {"buffer": buffer}, [("prefetched", buffer, why)], buffer_depth(buffer)
+        return {"buffer": buffer}, [("prefetched", buffer, why)], buffer
 
     def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         # AUTOTUNE's buffer is sized inside TensorFlow, out of sight: the factory names it.
@@ -55,6 +58,10 @@ class TfData(Framework):
                 f"(e.g. def make(buffer=8)); got {value!r}"
             )
         return {"buffer": value}
+
+    def model_settings(self, default: dict[str, Any]) -> dict[str, Any] | None:
+        # prefetch(0) builds each batch in the request, where the probe times it.
+        return {"buffer": 0}
 
     def estimated_peak(self, depth: int, batch_bytes: int) -> tuple[int, int] | None:
         # The buffer is assumed full, plus the batch the step holds.

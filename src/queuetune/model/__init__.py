@@ -3,7 +3,7 @@ throughput and in-flight memory for each queue depth (tf.data's closed form as a
 
 from .closed_form import compare_with_closed_form, tfdata_empty_probability, tfdata_expected_wait
 from .distribution import Distribution
-from .fit import dispatch_time, fit, handover_time, transit_time
+from .fit import dispatch_time, fit, fit_unbuffered, handover_time, kept_by_consumer, transit_time
 from .pipeline import PipelineModel
 from .simulate import Prediction, predict_curve, simulate
 
@@ -14,7 +14,9 @@ __all__ = [
     "compare_with_closed_form",
     "dispatch_time",
     "fit",
+    "fit_unbuffered",
     "handover_time",
+    "kept_by_consumer",
     "predict_curve",
     "simulate",
     "tfdata_empty_probability",

@@ -118,16 +118,21 @@ class Distribution:
         return None if self._values is None else self._values.copy()
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        """``size`` independent durations.
+        """``size`` durations: independent draws, or for an empirical distribution
+        shuffled passes over the measured values, each used as often as the
+        others (so that a rare long value is drawn as often as it was measured).
 
         >>> Distribution.exponential(1.0).sample(np.random.default_rng(1), 4).shape
         (4,)
+        >>> sorted(Distribution([1.0, 2.0, 3.0]).sample(np.random.default_rng(1), 6).tolist())
+        [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
         """
         size = nonnegative_int(size, "size")
         p = self.params
         if self.kind == "empirical":
             assert self._values is not None
-            return self._values[rng.integers(0, len(self._values), size)]
+            passes = -(-size // len(self._values))
+            return np.concatenate([rng.permutation(self._values) for _ in range(passes)])[:size]
         if self.kind == "constant":
             return np.full(size, p["seconds"])
         if self.kind == "exponential":

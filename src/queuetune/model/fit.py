@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import numpy as np
@@ -12,7 +13,7 @@ from ..trace import Trace
 from .distribution import Distribution
 from .pipeline import PipelineModel
 
-__all__ = ["dispatch_time", "fit", "handover_time", "transit_time"]
+__all__ = ["dispatch_time", "fit", "fit_unbuffered", "handover_time", "kept_by_consumer", "transit_time"]
 
 MIN_PRODUCED = 5
 MIN_STEPS = 3
@@ -73,6 +74,67 @@ def fit(trace: Trace, ordered: bool = True) -> PipelineModel:
         handover=overhead,
         dispatch=dispatch_time(trace),
     )
+
+
+def fit_unbuffered(unbuffered: Trace, buffered: Trace) -> PipelineModel:
+    """The model of a loader that reads ahead where the probe cannot see its
+    builds (tf.data's ``prefetch`` runs inside TensorFlow), from two runs of it:
+    ``unbuffered``, read without read-ahead, where each request builds its batch
+    (so the requests' durations are the build times), and ``buffered``, read
+    ahead, which shows what of each request stays with the consumer
+    (:func:`kept_by_consumer`). That part moves from the build to the step.
+
+    >>> from queuetune.trace import Consumed, Produced
+    >>> bare = Trace(produced=[Produced(2 * i, 2 * i + 1.2, 1) for i in range(8)],
+    ...              consumed=[Consumed(2 * i, 2 * i + 1.2) for i in range(8)])
+    >>> ahead = Trace(consumed=[Consumed(i, i + 0.2) for i in range(8)])
+    >>> m = fit_unbuffered(bare, ahead)
+    >>> round(m.producer.mean, 6), round(m.consumer.mean, 6), round(m.handover, 6)
+    (1.0, 1.0, 0.2)
+    """
+    model = fit(unbuffered)
+    kept = kept_by_consumer(unbuffered, buffered)
+    builds = model.producer.values
+    assert builds is not None  # fitted to a trace: the measured times
+    steps = model.consumer.values
+    assert steps is not None
+    return dataclasses.replace(
+        model,
+        producer=Distribution(np.maximum(builds - kept, 0.0)),
+        consumer=Distribution(steps + kept),
+        handover=kept,
+    )
+
+
+def kept_by_consumer(unbuffered: Trace, buffered: Trace) -> float:
+    """Seconds of each request that a loader keeps in the consumer's thread when
+    it reads ahead (its iterator, the conversion of the batch).
+
+    Two pipelines fit the same pair of runs: one whose builds bound the
+    read-ahead, cycling at the build time, so that the bare request is that
+    plus the part kept (the unbuffered mean request less the buffered mean
+    cycle), and one whose steps bound it, its requests the part kept alone (the
+    buffered requests' lower quartile, which leaves out the odd wait). Both
+    predict the same at the depth measured; the smaller is taken, as the more
+    likely (a hand-over costs less than a build).
+
+    >>> from queuetune.trace import Consumed
+    >>> bare = Trace(consumed=[Consumed(3 * i, 3 * i + 2.0) for i in range(6)])
+    >>> waited = Trace(consumed=[Consumed(1.8 * i, 1.8 * i + 1.0) for i in range(6)])
+    >>> round(kept_by_consumer(bare, waited), 6)  # 2.0 a request bare, a batch every 1.8 read ahead
+    0.2
+    """
+    durations = [c.consumed - c.requested for c in buffered.consumed]
+    cycles = [b.consumed - a.consumed for a, b in zip(buffered.consumed, buffered.consumed[1:]) if b.run == a.run]
+    bare = [c.consumed - c.requested for c in unbuffered.consumed]
+    if len(durations) < MIN_STEPS or not cycles or not bare:
+        return 0.0
+    request = float(np.mean(bare))
+    kept = float(np.percentile(durations, 25))
+    bound_by_builds = request - float(np.mean(cycles))
+    if bound_by_builds >= 0:
+        kept = min(kept, bound_by_builds)
+    return max(0.0, min(kept, request))
 
 
 def _handover_waits(trace: Trace) -> tuple[list[float], list[float]]:

@@ -28,6 +28,12 @@ def explain(result: TuneResult) -> list[str]:
             f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run's "
             f"steady state: {verdict})."
         )
+    if result.modelled_from:
+        shown = ", ".join(f"{k}={v}" for k, v in result.modelled_from.items())
+        lines.append(
+            f"Model: fitted to a run with {shown}, where each request builds its batch (the loader builds "
+            "its read-ahead out of the probe's sight), beside the default run."
+        )
     candidates = result.candidates
     for c in candidates:
         predicted = f"; predicted {c.predicted_share:.1%}" if c.predicted_share is not None else ""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..frameworks import Framework, reachable_depths
-from ..model import Prediction, fit, predict_curve
+from ..model import Prediction, fit, fit_unbuffered, predict_curve
 from ..trace import Trace
 
 
@@ -31,12 +31,19 @@ class Predicted(Prediction):
 
 
 def predict(
-    trace: Trace, framework: Framework, worker_counts: list[int | None], max_depth: int, seed: int
+    trace: Trace,
+    framework: Framework,
+    worker_counts: list[int | None],
+    max_depth: int,
+    seed: int,
+    unbuffered: Trace | None = None,
 ) -> list[Predicted]:
-    """The model fitted to ``trace``, simulated at every depth the framework's
-    settings reach with each worker count (empty when the trace cannot make a model)."""
+    """The model fitted to ``trace`` (or to ``unbuffered`` beside it, see
+    :func:`~queuetune.model.fit_unbuffered`), simulated at every depth the
+    framework's settings reach with each worker count (empty when the traces
+    cannot make a model)."""
     try:
-        model = fit(trace)
+        model = fit(trace) if unbuffered is None else fit_unbuffered(unbuffered, trace)
     except ValueError:
         return []
     rows = []

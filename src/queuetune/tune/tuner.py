@@ -43,6 +43,7 @@ class TuneResult:
     trials: list[Trial] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     margin: float = 0.0
+    modelled_from: dict[str, Any] | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """The chosen settings as keyword arguments for the factory."""
@@ -113,8 +114,9 @@ def tune(
     budget and ``prefetch_batches`` itself); a plain iterable is read ahead by
     queuetune itself.
 
-    One traced run of the loader as it is (the default), the queue model's
-    predicted curve over depths, then short measured trials of the few settings
+    One traced run of the loader as it is (the default; for tf.data a second
+    one with ``prefetch(0)``, whose requests show the build times), the queue
+    model's predicted curve over depths, then short measured trials of the few settings
     the model ranks best, interleaved in one process so that machine noise hits
     them alike; the decision is :func:`~queuetune.tune.decide`'s.
 
@@ -157,12 +159,19 @@ def tune(
     base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
     tick("baseline")
     framework = framework.measured(base_trace)
+    modelled = framework.model_settings(default)
+    unbuffered = None
+    if modelled is not None:
+        total += 1
+        unbuffered = after_warmup(run_trial(factory, modelled, framework, steps, warmup)[0], warmup)
+        tick("model: " + ", ".join(f"{k}={v}" for k, v in modelled.items()))
     # Ray's blocks are cut into batches: the model counts blocks, the warm-up too.
     blocks = consumed_by_block(base_trace)
     block_warmup = warmup * len(blocks.consumed) // max(1, len(base_trace.consumed))
-    predictions = predict(after_warmup(blocks, block_warmup), framework, worker_counts, max_depth, seed)
+    trimmed = after_warmup(blocks, block_warmup)
+    predictions = predict(trimmed, framework, worker_counts, max_depth, seed, unbuffered)
     chosen_settings = pick_settings(predictions, default, tolerance, limit, candidates)
-    total = 2 + len(chosen_settings) * rounds
+    total = done + len(chosen_settings) * rounds
 
     trials: list[Trial] = []
     for round_ in range(rounds):
@@ -188,4 +197,5 @@ def tune(
         trials=trials,
         versions=dict(base_trace.meta.versions or {}),
         margin=margin,
+        modelled_from=modelled,
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...units import nonnegative_int, positive_int
-from ..base import Framework, Lines, LoaderRules, buffer_depth, flag, has_base
+from ..base import Framework, Lines, LoaderRules, flag, has_base
 
 if TYPE_CHECKING:
     from ...recorder import Recorder
@@ -130,13 +130,13 @@ class KerasGenerator(Framework):
     may keep one batch ahead on accelerators.
 
     >>> GENERATOR.depth({"backend": "torch"}), GENERATOR.depth({"backend": "tensorflow"})
-    (0, 2)
+    (0, 1)
     """
 
     def depth(self, settings: dict[str, Any]) -> int:
         backend = settings.get("backend", "tensorflow")
-        if backend == "tensorflow":
-            return buffer_depth(settings.get("buffer", 1))
+        if backend == "tensorflow":  # tf.data's prefetch builds only into room: depth = buffer
+            return nonnegative_int(settings.get("buffer", 1), "buffer")
         return 1 if backend == "jax" else 0
 
     def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
