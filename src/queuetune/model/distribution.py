@@ -26,7 +26,8 @@ def _duration(value: Any, what: str, unit: str = "seconds") -> float:
 class Distribution:
     """Durations in seconds, sampled with a numpy ``Generator``.
 
-    ``Distribution(values)`` resamples measured values (with replacement). The
+    ``Distribution(values)`` resamples measured values (in shuffled passes,
+    see :meth:`sample`); :meth:`replay` gives them back in their order. The
     class methods build synthetic ones for tests and benchmarks.
 
     >>> rng = np.random.default_rng(0)
@@ -61,6 +62,19 @@ class Distribution:
     def _synthetic(cls, kind: str, params: dict[str, float], mean: float, minimum: float) -> Distribution:
         dist = cls.__new__(cls)
         dist._set(kind, params, mean, minimum, None)
+        return dist
+
+    @classmethod
+    def replay(cls, values: Iterable[float]) -> Distribution:
+        """The values in the order given, again and again: a model run on the very
+        times a run measured (how much of a short run's throughput was the luck
+        of where its long builds fell).
+
+        >>> Distribution.replay([0.1, 0.3]).sample(np.random.default_rng(0), 5).tolist()
+        [0.1, 0.3, 0.1, 0.3, 0.1]
+        """
+        dist = cls(values)
+        dist.kind = "replay"
         return dist
 
     @classmethod
@@ -129,6 +143,9 @@ class Distribution:
         """
         size = nonnegative_int(size, "size")
         p = self.params
+        if self.kind == "replay":
+            assert self._values is not None
+            return np.resize(self._values, size)
         if self.kind == "empirical":
             assert self._values is not None
             passes = -(-size // len(self._values))

@@ -82,15 +82,17 @@ def fit_unbuffered(unbuffered: Trace, buffered: Trace) -> PipelineModel:
     ``unbuffered``, read without read-ahead, where each request builds its batch
     (so the requests' durations are the build times), and ``buffered``, read
     ahead, which shows what of each request stays with the consumer
-    (:func:`kept_by_consumer`). That part moves from the build to the step.
+    (:func:`kept_by_consumer`). That part moves from the build to the step; the
+    place it held frees as the request takes the batch, before that part (the
+    buffer's head is popped first), so the model's ``handover`` stays 0.
 
     >>> from queuetune.trace import Consumed, Produced
     >>> bare = Trace(produced=[Produced(2 * i, 2 * i + 1.2, 1) for i in range(8)],
     ...              consumed=[Consumed(2 * i, 2 * i + 1.2) for i in range(8)])
     >>> ahead = Trace(consumed=[Consumed(i, i + 0.2) for i in range(8)])
     >>> m = fit_unbuffered(bare, ahead)
-    >>> round(m.producer.mean, 6), round(m.consumer.mean, 6), round(m.handover, 6)
-    (1.0, 1.0, 0.2)
+    >>> round(m.producer.mean, 6), round(m.consumer.mean, 6), m.handover
+    (1.0, 1.0, 0.0)
     """
     model = fit(unbuffered)
     kept = kept_by_consumer(unbuffered, buffered)
@@ -102,7 +104,6 @@ def fit_unbuffered(unbuffered: Trace, buffered: Trace) -> PipelineModel:
         model,
         producer=Distribution(np.maximum(builds - kept, 0.0)),
         consumer=Distribution(steps + kept),
-        handover=kept,
     )
 
 

@@ -78,7 +78,7 @@ class _Run:
 
 
 def _draw(dist: Distribution, rng: np.random.Generator, count: int) -> list[float]:
-    if dist.kind == "empirical":  # passes over the values, drawn in turn: the same first ones for any count
+    if dist.kind in ("empirical", "replay"):  # passes over the values in turn: the same first ones for any count
         return dist.sample(rng, count).tolist()
     blocks = -(-count // _BLOCK)
     return np.concatenate([dist.sample(rng, _BLOCK) for _ in range(blocks)])[:count].tolist()
