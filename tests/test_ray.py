@@ -314,7 +314,7 @@ def test_tune_a_ray_dataset(cluster):
     assert result.predictions and all(p.workers == cpus for p in result.predictions)
     # the choice is the decision rule's on what was measured (which setting wins varies with the noise)
     assert result.chosen is not None
-    assert result.chosen == decide(result.candidates, result.tolerance, result.budget, result.margin)
+    assert result.chosen == decide(result.candidates, result.tolerance, result.budget, result.noise, result.sure)
     assert set(result.kwargs()) <= {"prefetch_batches", "object_store_memory", "concurrency"}
 
 

@@ -13,7 +13,18 @@ import pytest
 from queuetune.cli import main
 from queuetune.frameworks import KERAS, PYTHON, RAY, TFDATA, TORCH, reachable_depths
 from queuetune.render.explain import explain
-from queuetune.tune import Candidate, Job, Predicted, TuneResult, as_job, decide, load_factory, pick_settings, tune
+from queuetune.tune import (
+    Candidate,
+    Job,
+    Predicted,
+    TuneResult,
+    as_job,
+    decide,
+    load_factory,
+    pick_settings,
+    tune,
+    unsure,
+)
 
 # --- knobs -------------------------------------------------------------------------------
 
@@ -99,16 +110,65 @@ def test_decide_prefers_the_shallower_queue_when_memory_ties():
     assert decide([cand(4, 101.0, 2), cand(2, 100.0, 2)], 0.02, None).depth == 2
 
 
-def test_a_setting_the_model_backs_is_kept_when_it_is_short_by_no_more_than_the_noise():
+def test_a_setting_within_the_tolerance_is_taken_only_when_the_trials_are_sure_of_it():
     default = cand(11, 100.0, 12, default=True)
-    backed = Candidate({"buffer": 2}, 2, 95.0, 3, 30, None, None, 3, predicted_share=1.0)
-    assert decide([default, backed], 0.02, None).depth == 11  # no noise: 95 % is too slow
-    assert decide([default, backed], 0.02, None, margin=0.05).depth == 2
-    assert decide([default, backed], 0.02, None, margin=0.02).depth == 11  # short by more than the noise
-    unbacked = Candidate({"buffer": 2}, 2, 95.0, 3, 30, None, None, 3, predicted_share=0.9)
-    unknown = Candidate({"buffer": 2}, 2, 95.0, 3, 30, None, None, 3)
-    assert decide([default, unbacked], 0.02, None, margin=0.05).depth == 11
-    assert decide([default, unknown], 0.02, None, margin=0.05).depth == 11
+    near = cand(2, 99.0, 3)
+    # Without a measured noise, 99 % of the best keeps 98 %.
+    assert decide([default, near], 0.02, None).depth == 2
+    assert near.sureness is None
+    # 1 % above the floor, with 0.5 % of noise a trial over 3 trials each: sure.
+    assert decide([default, near], 0.02, None, noise=0.005).depth == 2
+    assert near.sureness > 0.99 and default.sureness == 1.0
+    # The same with 2 % of noise: 73 % sure, below 90 %, so the deeper setting.
+    assert decide([default, near], 0.02, None, noise=0.02).depth == 11
+    assert near.sureness == pytest.approx(0.73, abs=0.01)
+    assert decide([default, near], 0.02, None, noise=0.02, sure=0.7).depth == 2
+    assert unsure([default, near], 0.02, None, noise=0.02).depth == 2
+    # More trials narrow it: 16 trials each make it 92 % sure.
+    near.trials = default.trials = 16
+    assert decide([default, near], 0.02, None, noise=0.02).depth == 2
+    assert unsure([default, near], 0.02, None, noise=0.02) is None
+    # A model's prediction no longer excuses a setting that measured short of the tolerance.
+    short = Candidate({"buffer": 2}, 2, 95.0, 3, 30, None, None, 3, predicted_share=1.0)
+    assert decide([default, short], 0.02, None, noise=0.05).depth == 11
+    assert unsure([default, short], 0.02, None, noise=0.05) is None
+
+
+@pytest.mark.timeout(120)
+def test_the_tuner_measures_again_what_it_is_unsure_of_within_its_trial_budget(monkeypatch):
+    import itertools
+
+    from queuetune.tune import tuner
+
+    real = tuner.run_trial
+    # Buffer 1 measures 1 % short of the deeper settings, steadily; the default's
+    # trials swing 5 % up and down, which makes a noise of a few % a trial.
+    swing = itertools.cycle([1.05, 0.95, 1.0])
+    made = []
+
+    def run_trial(factory, settings, framework, steps, warmup):
+        trace, report, _ = real(factory, settings, framework, steps, warmup)
+        made.append(dict(settings))
+        level = {0: 80.0 * next(swing), 1: 99.0}.get(settings["buffer"], 100.0)
+        held = settings["buffer"] + 1  # a deeper buffer holds more
+        report = dataclasses.replace(report, peak_in_flight_batches=held, peak_in_flight_bytes=256 * held)
+        return trace, report, level
+
+    monkeypatch.setattr(tuner, "run_trial", run_trial)
+    result = tune(slow_generator_factory(0.002, 0.002), steps=15, warmup=2, rounds=3, candidates=3, max_trials=14)
+    first = 3 * len(result.candidates)
+    assert result.noise > 0.01
+    assert result.extra_trials > 0 and len(result.trials) == first + result.extra_trials <= 14
+    assert len(made) == 2 + len(result.trials)  # the warm-up run and the baseline, then the trials
+    again = [t.settings for t in result.trials[first:]]
+    assert {"buffer": 1} in again and all(s in [c.settings for c in result.candidates] for s in again)
+    assert result.chosen is not None and result.chosen.settings["buffer"] != 1
+    assert any("Measured again" in line for line in explain(result))
+    assert any("Not sure enough" in line and "buffer=1" in line for line in explain(result))
+    # With no budget for more trials, nothing is measured again.
+    made.clear()
+    quick = tune(slow_generator_factory(0.002, 0.002), steps=15, warmup=2, rounds=3, candidates=3, max_trials=9)
+    assert quick.extra_trials == 0 and len(quick.trials) == 9
 
 
 def test_trial_noise_is_what_rounds_and_settings_do_not_explain():
@@ -220,8 +280,9 @@ def test_tune_a_generator_reads_ahead_when_building_and_training_can_overlap():
     result = tune(factory, steps=25, warmup=3, rounds=2, progress=progress)
     assert result.framework == "python"
     assert result.default is not None and result.default.settings == {"buffer": 0}
-    assert len(result.trials) == 2 * len(result.candidates)
-    assert all(c.trials == 2 for c in result.candidates)
+    # two rounds of every setting, then any settings the trials were unsure of, again
+    assert len(result.trials) == 2 * len(result.candidates) + result.extra_trials
+    assert all(c.trials >= 2 for c in result.candidates)
     assert seen[-1][0] == seen[-1][1] == 2 + len(result.trials)  # a warm-up run, the baseline, the trials
     assert [label for label in labels[:2]] == ["warm-up", "baseline"]
     # each round starts one setting later

@@ -321,6 +321,17 @@ def _configure_tune(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=_int_list("workers"), help="worker counts to consider, e.g. 2,4 (default: the loader's)"
     )
+    parser.add_argument(
+        "--sure",
+        type=_arg(_fraction),
+        default=0.9,
+        help="how sure the trials must be that a setting keeps throughput (default 0.9)",
+    )
+    parser.add_argument(
+        "--max-trials",
+        type=_positive("max trials"),
+        help="trials in all, the settings measured again included (default: twice the rounds' trials)",
+    )
     parser.add_argument("--plot", metavar="FILE.png", help="draw throughput and in-flight memory against depth")
     parser.add_argument("--save", metavar="RESULT.json", help="save the result as JSON")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -356,6 +367,8 @@ def _run_tune(args: argparse.Namespace) -> int:
             budget=args.budget,
             workers=args.workers,
             progress=progress,
+            sure=args.sure,
+            max_trials=args.max_trials,
         )
     text = dumps({**result.to_dict(), "explanation": explain(result)})
     if args.save:

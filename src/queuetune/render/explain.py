@@ -35,25 +35,40 @@ def explain(result: TuneResult) -> list[str]:
             "its read-ahead out of the probe's sight), beside the default run."
         )
     candidates = result.candidates
+    floor = 1 - result.tolerance
     for c in candidates:
         predicted = f"; predicted {c.predicted_share:.1%}" if c.predicted_share is not None else ""
+        sure = f"; sure to {c.sureness:.0%} it keeps {floor:.0%}" if c.sureness is not None else ""
         lines.append(
             f"{c.label()}{' (default)' if c.is_default else ''}: {c.throughput:.1f} batches/s "
-            f"({c.share(candidates):.1%} of the best, round by round{predicted}), peak "
+            f"({c.share(candidates):.1%} of the best, round by round{predicted}{sure}), peak "
             f"{c.peak_in_flight_batches} batches / {format_bytes(c.peak_in_flight_bytes)} in flight "
             f"over {c.trials} trial(s)"
         )
-    if result.margin:
+    if result.noise:
         lines.append(
-            f"Trial noise: {result.margin:.1%} on the difference between two settings. A setting the model "
-            f"predicts to keep throughput counts as keeping it unless it measured more than that below "
-            f"{1 - result.tolerance:.0%} of the best."
+            f"Trial noise: {result.noise:.1%} a trial. A setting keeps throughput when it measured at least "
+            f"{floor:.0%} of the best and the trials are at least {result.sure:.0%} sure of it."
         )
-        if result.margin > result.tolerance:
-            lines.append(
-                "The trials could not tell settings apart within the tolerance: the decision leans on "
-                "the model's prediction (more rounds or steps would measure it more finely)."
-            )
+    if result.extra_trials:
+        lines.append(
+            f"Measured again: {result.extra_trials} more trial(s), beside the best, of settings the first "
+            f"rounds could not settle (at most {result.max_trials} trials in all)."
+        )
+    unsettled = [
+        c
+        for c in candidates
+        if result.chosen is not None
+        and c.peak_in_flight_bytes < result.chosen.peak_in_flight_bytes
+        and c.share(candidates) >= floor
+        and c.sureness is not None
+        and c.sureness < result.sure
+    ]
+    if unsettled:
+        lines.append(
+            f"Not sure enough, so not chosen: {', '.join(c.label() for c in unsettled)} "
+            f"(more trials or steps would tell; see max_trials)."
+        )
     chosen, default = result.chosen, result.default
     if chosen is None:
         limit = f" under the budget of {format_bytes(result.budget)}" if result.budget else ""
@@ -66,7 +81,10 @@ def explain(result: TuneResult) -> list[str]:
                 f"{fastest.share(candidates):.1%} of the best throughput."
             )
         return lines
-    lines.append(f"Chosen: {chosen.label()}.")
+    sure = ""
+    if chosen.sureness is not None and chosen.sureness < 1:
+        sure = f" (the trials are {chosen.sureness:.0%} sure it keeps {floor:.0%})"
+    lines.append(f"Chosen: {chosen.label()}{sure}.")
     deepest = max((p.depth for p in result.predictions), default=None)
     if deepest is not None and chosen.depth >= deepest and not chosen.is_default:
         lines.append(

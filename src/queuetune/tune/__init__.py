@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from .decide import Candidate, Trial, decide, pick_settings, summarise, trial_noise
+from .decide import Candidate, Trial, decide, pick_settings, summarise, sureness, trial_noise, unsure
 from .job import Factory, Job, as_job, build, framework_of, load_factory
 from .measures import after_warmup, startup_backlog, throughput
 from .predict import Predicted, predict
@@ -33,7 +33,9 @@ __all__ = [
     "run_trial",
     "startup_backlog",
     "summarise",
+    "sureness",
     "throughput",
     "trial_noise",
     "tune",
+    "unsure",
 ]

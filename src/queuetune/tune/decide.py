@@ -47,6 +47,7 @@ class Candidate:
     is_default: bool = False
     relative: float | None = None
     predicted_share: float | None = None
+    sureness: float | None = None
 
     def share(self, candidates: list[Candidate]) -> float:
         """Its throughput as a share of the best: the median over rounds of its
@@ -194,37 +195,95 @@ def trial_noise(trials: list[Trial]) -> float:
     return math.sqrt(squares / ((len(rows) - 1) * (len(complete) - 1)))
 
 
-def decide(candidates: list[Candidate], tolerance: float, budget: int | None, margin: float = 0.0) -> Candidate | None:
+def sureness(candidate: Candidate, candidates: list[Candidate], tolerance: float, noise: float) -> float | None:
+    """How sure the trials are that ``candidate`` keeps ``1 - tolerance`` of the
+    best throughput: the chance, under the trials' noise (``noise``: one trial's
+    standard deviation of log throughput, see :func:`trial_noise`), that its
+    share of the best was measured as high as it was if it truly kept that
+    share no better than the floor; a normal approximation on the log scale,
+    from its trials and the best's. 1.0 for the best itself; None without a
+    measured noise (fewer than two rounds of two settings).
+
+    >>> best = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
+    >>> near = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
+    >>> round(sureness(near, [best, near], 0.02, noise=0.01), 2)
+    0.89
+    >>> sureness(near, [best, near], 0.02, noise=0.0) is None
+    True
+    """
+    if noise <= 0:
+        return None
+    best = max(candidates, key=lambda c: c.share(candidates))
+    if candidate is best:
+        return 1.0
+    share = candidate.share(candidates)
+    if share <= 0:
+        return 0.0
+    spread = noise * math.sqrt(1 / max(1, candidate.trials) + 1 / max(1, best.trials))
+    return statistics.NormalDist().cdf((math.log(share) - math.log(1 - tolerance)) / spread)
+
+
+def decide(
+    candidates: list[Candidate], tolerance: float, budget: int | None, noise: float = 0.0, sure: float = 0.9
+) -> Candidate | None:
     """The least peak in-flight memory among candidates that keep throughput (and
     fit ``budget``); ties go to the shallower queue.
 
     A candidate keeps throughput when its measured share of the best (compared
     round by round where the trials were paired, see :meth:`Candidate.share`)
-    is at least ``1 - tolerance``; or, when the model predicted it to keep
-    throughput, when its share is short of that by no more than ``margin``,
-    the trials' noise on a difference between two settings (a fraction on
-    a log scale, see :func:`trial_noise`): the trials cannot tell it apart from keeping.
+    is at least ``1 - tolerance`` and, when the trials' ``noise`` is known, the
+    trials are at least ``sure`` of it (:func:`sureness`); the best measured
+    always does. Each candidate's ``sureness`` is filled in.
 
     >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
     >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
     >>> decide([a, b], 0.02, None).settings
     {'q': 2}
-    >>> c = Candidate({"q": 1}, 2, 95.0, 2, 200, None, None, 3, predicted_share=1.0)
-    >>> decide([a, b, c], 0.02, None, margin=0.05).settings
-    {'q': 1}
+    >>> decide([a, b], 0.02, None, noise=0.02).settings  # 99 % of the best, give or take 1.6 %
+    {'q': 10}
     """
     if not candidates:
         return None
     floor = 1 - tolerance
+    best = max(candidates, key=lambda c: c.share(candidates))
+    for c in candidates:
+        c.sureness = sureness(c, candidates, tolerance, noise)
 
     def keeps(c: Candidate) -> bool:
-        share = c.share(candidates)
-        if share >= floor:
+        if c is best:
             return True
-        predicted = c.predicted_share is not None and c.predicted_share >= floor
-        return predicted and share >= floor * math.exp(-margin)
+        return c.share(candidates) >= floor and (c.sureness is None or c.sureness >= sure)
 
     keeping = [c for c in candidates if keeps(c) and (budget is None or c.peak_in_flight_bytes <= budget)]
     if not keeping:
         return None
     return min(keeping, key=lambda c: (c.peak_in_flight_bytes, c.depth, -c.throughput))
+
+
+def unsure(
+    candidates: list[Candidate], tolerance: float, budget: int | None, noise: float, sure: float = 0.9
+) -> Candidate | None:
+    """The candidate that more trials could settle: the one of least memory, below
+    the decision's, whose share of the best reaches ``1 - tolerance`` but of
+    which the trials are not ``sure``. None when there is none (or no noise to
+    be unsure with).
+
+    >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
+    >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
+    >>> unsure([a, b], 0.02, None, noise=0.02).settings
+    {'q': 2}
+    """
+    chosen = decide(candidates, tolerance, budget, noise, sure)
+    if chosen is None or noise <= 0:
+        return None
+    floor = 1 - tolerance
+    open_ = [
+        c
+        for c in candidates
+        if c.peak_in_flight_bytes < chosen.peak_in_flight_bytes
+        and c.share(candidates) >= floor
+        and c.sureness is not None
+        and c.sureness < sure
+        and (budget is None or c.peak_in_flight_bytes <= budget)
+    ]
+    return min(open_, key=lambda c: (c.peak_in_flight_bytes, c.depth), default=None)

@@ -15,7 +15,7 @@ from ..frameworks import get
 from ..jsonio import dumps
 from ..prefetch import read_ahead
 from ..units import parse_bytes, positive_int
-from .decide import Candidate, Trial, decide, pick_settings, summarise, trial_noise, trial_of
+from .decide import Candidate, Trial, decide, pick_settings, summarise, trial_noise, trial_of, unsure
 from .job import Factory, as_job, build, framework_of
 from .measures import after_warmup
 from .predict import Predicted, predict
@@ -44,6 +44,10 @@ class TuneResult:
     versions: dict[str, str] = field(default_factory=dict)
     margin: float = 0.0
     modelled_from: dict[str, Any] | None = None
+    noise: float = 0.0
+    sure: float = 0.9
+    max_trials: int | None = None
+    extra_trials: int = 0
 
     def kwargs(self) -> dict[str, Any]:
         """The chosen settings as keyword arguments for the factory."""
@@ -104,6 +108,8 @@ def tune(
     candidates: int = 4,
     progress: Callable[[int, int, str], None] | None = None,
     seed: int = 0,
+    sure: float = 0.9,
+    max_trials: int | None = None,
 ) -> TuneResult:
     """Find the setting with the least peak in-flight memory that keeps throughput.
 
@@ -118,7 +124,12 @@ def tune(
     one with ``prefetch(0)``, whose requests show the build times), the queue
     model's predicted curve over depths, then short measured trials of the few settings
     the model ranks best, interleaved in one process so that machine noise hits
-    them alike; the decision is :func:`~queuetune.tune.decide`'s.
+    them alike; the decision is :func:`~queuetune.tune.decide`'s. A setting
+    of less memory that measured within the tolerance but of which the trials
+    are less than ``sure`` (their noise is larger than the gap) is measured
+    again beside the best, a pair of trials at a time, while the trials stay
+    within ``max_trials`` (default: twice those of the rounds); what is still
+    unsure then is not chosen, and a deeper setting is.
 
     >>> def factory():
     ...     return (x for x in range(40)), (lambda batch: None)
@@ -135,6 +146,10 @@ def tune(
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be a number in [0, 1), got {tolerance!r}")
     limit = None if budget is None else parse_bytes(budget)
+    if not isinstance(sure, (int, float)) or isinstance(sure, bool) or not 0 <= sure < 1:
+        raise ValueError(f"sure must be a number in [0, 1), got {sure!r}")
+    if max_trials is not None:
+        max_trials = positive_int(max_trials, "max trials")
 
     probe_job = as_job(factory())
     framework = framework_of(probe_job.loader).bound()
@@ -184,12 +199,28 @@ def tune(
             tick(", ".join(f"{k}={v}" for k, v in settings.items()))
 
     summary = summarise(trials, default, predictions)
-    margin = trial_noise(trials) * math.sqrt(2 / rounds)
+    noise = trial_noise(trials)
+    allowed = max_trials if max_trials is not None else 2 * len(trials)
+    extra, first = rounds, len(trials)
+    while len(trials) + 2 <= allowed:
+        doubt = unsure(summary, tolerance, limit, noise, sure)
+        if doubt is None:
+            break
+        best = max(summary, key=lambda c: c.share(summary))
+        pair = [doubt.settings, best.settings]
+        total = max(total, done + 2)
+        for settings in pair if extra % 2 else pair[::-1]:
+            _, report, rate = run_trial(factory, settings, framework, steps, warmup)
+            trials.append(trial_of(settings, framework, extra, report, rate))
+            tick("again: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+        extra += 1
+        summary = summarise(trials, default, predictions)
+    margin = noise * math.sqrt(2 / rounds)
     return TuneResult(
         framework=framework.name,
         default_settings=default,
         candidates=summary,
-        chosen=decide(summary, tolerance, limit, margin),
+        chosen=decide(summary, tolerance, limit, noise, sure),
         predictions=predictions,
         baseline=base_report.to_dict(series=False),
         tolerance=tolerance,
@@ -198,4 +229,8 @@ def tune(
         versions=dict(base_trace.meta.versions or {}),
         margin=margin,
         modelled_from=modelled,
+        noise=noise,
+        sure=sure,
+        max_trials=allowed,
+        extra_trials=len(trials) - first,
     )
