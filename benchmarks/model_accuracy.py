@@ -91,7 +91,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,23 @@ class SleepItems:
         time.sleep(self.times[index])
         return np.full(self.floats, index, dtype=np.float32)
 
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Every item, in order."""
+        for index in range(len(self)):
+            yield self.item(index)
+
+
+def sleeping_step(consumer: np.ndarray) -> Callable[[Any], None]:
+    """A step function that sleeps the consumer time of the step it is at."""
+    counter = [0]
+
+    def step(batch: Any) -> None:
+        i = counter[0]
+        counter[0] += 1
+        time.sleep(consumer[i % len(consumer)])
+
+    return step
+
 
 Factory = Callable[..., tuple[Any, Any]]
 
@@ -208,14 +225,7 @@ def torch_factory(producer: np.ndarray, consumer: np.ndarray, floats: int = ITEM
         loader = torch.utils.data.DataLoader(
             SleepDataset(), batch_size=None, num_workers=num_workers, prefetch_factor=prefetch_factor
         )
-        counter = [0]
-
-        def step(batch: Any) -> None:
-            i = counter[0]
-            counter[0] += 1
-            time.sleep(consumer[i % len(consumer)])
-
-        return loader, step
+        return loader, sleeping_step(consumer)
 
     return make
 
@@ -263,20 +273,7 @@ def generator_factory(producer: np.ndarray, consumer: np.ndarray) -> Factory:
     queuetune's own prefetch thread in front of it is the setting (``buffer``)."""
 
     def make() -> tuple[Any, Callable[[Any], None]]:
-        items = SleepItems(producer)
-
-        def batches() -> Any:
-            for index in range(len(items)):
-                yield items.item(index)
-
-        counter = [0]
-
-        def step(batch: Any) -> None:
-            i = counter[0]
-            counter[0] += 1
-            time.sleep(consumer[i % len(consumer)])
-
-        return batches(), step
+        return iter(SleepItems(producer)), sleeping_step(consumer)
 
     return make
 
@@ -289,21 +286,9 @@ def tfdata_factory(producer: np.ndarray, consumer: np.ndarray) -> Factory:
 
     def make(buffer: int = 3) -> tuple[Any, Callable[[Any], None]]:
         items = SleepItems(producer)
-
-        def batches() -> Any:
-            for index in range(len(items)):
-                yield items.item(index)
-
         spec = tf.TensorSpec((ITEM_FLOATS,), tf.float32)
-        dataset = tf.data.Dataset.from_generator(batches, output_signature=spec).prefetch(buffer)
-        counter = [0]
-
-        def step(batch: Any) -> None:
-            i = counter[0]
-            counter[0] += 1
-            time.sleep(consumer[i % len(consumer)])
-
-        return dataset, step
+        dataset = tf.data.Dataset.from_generator(lambda: iter(items), output_signature=spec).prefetch(buffer)
+        return dataset, sleeping_step(consumer)
 
     return make
 
