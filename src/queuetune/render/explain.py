@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..analysis import MODERATE
+from ..tune.decide import unsettled
 from ..units import format_bytes
 
 if TYPE_CHECKING:
@@ -55,18 +56,10 @@ def explain(result: TuneResult) -> list[str]:
             f"Measured again: {result.extra_trials} more trial(s), beside the best, of settings the first "
             f"rounds could not settle (at most {result.max_trials} trials in all)."
         )
-    unsettled = [
-        c
-        for c in candidates
-        if result.chosen is not None
-        and c.peak_in_flight_bytes < result.chosen.peak_in_flight_bytes
-        and c.share(candidates) >= floor
-        and c.sureness is not None
-        and c.sureness < result.sure
-    ]
-    if unsettled:
+    doubted = [] if result.chosen is None else unsettled(candidates, result.chosen, result.tolerance, result.sure)
+    if doubted:
         lines.append(
-            f"Not sure enough, so not chosen: {', '.join(c.label() for c in unsettled)} "
+            f"Not sure enough, so not chosen: {', '.join(c.label() for c in doubted)} "
             f"(more trials or steps would tell; see max_trials)."
         )
     chosen, default = result.chosen, result.default

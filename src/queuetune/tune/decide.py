@@ -263,10 +263,9 @@ def decide(
 def unsure(
     candidates: list[Candidate], tolerance: float, budget: int | None, noise: float, sure: float = 0.9
 ) -> Candidate | None:
-    """The candidate that more trials could settle: the one of least memory, below
-    the decision's, whose share of the best reaches ``1 - tolerance`` but of
-    which the trials are not ``sure``. None when there is none (or no noise to
-    be unsure with).
+    """The candidate that more trials could settle: the one of least memory among
+    :func:`unsettled` (the decision's, with ``noise``). None when there is none
+    (or no noise to be unsure with).
 
     >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
     >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
@@ -276,14 +275,27 @@ def unsure(
     chosen = decide(candidates, tolerance, budget, noise, sure)
     if chosen is None or noise <= 0:
         return None
+    open_ = unsettled(candidates, chosen, tolerance, sure)
+    return min(open_, key=lambda c: (c.peak_in_flight_bytes, c.depth), default=None)
+
+
+def unsettled(candidates: list[Candidate], chosen: Candidate, tolerance: float, sure: float) -> list[Candidate]:
+    """The candidates of less memory than ``chosen`` whose share of the best
+    reaches ``1 - tolerance`` but of which the trials are not ``sure`` (their
+    ``sureness`` as :func:`decide` filled it in). Each is under any budget the
+    chosen one is under, having less memory.
+
+    >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3, sureness=1.0)
+    >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3, sureness=0.7)
+    >>> [c.settings for c in unsettled([a, b], a, 0.02, 0.9)]
+    [{'q': 2}]
+    """
     floor = 1 - tolerance
-    open_ = [
+    return [
         c
         for c in candidates
         if c.peak_in_flight_bytes < chosen.peak_in_flight_bytes
         and c.share(candidates) >= floor
         and c.sureness is not None
         and c.sureness < sure
-        and (budget is None or c.peak_in_flight_bytes <= budget)
     ]
-    return min(open_, key=lambda c: (c.peak_in_flight_bytes, c.depth), default=None)
