@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...units import nonnegative_int, positive_int
 from ..base import Framework, Lines, LoaderRules, flag, has_base
+from ..tfdata import TFDATA
 
 if TYPE_CHECKING:
     from ...recorder import Recorder
@@ -135,8 +136,8 @@ class KerasGenerator(Framework):
 
     def depth(self, settings: dict[str, Any]) -> int:
         backend = settings.get("backend", "tensorflow")
-        if backend == "tensorflow":  # tf.data's prefetch builds only into room: depth = buffer
-            return nonnegative_int(settings.get("buffer", 1), "buffer")
+        if backend == "tensorflow":
+            return TFDATA.depth(settings)
         return 1 if backend == "jax" else 0
 
     def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
