@@ -287,7 +287,7 @@ def test_tune_a_generator_reads_ahead_when_building_and_training_can_overlap():
     assert [label for label in labels[:2]] == ["warm-up", "baseline"]
     # each round starts one setting later
     n = len(result.candidates)
-    first, second = [t.settings for t in result.trials[:n]], [t.settings for t in result.trials[n:]]
+    first, second = [t.settings for t in result.trials[:n]], [t.settings for t in result.trials[n : 2 * n]]
     assert second == first[1:] + first[:1]
     # building (10 ms) and training (10 ms) overlap only with read-ahead: about 2x
     assert result.chosen.settings["buffer"] >= 1
