@@ -9,9 +9,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..cores import IdleCores
 from ..recorder import Recorder, clock
 from . import faults
 from .config import STEP_WINDOW, BatchSizes, EpochConfig
+from .crew import WorkerController
 from .errors import PrefetcherClosed
 from .schedule import Schedule, Seen, Task
 from .workers import END, Workers
@@ -41,12 +43,21 @@ class Epoch:
     """
 
     def __init__(
-        self, config: EpochConfig, plan: list[Any] | None, workers: Workers, recorder: Recorder, sizes: BatchSizes
+        self,
+        config: EpochConfig,
+        plan: list[Any] | None,
+        workers: Workers,
+        recorder: Recorder,
+        sizes: BatchSizes,
+        crew: WorkerController | None = None,
     ) -> None:
         self.config = config
         self.workers = workers
         self.recorder = recorder
         self.schedule = Schedule(config, plan, workers, sizes)
+        # With workers="auto" (elastic workers): who decides how many build at once.
+        self.crew = crew
+        self.idle_cores = IdleCores() if crew is not None else None
         self.reason = ""
         # The consumer's thread, once it started reading, and whether it is reading.
         self.consumer: int | None = None
@@ -69,6 +80,8 @@ class Epoch:
         abandoned = False
         recorder.run_begin()
         recorder.mark("depth", schedule.controller.depth)
+        if self.crew is not None:
+            recorder.mark("workers", self.workers.count)
         try:
             with schedule.lock:
                 schedule.fill()
@@ -85,8 +98,11 @@ class Epoch:
                 batch = self._take(task)
                 if batch is END:
                     return
+                step = None if got is None else asked - got
                 got = clock()
                 with schedule.lock:
+                    if self.crew is not None:
+                        self._staff(seen, step, asked, got)
                     if seen.waited:
                         changed = self._deepen(seen, asked, got, steps)
                     else:
@@ -110,6 +126,24 @@ class Epoch:
             self.running = False
             if self.on_leave is not None:
                 self.on_leave()
+
+    def _staff(self, seen: Seen, step: float | None, asked: float, got: float) -> None:
+        """The worker controller's decision on a request, with the lock held."""
+        assert self.crew is not None and self.idle_cores is not None
+        schedule = self.schedule
+        count = self.crew.observe(
+            got,
+            step=step,
+            waited=got - asked if seen.waited else 0.0,
+            all_busy=seen.all_busy,
+            typical=schedule.typical_build,
+            cpu_share=schedule.cpu_share,
+            idle_cores=self.idle_cores.read(got),
+            can_start=seen.left,
+        )
+        if count is not None and count != self.workers.count:
+            self.workers.resize(count)
+            self.recorder.mark("workers", count)
 
     def _deepen(self, seen: Seen, asked: float, got: float, steps: deque[float]) -> int | None:
         """The depth controller's decision on a request that waited from ``asked``

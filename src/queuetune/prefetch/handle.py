@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .. import cores
 from ..frameworks import detect
 from ..frameworks.keras import is_pydataset
 from ..recorder import Recorder
@@ -22,6 +23,7 @@ from ..units import parse_bytes, positive_int
 from . import shm
 from .collate import make_batch
 from .config import BatchSizes, EpochConfig
+from .crew import WorkerController
 from .epoch import Epoch
 from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
 
@@ -44,6 +46,17 @@ class Prefetcher:
     The bytes of batches built or being built and not yet taken stay within
     ``max_bytes`` as long as no batch outgrows every batch before it; one that
     does, and would break the budget, is a :class:`BudgetExceeded` error.
+
+    ``workers``: how many build at once, or ``"auto"``: start with one, add
+    workers while the consumer waits for builds and the machine has idle cores
+    for them, stop adding when throughput stops rising, remove them when they
+    idle (see :class:`.crew.WorkerController`); ``max_workers`` caps them (by
+    default one per core in process mode; four per core, 8 to 32, in thread
+    mode, where a build that waits on I/O or runs outside the GIL needs no core
+    of its own). Each epoch starts with the count the one before ended with.
+    In process mode with ``fork`` all ``max_workers`` processes are forked as
+    the epoch starts (forking later, with threads running, is not safe) and
+    those not building idle; with ``spawn``/``forkserver`` they start as added.
 
     ``timeout``: seconds the consumer waits for one batch before a ``TimeoutError``
     naming the batch (the epoch then stops its workers; in thread mode a build
@@ -102,7 +115,8 @@ class Prefetcher:
         source: Any,
         *,
         max_bytes: int | str,
-        workers: int = 2,
+        workers: int | str = 2,
+        max_workers: int | None = None,
         mode: str = "thread",
         adaptive: bool = True,
         depth: int | None = None,
@@ -122,13 +136,21 @@ class Prefetcher:
         self.timeout = _check_timeout(timeout)
         if trace_epochs is not None:
             trace_epochs = positive_int(trace_epochs, "trace epochs")
-        self.num_workers = positive_int(workers, "workers")
         if mode not in MODES:
             raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
         self.mode = mode
+        self.auto = isinstance(workers, str)
+        if self.auto and workers != "auto":
+            raise ValueError(f"workers must be a positive integer or 'auto', got {workers!r}")
+        #: With workers="auto": the most workers building at once (else None).
+        self.max_workers = _check_max_workers(max_workers, self.auto, mode)
+        # With workers="auto", an epoch starts with as many workers as the one before ended with.
+        self.num_workers = 1 if self.auto else positive_int(workers, "workers")
         self.multiprocessing_context = _check_context(multiprocessing_context, mode)
         self.adaptive = bool(adaptive)
         self.max_depth = positive_int(max_depth, "max depth")
+        if depth is None and self.auto and not adaptive:
+            raise ValueError("workers='auto' with adaptive=False needs a depth")
         if depth is None:
             depth = 1 if adaptive else self.num_workers
         self.start_depth = positive_int(depth, "depth")
@@ -147,6 +169,8 @@ class Prefetcher:
                 raise TypeError(f"Prefetcher needs an indexable dataset or an iterable, got {type(source).__name__}")
             if mode == "process":
                 raise ValueError("a plain iterable is read by one thread: use mode='thread'")
+            if self.auto:
+                raise ValueError("a plain iterable is read by one thread: workers='auto' needs an indexable source")
             if self.batch_size is not None:
                 raise ValueError("batch_size needs an indexable source")
         if collate_fn is not None and self.batch_size is None:
@@ -158,7 +182,8 @@ class Prefetcher:
                 type=type(source).__qualname__,
                 settings={
                     "max_bytes": self.max_bytes,
-                    "workers": self.num_workers,
+                    "workers": "auto" if self.auto else self.num_workers,
+                    **({"max_workers": self.max_workers} if self.auto else {}),
                     "mode": mode,
                     **({"start_method": self._start_method()} if mode == "process" else {}),
                     "adaptive": self.adaptive,
@@ -203,13 +228,19 @@ class Prefetcher:
             raise ValueError("this Prefetcher is closed")
         self._end_epoch()
         plan = self._plan() if self._indexable else None
-        epoch = Epoch(self._config(), plan, self._new_workers(), self.recorder, self._sizes)
+        crew = None
+        if self.auto:
+            assert self.max_workers is not None
+            crew = WorkerController(workers=self.num_workers, max_workers=self.max_workers, cores=cores.available())
+        epoch = Epoch(self._config(), plan, self._new_workers(), self.recorder, self._sizes, crew)
         self._epoch = epoch
         return epoch.run()
 
     def _end_epoch(self, reason: str = "a new epoch began", wait: bool = True) -> None:
         if self._epoch is not None:
             self._epoch.stop(reason, wait=wait)
+            if self._epoch.crew is not None:
+                self.num_workers = self._epoch.crew.workers
             self._epoch = None
 
     def _plan(self) -> list[Any]:
@@ -242,11 +273,15 @@ class Prefetcher:
             return ThreadWorkers(1, Pull(iter(self._source), channel))
         if self.mode == "process":
             context = self.multiprocessing_context or multiprocessing.get_context()
-            workers = ProcessWorkers(self.num_workers, self._source, self.batch_size, self.collate_fn, channel, context)
+            workers = ProcessWorkers(
+                self.num_workers, self._source, self.batch_size, self.collate_fn, channel, context, self.max_workers
+            )
             self._pools.append(workers.segments.prefix)
             return workers
         return ThreadWorkers(
-            self.num_workers, functools.partial(build, self._source, self.batch_size, self.collate_fn, channel)
+            self.num_workers,
+            functools.partial(build, self._source, self.batch_size, self.collate_fn, channel),
+            self.max_workers,
         )
 
     def _start_method(self) -> str:
@@ -271,6 +306,12 @@ class Prefetcher:
         """The current depth: batches allowed to be being built or ready."""
         epoch = self._epoch
         return epoch.depth if epoch is not None else self.start_depth
+
+    @property
+    def workers(self) -> int:
+        """The workers building at once now (with ``workers="auto"``, as last decided)."""
+        epoch = self._epoch
+        return epoch.workers.count if epoch is not None else self.num_workers
 
     def trace(self) -> Trace:
         """What was recorded: batches built and taken, and every depth decision."""
@@ -324,6 +365,20 @@ def _check_context(value: Any, mode: str) -> multiprocessing.context.BaseContext
     raise TypeError(
         f"multiprocessing_context must be a start method name or a multiprocessing context, got {type(value).__name__}"
     )
+
+
+def _check_max_workers(value: Any, auto: bool, mode: str) -> int | None:
+    """The most workers for workers="auto": ``value``, or by default one per core
+    in process mode, four per core (at most 32) in thread mode, where builds that
+    wait on I/O or run outside the GIL need no core of their own."""
+    if value is None:
+        if not auto:
+            return None
+        count = cores.available()
+        return count if mode == "process" else min(32, max(8, 4 * count))
+    if not auto:
+        raise ValueError("max_workers needs workers='auto' (a fixed count is given as workers=N)")
+    return positive_int(value, "max workers")
 
 
 def _check_timeout(timeout: Any) -> float | None:

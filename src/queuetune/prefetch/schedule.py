@@ -56,7 +56,7 @@ class Task:
 class Seen:
     """What a request found: the next batch not ready, the queue full, a worker
     idle for the lack of depth, the deepest depth the byte budget allows (as many
-    of the largest batch so far as fit).
+    of the largest batch so far as fit), every worker building, batches left to start.
 
     >>> Seen(waited=True, full=False, can_grow=True, limit=8).limit
     8
@@ -66,6 +66,8 @@ class Seen:
     full: bool
     can_grow: bool
     limit: int | None
+    all_busy: bool = False
+    left: bool = True
 
 
 class Schedule:
@@ -125,6 +127,8 @@ class Schedule:
         self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
         # Their median, worked out on the first wait that asks after a build is learnt.
         self._typical: float | None = None
+        # CPU seconds a second of the latest builds, where the workers tell them.
+        self.shares: deque[float] = deque(maxlen=STEP_WINDOW)
         # Since when a worker has sat idle for the depth alone (it finished a batch
         # and could start no other), or None; the next batch started ends it. And
         # the seconds of such idleness that ended since the consumer last waited.
@@ -156,6 +160,8 @@ class Schedule:
             return False
         outstanding = self.submitted - self.delivered
         if outstanding >= self.controller.depth:
+            return False
+        if self.workers.elastic and self.building >= self.workers.count:
             return False
         if not self.sizes.known:  # nothing built yet: learn the size from one batch
             return outstanding == 0
@@ -219,6 +225,9 @@ class Schedule:
             task.batch = END
             return
         self.learn_build(clock() - task.submitted_at)
+        spent = self.workers.spent(future)
+        if spent is not None and spent[1] > 0:
+            self.shares.append(spent[0] / spent[1])
         if self.stopped:
             self.workers.discard(batch)
             return
@@ -298,19 +307,27 @@ class Schedule:
         takes is not built yet. A request that did not wait cannot deepen: what
         only deepening needs (``can_grow``, ``limit``) is not worked out for it."""
         full = self.ready >= self.controller.depth
-        if not waited:
-            return Seen(False, full, can_grow=False, limit=None)
         # Depth helps only while a worker sits idle for the lack of it, not
         # for the lack of batches left to start (the epoch's end).
         left = not self.exhausted and (self.total is None or self.submitted < self.total)
+        if not waited:
+            return Seen(False, full, can_grow=False, limit=None, left=left)
         largest = self.sizes.largest
+        busy = self.building >= self.workers.count
         return Seen(
             waited=waited,
             full=full,
-            can_grow=self.building < self.workers.count and left,
+            can_grow=not busy and left,
             # Before the first batch is built its size is unknown: no deeper yet.
             limit=self.config.max_bytes // largest if largest else (None if self.sizes.known else 1),
+            all_busy=busy,
+            left=left,
         )
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The median CPU seconds a second of the latest builds (None until one is told)."""
+        return statistics.median(self.shares) if self.shares else None
 
     def learn_build(self, seconds: float) -> None:
         """Take in the seconds from submitting a batch to its being built."""

@@ -74,15 +74,23 @@ class Piece:
 
 class Shipped:
     """A batch as a worker sends it: its large arrays replaced by pieces; the
-    segment it was lent, the segments it made (name and size), and its bytes."""
+    segment it was lent, the segments it made (name and size), and its bytes;
+    ``spent``: the CPU seconds and the seconds its build took, once known."""
 
-    __slots__ = ("batch", "lent", "made", "nbytes")
+    __slots__ = ("batch", "lent", "made", "nbytes", "spent")
 
-    def __init__(self, batch: Any, lent: str | None, made: dict[str, int], nbytes: int) -> None:
-        self.batch, self.lent, self.made, self.nbytes = batch, lent, made, nbytes
+    def __init__(
+        self,
+        batch: Any,
+        lent: str | None,
+        made: dict[str, int],
+        nbytes: int,
+        spent: tuple[float, float] | None = None,
+    ) -> None:
+        self.batch, self.lent, self.made, self.nbytes, self.spent = batch, lent, made, nbytes, spent
 
     def __reduce__(self) -> tuple:
-        return (Shipped, (self.batch, self.lent, self.made, self.nbytes))
+        return (Shipped, (self.batch, self.lent, self.made, self.nbytes, self.spent))
 
     def segments(self) -> set[str]:
         """The segments the batch's pieces lie in."""

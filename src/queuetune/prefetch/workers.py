@@ -42,17 +42,30 @@ class Workers(Protocol):
 
     ``count``: batches built at once. ``poll``: seconds between liveness checks
     (:meth:`dead`) while the consumer waits; None when there is nothing to check.
+    ``capacity``: the most workers :meth:`resize` can give; ``elastic``: whether
+    ``count`` may change (then the schedule submits no more than ``count``
+    batches at once, so that a build's time is the build's, not a queue's).
 
     >>> workers: Workers = ThreadWorkers(1, str)
-    >>> workers.count, workers.poll
-    (1, None)
+    >>> workers.count, workers.poll, workers.elastic
+    (1, None, False)
     """
 
     count: int
+    capacity: int
+    elastic: bool
     poll: float | None
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
         """Start building the batch made of ``indices``, ``reserve`` bytes or less as far as known."""
+        ...
+
+    def resize(self, count: int) -> None:
+        """Build ``count`` batches at once from now on (1 to ``capacity``)."""
+        ...
+
+    def spent(self, future: cf.Future) -> tuple[float, float] | None:
+        """The CPU seconds and the seconds of the build whose result ``future`` holds, if known."""
         ...
 
     def size(self, batch: Any) -> int:
@@ -88,7 +101,9 @@ class ThreadWorkers:
     """``count`` threads of this process, each building with ``build(indices)``.
 
     Started at once and fed from one queue: a submit is a future and a put,
-    nothing more, for it runs on the consumer's thread at every batch.
+    nothing more, for it runs on the consumer's thread at every batch. With a
+    ``capacity`` (elastic), :meth:`resize` starts more threads or ends some
+    (each as it finishes its build).
 
     >>> workers = ThreadWorkers(2, lambda indices: indices * 10)
     >>> batch = workers.submit(4).result()
@@ -99,17 +114,36 @@ class ThreadWorkers:
 
     poll: float | None = None
 
-    def __init__(self, count: int, build: Callable[[Any], Any]) -> None:
-        self.count = count
+    def __init__(self, count: int, build: Callable[[Any], Any], capacity: int | None = None) -> None:
+        self.count = 0
+        self.capacity = count if capacity is None else capacity
+        self.elastic = capacity is not None
+        self._build = build
         self._jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None] = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=_serve, args=(self._jobs, build), name=f"queuetune-prefetch_{i}", daemon=True)
-            for i in range(count)
-        ]
-        for thread in self._threads:
+        self._threads: list[threading.Thread] = []
+        # Threads left running by a prefetcher nobody closed end with it (one stop
+        # for every thread started: those ended already leave theirs unread).
+        self._stop = weakref.finalize(self, _stop_serving, self._jobs, self._threads)
+        self.resize(count)
+
+    def resize(self, count: int) -> None:
+        if not 1 <= count <= self.capacity:
+            raise ValueError(f"worker count must be from 1 to {self.capacity}, got {count}")
+        if not self._stop.alive:  # shut down meanwhile: no thread to start or end
+            return
+        for _ in range(count, self.count):
+            self._jobs.put(None)
+        for _ in range(self.count, count):
+            i = len(self._threads)
+            thread = threading.Thread(
+                target=_serve, args=(self._jobs, self._build), name=f"queuetune-prefetch_{i}", daemon=True
+            )
+            self._threads.append(thread)
             thread.start()
-        # Threads left running by a prefetcher nobody closed end with it.
-        self._stop = weakref.finalize(self, _stop_serving, self._jobs, count)
+        self.count = count
+
+    def spent(self, future: cf.Future) -> tuple[float, float] | None:
+        return getattr(future, "spent", None)
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
         if not self._stop.alive:
@@ -164,18 +198,21 @@ def _serve(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], build: Callabl
         del job
         if not future.set_running_or_notify_cancel():
             continue
+        cpu, start = time.thread_time(), time.perf_counter()
         try:
             batch = build(indices)
         except BaseException as exc:  # the consumer gets it through the future
             future.set_exception(exc)
         else:
+            # Before the result: the future's callbacks read it.
+            future.spent = (time.thread_time() - cpu, time.perf_counter() - start)  # type: ignore[attr-defined]
             future.set_result(batch)
             del batch
         del future
 
 
-def _stop_serving(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], count: int) -> None:
-    for _ in range(count):
+def _stop_serving(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], threads: list[threading.Thread]) -> None:
+    for _ in threads:
         jobs.put(None)
 
 
@@ -185,6 +222,12 @@ class ProcessWorkers:
     arrays and tensors are built in (or copied to) a shared-memory segment lent
     for it from a pool of reused ones, and come back as descriptors (:mod:`.shm`),
     opened as arrays over the segment when the consumer gets them.
+
+    With a ``capacity`` (elastic), the pool holds that many processes and
+    :meth:`resize` changes how many build at once (the schedule submits no more).
+    With ``fork`` all of them are forked at the start, since forking later, with
+    threads running, is not safe; with ``spawn`` and ``forkserver`` each starts
+    when first needed. A process not needed any more idles until the epoch ends.
 
     >>> import multiprocessing
     >>> import numpy as np
@@ -208,13 +251,16 @@ class ProcessWorkers:
         collate_fn: Callable | None,
         channel: Channel,
         context: multiprocessing.context.BaseContext,
+        capacity: int | None = None,
     ) -> None:
         self.count = count
+        self.capacity = count if capacity is None else capacity
+        self.elastic = capacity is not None
         self.segments = shm.Pool(os.getpid())
         # The worker processes, kept to name the one that died.
         self._processes: dict[int, Any] = {}
         self._pool = cf.ProcessPoolExecutor(
-            count,
+            self.capacity,
             mp_context=context,
             initializer=_init_process,
             initargs=(source, batch_size, collate_fn, channel, os.getpid()),
@@ -242,6 +288,16 @@ class ProcessWorkers:
         # First of the future's callbacks: the batch's segments are known before anything else sees it.
         future.add_done_callback(functools.partial(self._settle, lease))
         return future
+
+    def resize(self, count: int) -> None:
+        if not 1 <= count <= self.capacity:
+            raise ValueError(f"worker count must be from 1 to {self.capacity}, got {count}")
+        self.count = count
+
+    def spent(self, future: cf.Future) -> tuple[float, float] | None:
+        if future.cancelled() or future.exception() is not None:
+            return None
+        return future.result().spent
 
     def _settle(self, lease: shm.Lease, future: cf.Future) -> None:
         done = not future.cancelled() and future.exception() is None
@@ -370,9 +426,12 @@ def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:
 
 def _build_in_process(indices: Any, lease: shm.Lease) -> shm.Shipped:
     w = _WORKER
+    cpu, start = time.process_time(), time.perf_counter()
     with shm.building(lease) as arena:
         batch = build(w["source"], w["batch_size"], w["collate_fn"], w["channel"], indices)
-    return arena.ship(batch)
+    shipped = arena.ship(batch)
+    shipped.spent = (time.process_time() - cpu, time.perf_counter() - start)
+    return shipped
 
 
 def _shutdown(pool: cf.ProcessPoolExecutor) -> None:

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from ... import cores
 from ...units import format_bytes, nonnegative_int, parse_bytes, positive_int
 from ..base import Framework, Lines, has_base, parameter_default
 
@@ -134,7 +134,7 @@ class Ray(Framework):
         """
         prefetch = nonnegative_int(settings.get("prefetch_batches", 1), "prefetch_batches")
         concurrency = settings.get("concurrency")
-        concurrency = _local_cpus() if concurrency is None else positive_int(concurrency, "concurrency")
+        concurrency = cores.available() if concurrency is None else positive_int(concurrency, "concurrency")
         given = [
             name
             for name in ("object_store_memory", "object_store_bytes", "ram_bytes")
@@ -241,14 +241,6 @@ class Ray(Framework):
         import statistics
 
         return replace(self, block_bytes=int(statistics.median(p.nbytes for p in baseline.produced)))
-
-
-def _local_cpus() -> int:
-    """CPUs this process may run on: what a local ``ray.init()`` gives the cluster."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except AttributeError:  # not on Linux
-        return max(os.cpu_count() or 1, 1)
 
 
 def _ray_bytes(value: Any, what: str) -> int:

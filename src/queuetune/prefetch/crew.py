@@ -1,0 +1,245 @@
+"""How many workers build a prefetcher's batches at once, with ``workers="auto"``:
+more while the consumer waits for builds and the machine has cores for them,
+fewer when they idle, and back to the count before whenever a change did not
+pay for itself in throughput."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from ..units import positive_int
+
+
+@dataclass
+class Window:
+    """What the consumer's requests saw since ``start``: how many, the seconds they
+    waited, their steps (time from taking a batch to asking for the next), and how
+    many waits found every worker building.
+
+    >>> w = Window(0.0)
+    >>> w.batches, w.waited, w.rate()
+    (0, 0.0, None)
+    """
+
+    start: float
+    batches: int = 0
+    waits: int = 0
+    busy_waits: int = 0
+    waited: float = 0.0
+    steps: list[float] = field(default_factory=list)
+
+    def rate(self) -> float | None:
+        """Batches a second the consumer would take at its median step and its mean
+        wait here: a consumer's pause (one long step) does not count against the
+        workers, a longer wait does."""
+        if not self.batches or not self.steps:
+            return None
+        return 1.0 / max(1e-9, statistics.median(self.steps) + self.waited / self.batches)
+
+
+@dataclass
+class Trial:
+    """A change of the worker count on probation: the count before, the rate
+    measured before (None when there was no full window to measure it by)."""
+
+    before: int
+    rate: float | None
+
+
+@dataclass
+class WorkerController:
+    """Decides how many workers build at once, from what each request of the consumer saw.
+
+    - **More at once**: a request that waited while every worker was building,
+      when the builds take longer than ``workers`` consumer steps (``need``: the
+      typical build over the typical step), goes at once to ``ceil(need)``
+      workers. **One more**: a window in which the consumer waited more than
+      ``slack`` of its time, at most of its waits with every worker building (a
+      stall, a slow build: more workers start the batches behind it sooner).
+    - **Cores**: never more workers than the idle cores can run: each one uses
+      ``cpu_share`` of a core while it builds (CPU seconds per second of a build:
+      about 1 for Python or numpy work, near 0 for a build that waits on I/O or
+      sleeps), so an addition of ``k`` needs ``k * cpu_share`` idle cores (half a
+      core of leeway).
+    - **Fewer**: a window in which the consumer did not wait, when one worker
+      fewer would still be at most ``busy_below`` busy keeping its pace: one fewer.
+    - **Probation**: after each change, the next window's rate (the consumer's
+      batches a second, :meth:`Window.rate`) is compared with the window's
+      before. An addition must raise it by ``min_gain`` or a quarter of what the
+      added workers could give at most (or end the waiting); a removal must not
+      lower it by ``min_gain`` unless the consumer still does not wait. A change
+      that fails is undone, and the count it tried is out of bounds for
+      ``backoff`` seconds (twice as long after each failure, reset by a success):
+      so the count stops rising when throughput stops rising.
+    - A window lasts at least ``window`` seconds, ``window_batches`` requests and
+      four typical builds (the new workers' first builds come in it).
+
+    >>> c = WorkerController(workers=1, max_workers=8, cores=2)
+    >>> c.observe(0.010, step=0.002, waited=0.006, all_busy=True, typical=0.009, cpu_share=0.05, idle_cores=None)
+    5
+    >>> c.observe(0.012, step=0.002, waited=0.001, all_busy=True, typical=0.009, cpu_share=0.05, idle_cores=None)
+    >>> c.workers
+    5
+    """
+
+    workers: int = 1
+    max_workers: int = 8
+    cores: int = 1
+    window: float = 0.25
+    window_batches: int = 16
+    min_gain: float = 0.02
+    slack: float = 0.01
+    busy_below: float = 0.75
+    backoff: float = 2.0
+    _window: Window | None = field(default=None, repr=False)
+    _trial: Trial | None = field(default=None, repr=False)
+    # The rate of the latest full window and the count it was measured at.
+    _measured: tuple[int, float] | None = field(default=None, repr=False)
+    # Counts out of bounds after a failed change: above ``_ceiling`` / below ``_floor`` until the time given.
+    _ceiling: tuple[int, float] | None = field(default=None, repr=False)
+    _floor: tuple[int, float] | None = field(default=None, repr=False)
+    _wait: float = field(default=0.0, repr=False)
+    _steps: list[float] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.max_workers = positive_int(self.max_workers, "max workers")
+        self.workers = positive_int(self.workers, "workers")
+        self.cores = positive_int(self.cores, "cores")
+        if self.workers > self.max_workers:
+            raise ValueError(f"workers {self.workers} is above max_workers {self.max_workers}")
+        self._wait = self.backoff
+
+    def observe(
+        self,
+        now: float,
+        *,
+        step: float | None,
+        waited: float,
+        all_busy: bool,
+        typical: float | None,
+        cpu_share: float | None,
+        idle_cores: float | None,
+        can_start: bool = True,
+    ) -> int | None:
+        """Note one request; return the new worker count if it changes, else None.
+
+        ``now``: when the request got its batch (a clock's seconds); ``step``: the
+        consumer's step before it (None for the first); ``waited``: seconds it
+        waited; ``all_busy``: every worker was building when it began to wait;
+        ``typical``: the typical build's seconds and ``cpu_share`` its CPU seconds
+        a second (None until known); ``idle_cores``: the machine's idle cores
+        lately (None until measured); ``can_start``: batches are left to start
+        (at the end of an epoch more workers cannot help).
+        """
+        window = self._window
+        if window is None:
+            window = self._window = Window(now - waited - (step or 0.0))
+        window.batches += 1
+        window.waited += waited
+        if step is not None:
+            window.steps.append(step)
+            self._steps.append(step)
+            del self._steps[:-16]
+        if waited > 0:
+            window.waits += 1
+            window.busy_waits += all_busy
+        need = self._need(typical)
+        if waited > 0 and all_busy and can_start and self._trial is None and need is not None:
+            target = self._addable(math.ceil(need - 1e-9), now, cpu_share, idle_cores)
+            if target > self.workers:
+                return self._change(target, now)
+        elapsed = now - window.start
+        if elapsed < max(self.window, 4 * (typical or 0.0)) or window.batches < self.window_batches:
+            return None
+        return self._close(window, now, need, cpu_share, idle_cores, can_start)
+
+    def _need(self, typical: float | None) -> float | None:
+        """Workers that keep pace with the consumer: the typical build over the typical step."""
+        if typical is None or not self._steps:
+            return None
+        return typical / max(1e-6, statistics.median(self._steps))
+
+    def _addable(self, target: int, now: float, cpu_share: float | None, idle_cores: float | None) -> int:
+        """``target``, or fewer: within max_workers, a failed count's ceiling and the idle cores."""
+        top = self.max_workers
+        if self._ceiling is not None:
+            count, until = self._ceiling
+            if now < until:
+                top = min(top, count)
+            else:
+                self._ceiling = None
+        share = max(0.05, cpu_share if cpu_share is not None else 1.0)
+        idle = idle_cores if idle_cores is not None else max(0.0, self.cores - self.workers * share)
+        room = math.floor((idle + 0.5) / share)
+        return max(self.workers, min(target, top, self.workers + room))
+
+    def _close(
+        self,
+        window: Window,
+        now: float,
+        need: float | None,
+        cpu_share: float | None,
+        idle_cores: float | None,
+        can_start: bool,
+    ) -> int | None:
+        """Judge the trial, or decide on one more or one fewer, as a window closes."""
+        rate = window.rate()
+        waiting = window.waited / max(1e-9, now - window.start)
+        self._window = Window(now)
+        trial, self._trial = self._trial, None
+        if trial is not None and trial.rate is not None and rate is not None:
+            if not self._paid(trial, rate, waiting, window):
+                failed = self.workers
+                if failed > trial.before:
+                    self._ceiling = (trial.before, now + self._wait)
+                else:
+                    self._floor = (trial.before, now + self._wait)
+                self._wait *= 2
+                self._measured = (trial.before, trial.rate)
+                return self._set(trial.before)
+            self._wait = self.backoff
+        if rate is not None:
+            self._measured = (self.workers, rate)
+        if trial is not None:
+            return None
+        if waiting > self.slack and can_start and window.busy_waits * 2 > window.waits:
+            target = self._addable(self.workers + 1, now, cpu_share, idle_cores)
+            if target > self.workers:
+                return self._change(target, now)
+        if waiting <= self.slack and need is not None and self.workers > self._lowest(now):
+            if need <= self.busy_below * (self.workers - 1):
+                return self._change(self.workers - 1, now)
+        return None
+
+    def _paid(self, trial: Trial, rate: float, waiting: float, window: Window) -> bool:
+        """Whether the change on probation kept its promise (see the class)."""
+        assert trial.rate is not None
+        gain = rate / trial.rate - 1
+        if self.workers > trial.before:
+            if waiting <= self.slack:
+                return True
+            pace = 1 / max(1e-9, statistics.median(window.steps)) if window.steps else math.inf
+            most = min(self.workers / trial.before, pace / trial.rate) - 1
+            return gain >= max(self.min_gain, most / 4)
+        return waiting <= self.slack or gain >= -self.min_gain
+
+    def _lowest(self, now: float) -> int:
+        if self._floor is not None:
+            count, until = self._floor
+            if now < until:
+                return count
+            self._floor = None
+        return 1
+
+    def _change(self, workers: int, now: float) -> int:
+        measured = self._measured
+        before = measured[1] if measured is not None and measured[0] == self.workers else None
+        self._trial = Trial(self.workers, before)
+        self._window = Window(now)
+        return self._set(workers)
+
+    def _set(self, workers: int) -> int:
+        self.workers = workers
+        return workers
