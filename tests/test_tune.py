@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from queuetune import cores
 from queuetune.cli import main
 from queuetune.frameworks import KERAS, PYTHON, RAY, TFDATA, TORCH, reachable_depths
 from queuetune.render.explain import explain
@@ -24,6 +25,7 @@ from queuetune.tune import (
     pick_settings,
     tune,
     unsure,
+    worker_choices,
 )
 
 # --- knobs -------------------------------------------------------------------------------
@@ -339,7 +341,11 @@ def test_tune_a_torch_dataloader():
     result = tune(make, steps=30, warmup=3, rounds=1, candidates=3)
     assert result.framework == "torch"
     assert result.default_settings == {"num_workers": 2, "prefetch_factor": 4}
-    assert all(c.settings["num_workers"] == 2 and c.depth % 2 == 0 for c in result.candidates)
+    # Unless told, worker counts from 1 up to the cores are considered, beside the loader's own.
+    choices = worker_choices(2, cores.available())
+    assert 1 in choices and 2 in choices
+    assert {p.settings["num_workers"] for p in result.predictions} == set(choices)
+    assert all(c.depth == c.settings["num_workers"] * c.settings["prefetch_factor"] for c in result.candidates)
     assert set(result.kwargs()) == {"num_workers", "prefetch_factor"}
     loader, _ = result.apply(make).loader, None
     assert loader.prefetch_factor == result.kwargs()["prefetch_factor"]
@@ -367,7 +373,8 @@ def test_tune_a_keras_pydataset_with_fit():
     result = tune(make, steps=20, warmup=3, rounds=1, candidates=3)
     assert result.framework == "keras"
     assert result.default.depth == 7
-    assert all(c.settings["workers"] == 2 and c.settings["max_queue_size"] >= 1 for c in result.candidates)
+    choices = worker_choices(2, cores.available())
+    assert all(c.settings["workers"] in choices and c.settings["max_queue_size"] >= 1 for c in result.candidates)
     assert all(c.peak_in_flight_batches <= c.depth + 2 for c in result.candidates)
 
 

@@ -319,7 +319,9 @@ def _configure_tune(parser: argparse.ArgumentParser) -> None:
         "--rounds", type=_positive("rounds"), default=3, help="trials of each setting, interleaved (default 3)"
     )
     parser.add_argument(
-        "--workers", type=_int_list("workers"), help="worker counts to consider, e.g. 2,4 (default: the loader's)"
+        "--workers",
+        type=_int_list("workers"),
+        help="worker counts to consider, e.g. 2,4 (default: the loader's and 1, 2, 4, ... up to the cores)",
     )
     parser.add_argument(
         "--sure",

@@ -13,7 +13,7 @@ from .job import Factory, Job, as_job, build, framework_of, load_factory
 from .measures import after_warmup, startup_backlog, throughput
 from .predict import Predicted, predict
 from .trials import run_trial
-from .tuner import TuneResult, tune
+from .tuner import TuneResult, tune, worker_choices
 
 __all__ = [
     "Candidate",
@@ -38,4 +38,5 @@ __all__ = [
     "trial_noise",
     "tune",
     "unsure",
+    "worker_choices",
 ]

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import cores
 from ..analysis import consumed_by_block
 from ..frameworks import get
 from ..jsonio import dumps
@@ -95,6 +96,24 @@ class TuneResult:
         return cls(**data)
 
 
+def worker_choices(default: int | None, available: int) -> list[int | None]:
+    """The worker counts the tuner considers unless told: the loader's own, and
+    1, 2, 4, ... up to the cores available (those too); only the loader's
+    (None) where it has no workers to set.
+
+    >>> worker_choices(4, 12), worker_choices(1, 2), worker_choices(None, 8)
+    ([1, 2, 4, 8, 12], [1, 2], [None])
+    """
+    if default is None:
+        return [None]
+    counts: set[int] = {default, available}
+    count = 1
+    while count < available:
+        counts.add(count)
+        count *= 2
+    return list(sorted(counts))
+
+
 def tune(
     factory: Factory,
     *,
@@ -118,7 +137,9 @@ def tune(
     Keras ``workers``/``max_queue_size``, torch ``num_workers``/``prefetch_factor``,
     tf.data ``buffer``, Ray Data ``concurrency`` (queuetune sets the object-store
     budget and ``prefetch_batches`` itself); a plain iterable is read ahead by
-    queuetune itself.
+    queuetune itself. ``workers``: the worker counts to consider, by default
+    the loader's own and 1, 2, 4, ... up to the cores available
+    (:func:`worker_choices`).
 
     One traced run of the loader as it is (the default; for tf.data a second
     one with ``prefetch(0)``, whose requests show the build times), the queue
@@ -157,7 +178,7 @@ def tune(
     if isinstance(probe_job.loader, types.GeneratorType):
         probe_job.loader.close()
     default_workers = framework.workers(default) if framework.workers_knob else None
-    worker_counts: list[int | None] = list(workers) if workers else [default_workers]
+    worker_counts: list[int | None] = list(workers) if workers else worker_choices(default_workers, cores.available())
 
     total = 2 + candidates * rounds
     done = 0
