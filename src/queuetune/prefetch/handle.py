@@ -367,15 +367,22 @@ def _check_context(value: Any, mode: str) -> multiprocessing.context.BaseContext
     )
 
 
+def default_max_workers(mode: str) -> int:
+    """The most workers ``workers="auto"`` adds unless told: one per core in
+    process mode; in thread mode four per core, from 8 to 32 (a build that
+    waits on I/O or runs outside the GIL needs no core of its own).
+
+    >>> default_max_workers("process") == cores.available()
+    True
+    """
+    count = cores.available()
+    return count if mode == "process" else min(32, max(8, 4 * count))
+
+
 def _check_max_workers(value: Any, auto: bool, mode: str) -> int | None:
-    """The most workers for workers="auto": ``value``, or by default one per core
-    in process mode, four per core (at most 32) in thread mode, where builds that
-    wait on I/O or run outside the GIL need no core of their own."""
+    """The most workers for workers="auto": ``value``, or :func:`default_max_workers`."""
     if value is None:
-        if not auto:
-            return None
-        count = cores.available()
-        return count if mode == "process" else min(32, max(8, 4 * count))
+        return default_max_workers(mode) if auto else None
     if not auto:
         raise ValueError("max_workers needs workers='auto' (a fixed count is given as workers=N)")
     return positive_int(value, "max workers")
