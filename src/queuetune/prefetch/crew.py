@@ -145,15 +145,16 @@ class WorkerController:
         if waited > 0:
             window.waits += 1
             window.busy_waits += all_busy
-        need = self._need(typical)
-        if waited > 0 and all_busy and can_start and self._trial is None and need is not None:
-            target = self._addable(math.ceil(need - 1e-9), now, cpu_share, idle_cores)
-            if target > self.workers:
-                return self._change(target, now)
+            if all_busy and can_start and self._trial is None:
+                need = self._need(typical)
+                if need is not None:
+                    target = self._addable(math.ceil(need - 1e-9), now, cpu_share, idle_cores)
+                    if target > self.workers:
+                        return self._change(target, now)
         elapsed = now - window.start
         if elapsed < max(self.window, 4 * (typical or 0.0)) or window.batches < self.window_batches:
             return None
-        return self._close(window, now, need, cpu_share, idle_cores, can_start)
+        return self._close(window, now, self._need(typical), cpu_share, idle_cores, can_start)
 
     def _need(self, typical: float | None) -> float | None:
         """Workers that keep pace with the consumer: the typical build over the typical step."""

@@ -129,6 +129,7 @@ class Schedule:
         self._typical: float | None = None
         # CPU seconds a second of the latest builds, where the workers tell them.
         self.shares: deque[float] = deque(maxlen=STEP_WINDOW)
+        self._share: float | None = None
         # Since when a worker has sat idle for the depth alone (it finished a batch
         # and could start no other), or None; the next batch started ends it. And
         # the seconds of such idleness that ended since the consumer last waited.
@@ -228,6 +229,7 @@ class Schedule:
         spent = self.workers.spent(future)
         if spent is not None and spent[1] > 0:
             self.shares.append(spent[0] / spent[1])
+            self._share = None
         if self.stopped:
             self.workers.discard(batch)
             return
@@ -326,8 +328,11 @@ class Schedule:
 
     @property
     def cpu_share(self) -> float | None:
-        """The median CPU seconds a second of the latest builds (None until one is told)."""
-        return statistics.median(self.shares) if self.shares else None
+        """The median CPU seconds a second of the latest builds (None until one is told;
+        worked out when asked after a build is learnt, as :attr:`typical_build` is)."""
+        if self._share is None and self.shares:
+            self._share = statistics.median(self.shares)
+        return self._share
 
     def learn_build(self, seconds: float) -> None:
         """Take in the seconds from submitting a batch to its being built."""
