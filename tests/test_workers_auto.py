@@ -14,13 +14,13 @@ from queuetune.prefetch.crew import WorkerController
 from queuetune.prefetch.workers import ThreadWorkers
 
 
-def feed(c, now, requests, *, step, wait=0.0, all_busy=True, typical=0.010, share=0.05, idle=None):
+def feed(c, now, requests, *, step, wait=0.0, all_busy=True, build=0.010, share=0.05, idle=None):
     """``requests`` requests to ``c``, each a step then a wait; the changes and the time after."""
     changes = []
     for _ in range(requests):
         now += step + wait
         changed = c.observe(
-            now, step=step, waited=wait, all_busy=all_busy, typical=typical, cpu_share=share, idle_cores=idle
+            now, step=step, waited=wait, all_busy=all_busy, build=build, cpu_share=share, idle_cores=idle
         )
         if changed is not None:
             changes.append(changed)
@@ -32,35 +32,35 @@ def feed(c, now, requests, *, step, wait=0.0, all_busy=True, typical=0.010, shar
 
 def test_a_wait_with_every_worker_busy_goes_at_once_to_the_workers_the_pace_needs():
     c = WorkerController(workers=1, max_workers=16, cores=2)
-    changes, _ = feed(c, 0.0, 1, step=0.002, wait=0.008, typical=0.0095)
-    assert changes == [5]  # ceil(9.5 ms / 2 ms)
+    changes, _ = feed(c, 0.0, 1, step=0.002, wait=0.008, build=0.0095)
+    assert changes == [6]  # ceil(9.5 ms / 2 ms x 1.2 headroom)
 
 
 def test_a_wait_while_a_worker_is_idle_adds_none():
     c = WorkerController(workers=1, max_workers=16, cores=2)
-    changes, _ = feed(c, 0.0, 40, step=0.002, wait=0.008, all_busy=False, typical=0.0095)
+    changes, _ = feed(c, 0.0, 40, step=0.002, wait=0.008, all_busy=False, build=0.0095)
     assert changes == []
 
 
 @pytest.mark.parametrize(("idle", "expected"), [(0.3, []), (1.2, [2]), (3.0, [4])])
 def test_builds_that_use_a_core_get_no_more_workers_than_the_idle_cores_run(idle, expected):
     c = WorkerController(workers=1, max_workers=16, cores=4)
-    changes, _ = feed(c, 0.0, 1, step=0.002, wait=0.008, typical=0.020, share=1.0, idle=idle)
+    changes, _ = feed(c, 0.0, 1, step=0.002, wait=0.008, build=0.020, share=1.0, idle=idle)
     assert changes == expected
 
 
 def test_never_more_than_max_workers():
     c = WorkerController(workers=1, max_workers=3, cores=2)
-    changes, now = feed(c, 0.0, 1, step=0.001, wait=0.050, typical=0.050)
+    changes, now = feed(c, 0.0, 1, step=0.001, wait=0.050, build=0.050)
     assert changes == [3]
-    changes, _ = feed(c, now, 400, step=0.001, wait=0.050, typical=0.050)
+    changes, _ = feed(c, now, 400, step=0.001, wait=0.050, build=0.050)
     assert changes == [] and c.workers == 3
 
 
 def test_an_addition_that_does_not_raise_the_rate_is_undone_and_retried_only_after_the_backoff():
     # Two workers, the consumer waits 2 ms a batch at every step, whatever their number.
     c = WorkerController(workers=2, max_workers=8, cores=8, backoff=2.0)
-    waiting = {"step": 0.004, "wait": 0.002, "typical": 0.006}  # need 1.5: only the slow rule adds
+    waiting = {"step": 0.004, "wait": 0.002, "build": 0.006}  # need 1.5 x 1.2: only the slow rule adds
     changes, now = feed(c, 0.0, 50, **waiting)  # a window is 0.25 s: 42 requests here
     assert changes == [3]  # a window of waits with every worker building: one more
     changes, now = feed(c, now, 50, **waiting)
@@ -75,26 +75,26 @@ def test_an_addition_that_does_not_raise_the_rate_is_undone_and_retried_only_aft
 
 def test_an_addition_that_raises_the_rate_is_kept():
     c = WorkerController(workers=2, max_workers=8, cores=8)
-    changes, now = feed(c, 0.0, 40, step=0.004, wait=0.004, typical=0.006)
+    changes, now = feed(c, 0.0, 40, step=0.004, wait=0.004, build=0.006)
     assert changes == [3]
-    changes, now = feed(c, now, 100, step=0.004, wait=0.001, typical=0.006)  # waits cut by 3/4
+    changes, now = feed(c, now, 100, step=0.004, wait=0.001, build=0.006)  # waits cut by 3/4
     assert c.workers >= 3 and 2 not in changes
 
 
 def test_idle_workers_are_removed_one_at_a_time_but_never_below_one():
     c = WorkerController(workers=4, max_workers=8, cores=8)
-    changes, _ = feed(c, 0.0, 2000, step=0.010, typical=0.005)  # the consumer's pace needs half a worker
+    changes, _ = feed(c, 0.0, 2000, step=0.010, build=0.005)  # the consumer's pace needs half a worker
     assert changes == [3, 2, 1]
     assert c.workers == 1
 
 
 def test_a_removal_that_makes_the_consumer_wait_is_undone():
     c = WorkerController(workers=3, max_workers=8, cores=8)
-    changes, now = feed(c, 0.0, 30, step=0.010, typical=0.011)  # need 1.1: one fewer than 3 is still idle
+    changes, now = feed(c, 0.0, 30, step=0.010, build=0.011)  # need 1.1: one fewer than 3 is still idle
     assert changes == [2]
-    changes, now = feed(c, now, 30, step=0.010, wait=0.003, all_busy=False, typical=0.011)
+    changes, now = feed(c, now, 30, step=0.010, wait=0.003, all_busy=False, build=0.011)
     assert changes == [3]  # slower with 2 and the consumer waits: 3 again
-    changes, _ = feed(c, now, 150, step=0.010, typical=0.011)
+    changes, _ = feed(c, now, 150, step=0.010, build=0.011)
     assert changes == []  # 3 is the floor for the backoff
 
 
@@ -106,7 +106,7 @@ def test_the_epochs_end_adds_no_worker():
             step=0.002,
             waited=0.008,
             all_busy=True,
-            typical=0.010,
+            build=0.010,
             cpu_share=0.05,
             idle_cores=None,
             can_start=False,
@@ -139,7 +139,7 @@ def _alive():
 def test_thread_workers_resize_starts_and_ends_real_threads():
     workers = ThreadWorkers(1, lambda i: i, capacity=4)
     try:
-        assert (workers.count, workers.capacity, workers.elastic, _alive()) == (1, 4, True, 1)
+        assert (workers.count, workers.capacity, workers.gate, _alive()) == (1, 4, None, 1)
         workers.resize(4)
         assert _alive() == 4
         workers.resize(2)

@@ -53,11 +53,12 @@ class WorkerController:
     """Decides how many workers build at once, from what each request of the consumer saw.
 
     - **More at once**: a request that waited while every worker was building,
-      when the builds take longer than ``workers`` consumer steps (``need``: the
-      typical build over the typical step), goes at once to ``ceil(need)``
-      workers. **One more**: a window in which the consumer waited more than
-      ``slack`` of its time, at most of its waits with every worker building (a
-      stall, a slow build: more workers start the batches behind it sooner).
+      when ``workers`` are fewer than the pace needs with ``headroom``
+      (``need``: the mean build, stalls and all, over the consumer's typical
+      step), goes at once to ``ceil(need * headroom)`` workers. **One more**: a
+      window in which the consumer waited more than ``slack`` of its time, most
+      of its waits with every worker building (a stall, a slow build: more
+      workers start the batches behind it sooner).
     - **Cores**: never more workers than the idle cores can run: each one uses
       ``cpu_share`` of a core while it builds (CPU seconds per second of a build:
       about 1 for Python or numpy work, near 0 for a build that waits on I/O or
@@ -67,21 +68,21 @@ class WorkerController:
       fewer would still be at most ``busy_below`` busy keeping its pace: one fewer.
     - **Probation**: after each change, the next window's rate (the consumer's
       batches a second, :meth:`Window.rate`) is compared with the window's
-      before. An addition must raise it by ``min_gain`` or a quarter of what the
-      added workers could give at most (or end the waiting); a removal must not
-      lower it by ``min_gain`` unless the consumer still does not wait. A change
+      before. An addition must raise it by ``min_gain`` (or end the waiting); a
+      removal must not lower it by ``min_gain`` unless the consumer still does
+      not wait. A change
       that fails is undone, and the count it tried is out of bounds for
       ``backoff`` seconds (twice as long after each failure, reset by a success):
       so the count stops rising when throughput stops rising.
     - A window lasts at least ``window`` seconds, ``window_batches`` requests and
-      four typical builds (the new workers' first builds come in it).
+      four mean builds (the new workers' first builds come in it).
 
     >>> c = WorkerController(workers=1, max_workers=8, cores=2)
-    >>> c.observe(0.010, step=0.002, waited=0.006, all_busy=True, typical=0.009, cpu_share=0.05, idle_cores=None)
-    5
-    >>> c.observe(0.012, step=0.002, waited=0.001, all_busy=True, typical=0.009, cpu_share=0.05, idle_cores=None)
+    >>> c.observe(0.010, step=0.002, waited=0.006, build=0.009, all_busy=True, cpu_share=0.05, idle_cores=None)
+    6
+    >>> c.observe(0.012, step=0.002, waited=0.001, build=0.009, all_busy=True, cpu_share=0.05, idle_cores=None)
     >>> c.workers
-    5
+    6
     """
 
     workers: int = 1
@@ -92,6 +93,7 @@ class WorkerController:
     min_gain: float = 0.02
     slack: float = 0.01
     busy_below: float = 0.75
+    headroom: float = 1.2
     backoff: float = 2.0
     _window: Window | None = field(default=None, repr=False)
     _trial: Trial | None = field(default=None, repr=False)
@@ -118,7 +120,7 @@ class WorkerController:
         step: float | None,
         waited: float,
         all_busy: bool,
-        typical: float | None,
+        build: float | None,
         cpu_share: float | None,
         idle_cores: float | None,
         can_start: bool = True,
@@ -128,8 +130,8 @@ class WorkerController:
         ``now``: when the request got its batch (a clock's seconds); ``step``: the
         consumer's step before it (None for the first); ``waited``: seconds it
         waited; ``all_busy``: every worker was building when it began to wait;
-        ``typical``: the typical build's seconds and ``cpu_share`` its CPU seconds
-        a second (None until known); ``idle_cores``: the machine's idle cores
+        ``build``: the mean build's seconds in its worker and ``cpu_share`` a
+        build's CPU seconds a second (None until known); ``idle_cores``: the machine's idle cores
         lately (None until measured); ``can_start``: batches are left to start
         (at the end of an epoch more workers cannot help).
         """
@@ -146,21 +148,21 @@ class WorkerController:
             window.waits += 1
             window.busy_waits += all_busy
             if all_busy and can_start and self._trial is None:
-                need = self._need(typical)
+                need = self._need(build)
                 if need is not None:
-                    target = self._addable(math.ceil(need - 1e-9), now, cpu_share, idle_cores)
+                    target = self._addable(math.ceil(need * self.headroom - 1e-9), now, cpu_share, idle_cores)
                     if target > self.workers:
                         return self._change(target, now)
         elapsed = now - window.start
-        if elapsed < max(self.window, 4 * (typical or 0.0)) or window.batches < self.window_batches:
+        if elapsed < max(self.window, 4 * (build or 0.0)) or window.batches < self.window_batches:
             return None
-        return self._close(window, now, self._need(typical), cpu_share, idle_cores, can_start)
+        return self._close(window, now, self._need(build), cpu_share, idle_cores, can_start)
 
-    def _need(self, typical: float | None) -> float | None:
-        """Workers that keep pace with the consumer: the typical build over the typical step."""
-        if typical is None or not self._steps:
+    def _need(self, build: float | None) -> float | None:
+        """Workers that keep pace with the consumer: the mean build over the typical step."""
+        if build is None or not self._steps:
             return None
-        return typical / max(1e-6, statistics.median(self._steps))
+        return build / max(1e-6, statistics.median(self._steps))
 
     def _addable(self, target: int, now: float, cpu_share: float | None, idle_cores: float | None) -> int:
         """``target``, or fewer: within max_workers, a failed count's ceiling and the idle cores."""
@@ -191,7 +193,7 @@ class WorkerController:
         self._window = Window(now)
         trial, self._trial = self._trial, None
         if trial is not None and trial.rate is not None and rate is not None:
-            if not self._paid(trial, rate, waiting, window):
+            if not self._paid(trial, rate, waiting):
                 failed = self.workers
                 if failed > trial.before:
                     self._ceiling = (trial.before, now + self._wait)
@@ -214,16 +216,12 @@ class WorkerController:
                 return self._change(self.workers - 1, now)
         return None
 
-    def _paid(self, trial: Trial, rate: float, waiting: float, window: Window) -> bool:
+    def _paid(self, trial: Trial, rate: float, waiting: float) -> bool:
         """Whether the change on probation kept its promise (see the class)."""
         assert trial.rate is not None
         gain = rate / trial.rate - 1
         if self.workers > trial.before:
-            if waiting <= self.slack:
-                return True
-            pace = 1 / max(1e-9, statistics.median(window.steps)) if window.steps else math.inf
-            most = min(self.workers / trial.before, pace / trial.rate) - 1
-            return gain >= max(self.min_gain, most / 4)
+            return waiting <= self.slack or gain >= self.min_gain
         return waiting <= self.slack or gain >= -self.min_gain
 
     def _lowest(self, now: float) -> int:

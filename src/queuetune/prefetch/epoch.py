@@ -136,7 +136,7 @@ class Epoch:
             step=step,
             waited=got - asked if seen.waited else 0.0,
             all_busy=seen.all_busy,
-            typical=schedule.typical_build,
+            build=schedule.mean_build,
             cpu_share=schedule.cpu_share,
             idle_cores=self.idle_cores.read(got),
             can_start=seen.left,

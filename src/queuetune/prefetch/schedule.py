@@ -19,6 +19,10 @@ from .config import STEP_WINDOW, BatchSizes, EpochConfig
 from .errors import BudgetExceeded
 from .workers import END, Workers
 
+# Builds the mean build time is taken over: enough that a stall of one build in
+# twenty-five counts as often as it comes.
+BUILD_MEMORY = 128
+
 
 @dataclass(slots=True)
 class Task:
@@ -130,6 +134,9 @@ class Schedule:
         # CPU seconds a second of the latest builds, where the workers tell them.
         self.shares: deque[float] = deque(maxlen=STEP_WINDOW)
         self._share: float | None = None
+        # The seconds of the latest builds in their workers (no queue, no trip back), and their sum.
+        self.walls: deque[float] = deque(maxlen=BUILD_MEMORY)
+        self._walls_sum = 0.0
         # Since when a worker has sat idle for the depth alone (it finished a batch
         # and could start no other), or None; the next batch started ends it. And
         # the seconds of such idleness that ended since the consumer last waited.
@@ -162,7 +169,8 @@ class Schedule:
         outstanding = self.submitted - self.delivered
         if outstanding >= self.controller.depth:
             return False
-        if self.workers.elastic and self.building >= self.workers.count:
+        gate = self.workers.gate
+        if gate is not None and self.building >= gate:
             return False
         if not self.sizes.known:  # nothing built yet: learn the size from one batch
             return outstanding == 0
@@ -230,6 +238,10 @@ class Schedule:
         if spent is not None and spent[1] > 0:
             self.shares.append(spent[0] / spent[1])
             self._share = None
+            if len(self.walls) == self.walls.maxlen:
+                self._walls_sum -= self.walls[0]
+            self.walls.append(spent[1])
+            self._walls_sum += spent[1]
         if self.stopped:
             self.workers.discard(batch)
             return
@@ -333,6 +345,12 @@ class Schedule:
         if self._share is None and self.shares:
             self._share = statistics.median(self.shares)
         return self._share
+
+    @property
+    def mean_build(self) -> float | None:
+        """The mean seconds of the latest builds in their workers (stalls and all:
+        what the workers' throughput depends on); None where the workers do not tell."""
+        return self._walls_sum / len(self.walls) if self.walls else None
 
     def learn_build(self, seconds: float) -> None:
         """Take in the seconds from submitting a batch to its being built."""

@@ -42,19 +42,21 @@ class Workers(Protocol):
 
     ``count``: batches built at once. ``poll``: seconds between liveness checks
     (:meth:`dead`) while the consumer waits; None when there is nothing to check.
-    ``capacity``: the most workers :meth:`resize` can give; ``elastic``: whether
-    ``count`` may change (then the schedule submits no more than ``count``
-    batches at once, so that a build's time is the build's, not a queue's).
+    ``capacity``: the most workers :meth:`resize` can give. ``gate``: the most
+    batches to submit at once, or None for no limit (the workers take what is
+    submitted ``count`` at a time themselves).
 
     >>> workers: Workers = ThreadWorkers(1, str)
-    >>> workers.count, workers.poll, workers.elastic
-    (1, None, False)
+    >>> workers.count, workers.poll, workers.gate
+    (1, None, None)
     """
 
     count: int
     capacity: int
-    elastic: bool
     poll: float | None
+
+    @property
+    def gate(self) -> int | None: ...
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
         """Start building the batch made of ``indices``, ``reserve`` bytes or less as far as known."""
@@ -101,9 +103,9 @@ class ThreadWorkers:
     """``count`` threads of this process, each building with ``build(indices)``.
 
     Started at once and fed from one queue: a submit is a future and a put,
-    nothing more, for it runs on the consumer's thread at every batch. With a
-    ``capacity`` (elastic), :meth:`resize` starts more threads or ends some
-    (each as it finishes its build).
+    nothing more, for it runs on the consumer's thread at every batch. Up to
+    ``capacity``, :meth:`resize` starts more threads or ends some (each as it
+    finishes its build).
 
     >>> workers = ThreadWorkers(2, lambda indices: indices * 10)
     >>> batch = workers.submit(4).result()
@@ -117,7 +119,6 @@ class ThreadWorkers:
     def __init__(self, count: int, build: Callable[[Any], Any], capacity: int | None = None) -> None:
         self.count = 0
         self.capacity = count if capacity is None else capacity
-        self.elastic = capacity is not None
         self._build = build
         self._jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -125,6 +126,10 @@ class ThreadWorkers:
         # for every thread started: those ended already leave theirs unread).
         self._stop = weakref.finalize(self, _stop_serving, self._jobs, self._threads)
         self.resize(count)
+
+    @property
+    def gate(self) -> int | None:
+        return None  # ``count`` threads take the jobs from one queue
 
     def resize(self, count: int) -> None:
         if not 1 <= count <= self.capacity:
@@ -223,8 +228,9 @@ class ProcessWorkers:
     for it from a pool of reused ones, and come back as descriptors (:mod:`.shm`),
     opened as arrays over the segment when the consumer gets them.
 
-    With a ``capacity`` (elastic), the pool holds that many processes and
-    :meth:`resize` changes how many build at once (the schedule submits no more).
+    With a ``capacity``, the pool holds that many processes and :meth:`resize`
+    changes how many build at once: while fewer than all, the schedule submits
+    no more batches than that (an idle process would take one more).
     With ``fork`` all of them are forked at the start, since forking later, with
     threads running, is not safe; with ``spawn`` and ``forkserver`` each starts
     when first needed. A process not needed any more idles until the epoch ends.
@@ -255,7 +261,6 @@ class ProcessWorkers:
     ) -> None:
         self.count = count
         self.capacity = count if capacity is None else capacity
-        self.elastic = capacity is not None
         self.segments = shm.Pool(os.getpid())
         # The worker processes, kept to name the one that died.
         self._processes: dict[int, Any] = {}
@@ -288,6 +293,10 @@ class ProcessWorkers:
         # First of the future's callbacks: the batch's segments are known before anything else sees it.
         future.add_done_callback(functools.partial(self._settle, lease))
         return future
+
+    @property
+    def gate(self) -> int | None:
+        return self.count if self.count < self.capacity else None
 
     def resize(self, count: int) -> None:
         if not 1 <= count <= self.capacity:
