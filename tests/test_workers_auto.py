@@ -10,7 +10,7 @@ import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher
-from queuetune.prefetch.crew import WorkerController
+from queuetune.prefetch.crew import Facts, WorkerController
 from queuetune.prefetch.workers import ThreadWorkers
 
 
@@ -19,9 +19,7 @@ def feed(c, now, requests, *, step, wait=0.0, all_busy=True, build=0.010, share=
     changes = []
     for _ in range(requests):
         now += step + wait
-        changed = c.observe(
-            now, step=step, waited=wait, all_busy=all_busy, build=build, cpu_share=share, idle_cores=idle
-        )
+        changed = c.observe(now, step=step, waited=wait, all_busy=all_busy, facts=lambda: Facts(build, share, idle))
         if changed is not None:
             changes.append(changed)
     return changes, now
@@ -100,19 +98,9 @@ def test_a_removal_that_makes_the_consumer_wait_is_undone():
 
 def test_the_epochs_end_adds_no_worker():
     c = WorkerController(workers=1, max_workers=8, cores=8)
-    assert (
-        c.observe(
-            1.0,
-            step=0.002,
-            waited=0.008,
-            all_busy=True,
-            build=0.010,
-            cpu_share=0.05,
-            idle_cores=None,
-            can_start=False,
-        )
-        is None
-    )
+    facts = lambda: Facts(build=0.010, cpu_share=0.05, idle_cores=None)  # noqa: E731
+    assert c.observe(1.0, step=0.002, waited=0.008, all_busy=True, facts=facts, can_start=False) is None
+    assert c.observe(1.1, step=0.002, waited=0.008, all_busy=True, facts=facts) == 6
 
 
 @pytest.mark.parametrize(

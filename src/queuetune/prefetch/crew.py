@@ -7,9 +7,26 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..units import positive_int
+
+
+class Facts(NamedTuple):
+    """What the builds and the machine show, when a decision asks: the mean
+    build's seconds in its worker and a build's CPU seconds a second (None
+    until known), the idle cores lately (None until measured).
+
+    >>> Facts(build=0.010, cpu_share=0.05, idle_cores=None).build
+    0.01
+    """
+
+    build: float | None
+    cpu_share: float | None
+    idle_cores: float | None
 
 
 @dataclass
@@ -78,9 +95,10 @@ class WorkerController:
       four mean builds (the new workers' first builds come in it).
 
     >>> c = WorkerController(workers=1, max_workers=8, cores=2)
-    >>> c.observe(0.010, step=0.002, waited=0.006, build=0.009, all_busy=True, cpu_share=0.05, idle_cores=None)
+    >>> facts = lambda: Facts(build=0.009, cpu_share=0.05, idle_cores=None)
+    >>> c.observe(0.010, step=0.002, waited=0.006, all_busy=True, facts=facts)
     6
-    >>> c.observe(0.012, step=0.002, waited=0.001, build=0.009, all_busy=True, cpu_share=0.05, idle_cores=None)
+    >>> c.observe(0.012, step=0.002, waited=0.001, all_busy=True, facts=facts)
     >>> c.workers
     6
     """
@@ -103,7 +121,9 @@ class WorkerController:
     _ceiling: tuple[int, float] | None = field(default=None, repr=False)
     _floor: tuple[int, float] | None = field(default=None, repr=False)
     _wait: float = field(default=0.0, repr=False)
-    _steps: list[float] = field(default_factory=list, repr=False)
+    _steps: deque[float] = field(default_factory=lambda: deque(maxlen=16), repr=False)
+    # How long a window lasts at least: ``window``, or four mean builds once one is known.
+    _length: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
         self.max_workers = positive_int(self.max_workers, "max workers")
@@ -112,6 +132,7 @@ class WorkerController:
         if self.workers > self.max_workers:
             raise ValueError(f"workers {self.workers} is above max_workers {self.max_workers}")
         self._wait = self.backoff
+        self._length = self.window
 
     def observe(
         self,
@@ -120,9 +141,7 @@ class WorkerController:
         step: float | None,
         waited: float,
         all_busy: bool,
-        build: float | None,
-        cpu_share: float | None,
-        idle_cores: float | None,
+        facts: Callable[[], Facts],
         can_start: bool = True,
     ) -> int | None:
         """Note one request; return the new worker count if it changes, else None.
@@ -130,10 +149,10 @@ class WorkerController:
         ``now``: when the request got its batch (a clock's seconds); ``step``: the
         consumer's step before it (None for the first); ``waited``: seconds it
         waited; ``all_busy``: every worker was building when it began to wait;
-        ``build``: the mean build's seconds in its worker and ``cpu_share`` a
-        build's CPU seconds a second (None until known); ``idle_cores``: the machine's idle cores
-        lately (None until measured); ``can_start``: batches are left to start
-        (at the end of an epoch more workers cannot help).
+        ``facts``: what the builds and the machine show now (:class:`Facts`),
+        asked only when a decision needs them (it runs at every batch, on the
+        consumer's thread); ``can_start``: batches are left to start (at the end
+        of an epoch more workers cannot help).
         """
         window = self._window
         if window is None:
@@ -143,20 +162,25 @@ class WorkerController:
         if step is not None:
             window.steps.append(step)
             self._steps.append(step)
-            del self._steps[:-16]
         if waited > 0:
             window.waits += 1
             window.busy_waits += all_busy
             if all_busy and can_start and self._trial is None:
-                need = self._need(build)
+                known = self._learn(facts())
+                need = self._need(known.build)
                 if need is not None:
-                    target = self._addable(math.ceil(need * self.headroom - 1e-9), now, cpu_share, idle_cores)
+                    target = self._addable(math.ceil(need * self.headroom - 1e-9), now, known)
                     if target > self.workers:
                         return self._change(target, now)
-        elapsed = now - window.start
-        if elapsed < max(self.window, 4 * (build or 0.0)) or window.batches < self.window_batches:
+        if now - window.start < self._length or window.batches < self.window_batches:
             return None
-        return self._close(window, now, self._need(build), cpu_share, idle_cores, can_start)
+        known = self._learn(facts())
+        return self._close(window, now, self._need(known.build), known, can_start)
+
+    def _learn(self, known: Facts) -> Facts:
+        """Take in the facts just asked: the window's length follows the mean build."""
+        self._length = max(self.window, 4 * (known.build or 0.0))
+        return known
 
     def _need(self, build: float | None) -> float | None:
         """Workers that keep pace with the consumer: the mean build over the typical step."""
@@ -164,7 +188,7 @@ class WorkerController:
             return None
         return build / max(1e-6, statistics.median(self._steps))
 
-    def _addable(self, target: int, now: float, cpu_share: float | None, idle_cores: float | None) -> int:
+    def _addable(self, target: int, now: float, known: Facts) -> int:
         """``target``, or fewer: within max_workers, a failed count's ceiling and the idle cores."""
         top = self.max_workers
         if self._ceiling is not None:
@@ -173,8 +197,8 @@ class WorkerController:
                 top = min(top, count)
             else:
                 self._ceiling = None
-        share = max(0.05, cpu_share if cpu_share is not None else 1.0)
-        idle = idle_cores if idle_cores is not None else max(0.0, self.cores - self.workers * share)
+        share = max(0.05, known.cpu_share if known.cpu_share is not None else 1.0)
+        idle = known.idle_cores if known.idle_cores is not None else max(0.0, self.cores - self.workers * share)
         room = math.floor((idle + 0.5) / share)
         return max(self.workers, min(target, top, self.workers + room))
 
@@ -183,8 +207,7 @@ class WorkerController:
         window: Window,
         now: float,
         need: float | None,
-        cpu_share: float | None,
-        idle_cores: float | None,
+        known: Facts,
         can_start: bool,
     ) -> int | None:
         """Judge the trial, or decide on one more or one fewer, as a window closes."""
@@ -203,12 +226,13 @@ class WorkerController:
                 self._measured = (trial.before, trial.rate)
                 return self._set(trial.before)
             self._wait = self.backoff
+        self._length = self.window
         if rate is not None:
             self._measured = (self.workers, rate)
         if trial is not None:
             return None
         if waiting > self.slack and can_start and window.busy_waits * 2 > window.waits:
-            target = self._addable(self.workers + 1, now, cpu_share, idle_cores)
+            target = self._addable(self.workers + 1, now, known)
             if target > self.workers:
                 return self._change(target, now)
         if waiting <= self.slack and need is not None and self.workers > self._lowest(now):

@@ -13,7 +13,7 @@ from ..cores import IdleCores
 from ..recorder import Recorder, clock
 from . import faults
 from .config import STEP_WINDOW, BatchSizes, EpochConfig
-from .crew import WorkerController
+from .crew import Facts, WorkerController
 from .errors import PrefetcherClosed
 from .schedule import Schedule, Seen, Task
 from .workers import END, Workers
@@ -58,6 +58,8 @@ class Epoch:
         # With workers="auto" (elastic workers): who decides how many build at once.
         self.crew = crew
         self.idle_cores = IdleCores() if crew is not None else None
+        if self.idle_cores is not None:
+            self.idle_cores.read(clock())  # the first reading, which the first decision's is measured from
         self.reason = ""
         # The consumer's thread, once it started reading, and whether it is reading.
         self.consumer: int | None = None
@@ -129,21 +131,23 @@ class Epoch:
 
     def _staff(self, seen: Seen, step: float | None, asked: float, got: float) -> None:
         """The worker controller's decision on a request, with the lock held."""
-        assert self.crew is not None and self.idle_cores is not None
-        schedule = self.schedule
+        assert self.crew is not None
         count = self.crew.observe(
             got,
             step=step,
             waited=got - asked if seen.waited else 0.0,
             all_busy=seen.all_busy,
-            build=schedule.mean_build,
-            cpu_share=schedule.cpu_share,
-            idle_cores=self.idle_cores.read(got),
+            facts=self._facts,
             can_start=seen.left,
         )
         if count is not None and count != self.workers.count:
             self.workers.resize(count)
             self.recorder.mark("workers", count)
+
+    def _facts(self) -> Facts:
+        assert self.idle_cores is not None
+        schedule = self.schedule
+        return Facts(schedule.mean_build, schedule.cpu_share, self.idle_cores.read(clock()))
 
     def _deepen(self, seen: Seen, asked: float, got: float, steps: deque[float]) -> int | None:
         """The depth controller's decision on a request that waited from ``asked``
