@@ -71,6 +71,21 @@ def test_an_addition_that_does_not_raise_the_rate_is_undone_and_retried_only_aft
     assert changes == []
 
 
+def test_an_addition_is_kept_when_the_waits_scatter_too_much_to_tell_it_did_not_help():
+    # Waits of 0 and 10 ms in turn, before the addition and after: the same mean, but
+    # stalls this scattered could hide a gain; a worker too many costs less than one too few.
+    c = WorkerController(workers=2, max_workers=8, cores=8)
+    changes, now = [], 0.0
+    for i in range(200):
+        wait = 0.010 * (i % 2)
+        now += 0.004 + wait
+        facts = lambda: Facts(build=0.006, cpu_share=0.05, idle_cores=None)  # noqa: E731
+        changed = c.observe(now, step=0.004, waited=wait, all_busy=True, facts=facts)
+        if changed is not None:
+            changes.append(changed)
+    assert changes[:2] == [3, 4]  # never back to 2
+
+
 def test_an_addition_that_raises_the_rate_is_kept():
     c = WorkerController(workers=2, max_workers=8, cores=8)
     changes, now = feed(c, 0.0, 40, step=0.004, wait=0.004, build=0.006)

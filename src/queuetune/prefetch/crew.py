@@ -14,6 +14,9 @@ from typing import NamedTuple
 
 from ..units import positive_int
 
+# Standard errors of its waits by which a window's rate may be read higher or lower.
+ERRORS = 2.0
+
 
 class Facts(NamedTuple):
     """What the builds and the machine show, when a decision asks: the mean
@@ -45,24 +48,29 @@ class Window:
     waits: int = 0
     busy_waits: int = 0
     waited: float = 0.0
+    waited_squared: float = 0.0
     steps: list[float] = field(default_factory=list)
 
-    def rate(self) -> float | None:
+    def rate(self, errors: float = 0.0) -> float | None:
         """Batches a second the consumer would take at its median step and its mean
         wait here: a consumer's pause (one long step) does not count against the
-        workers, a longer wait does."""
+        workers, a longer wait does. ``errors``: the mean wait taken that many
+        standard errors longer (negative: shorter, down to none), for a reading
+        of the rate as low (or high) as the waits' scatter allows."""
         if not self.batches or not self.steps:
             return None
-        return 1.0 / max(1e-9, statistics.median(self.steps) + self.waited / self.batches)
+        mean = self.waited / self.batches
+        spread = math.sqrt(max(0.0, self.waited_squared / self.batches - mean * mean) / self.batches)
+        return 1.0 / max(1e-9, statistics.median(self.steps) + max(0.0, mean + errors * spread))
 
 
 @dataclass
 class Trial:
-    """A change of the worker count on probation: the count before, the rate
+    """A change of the worker count on probation: the count before, the window
     measured before (None when there was no full window to measure it by)."""
 
     before: int
-    rate: float | None
+    window: Window | None
 
 
 @dataclass
@@ -85,9 +93,12 @@ class WorkerController:
       fewer would still be at most ``busy_below`` busy keeping its pace: one fewer.
     - **Probation**: after each change, the next window's rate (the consumer's
       batches a second, :meth:`Window.rate`) is compared with the window's
-      before. An addition must raise it by ``min_gain`` (or end the waiting); a
-      removal must not lower it by ``min_gain`` unless the consumer still does
-      not wait. A change
+      before. An addition is undone when it surely did not raise it by
+      ``min_gain``: not even at the readings of the two windows most in its
+      favour, two standard errors of their waits apart (a worker too many
+      costs a thread or an idle process; one too few, throughput); one that
+      ends the waiting stays. A removal is undone when the consumer waits and
+      the rate fell by ``min_gain`` or more. A change
       that fails is undone, and the count it tried is out of bounds for
       ``backoff`` seconds (twice as long after each failure, reset by a success):
       so the count stops rising when throughput stops rising.
@@ -115,8 +126,8 @@ class WorkerController:
     backoff: float = 2.0
     _window: Window | None = field(default=None, repr=False)
     _trial: Trial | None = field(default=None, repr=False)
-    # The rate of the latest full window and the count it was measured at.
-    _measured: tuple[int, float] | None = field(default=None, repr=False)
+    # The latest full window and the count it was measured at.
+    _measured: tuple[int, Window] | None = field(default=None, repr=False)
     # Counts out of bounds after a failed change: above ``_ceiling`` / below ``_floor`` until the time given.
     _ceiling: tuple[int, float] | None = field(default=None, repr=False)
     _floor: tuple[int, float] | None = field(default=None, repr=False)
@@ -159,6 +170,7 @@ class WorkerController:
             window = self._window = Window(now - waited - (step or 0.0))
         window.batches += 1
         window.waited += waited
+        window.waited_squared += waited * waited
         if step is not None:
             window.steps.append(step)
             self._steps.append(step)
@@ -215,20 +227,19 @@ class WorkerController:
         waiting = window.waited / max(1e-9, now - window.start)
         self._window = Window(now)
         trial, self._trial = self._trial, None
-        if trial is not None and trial.rate is not None and rate is not None:
-            if not self._paid(trial, rate, waiting):
+        if trial is not None and trial.window is not None and rate is not None:
+            if not self._paid(trial.before, trial.window, window, waiting):
                 failed = self.workers
                 if failed > trial.before:
                     self._ceiling = (trial.before, now + self._wait)
                 else:
                     self._floor = (trial.before, now + self._wait)
                 self._wait *= 2
-                self._measured = (trial.before, trial.rate)
+                self._measured = (trial.before, trial.window)
                 return self._set(trial.before)
             self._wait = self.backoff
-        self._length = self.window
         if rate is not None:
-            self._measured = (self.workers, rate)
+            self._measured = (self.workers, window)
         if trial is not None:
             return None
         if waiting > self.slack and can_start and window.busy_waits * 2 > window.waits:
@@ -240,13 +251,16 @@ class WorkerController:
                 return self._change(self.workers - 1, now)
         return None
 
-    def _paid(self, trial: Trial, rate: float, waiting: float) -> bool:
-        """Whether the change on probation kept its promise (see the class)."""
-        assert trial.rate is not None
-        gain = rate / trial.rate - 1
-        if self.workers > trial.before:
-            return waiting <= self.slack or gain >= self.min_gain
-        return waiting <= self.slack or gain >= -self.min_gain
+    def _paid(self, before: int, earlier: Window, later: Window, waiting: float) -> bool:
+        """Whether the change from ``before`` workers kept its promise (see the
+        class), from the windows ``earlier`` and ``later`` than it."""
+        if waiting <= self.slack:
+            return True
+        if self.workers > before:
+            high, low = later.rate(-ERRORS), earlier.rate(ERRORS)
+            return high is not None and low is not None and high / low - 1 >= self.min_gain
+        after, then = later.rate(), earlier.rate()
+        return after is not None and then is not None and after / then - 1 >= -self.min_gain
 
     def _lowest(self, now: float) -> int:
         if self._floor is not None:
