@@ -103,8 +103,10 @@ def test_idle_workers_are_removed_one_at_a_time_but_never_below_one():
 
 def test_a_removal_that_makes_the_consumer_wait_is_undone():
     c = WorkerController(workers=3, max_workers=8, cores=8)
-    changes, now = feed(c, 0.0, 30, step=0.010, build=0.011)  # need 1.1: one fewer than 3 is still idle
-    assert changes == [2]
+    changes, now = feed(c, 0.0, 90, step=0.010, build=0.011)  # need 1.1: one fewer than 3 is still idle
+    assert changes == []  # three quiet windows are not enough
+    changes, now = feed(c, now, 15, step=0.010, build=0.011)
+    assert changes == [2]  # the fourth
     changes, now = feed(c, now, 30, step=0.010, wait=0.003, all_busy=False, build=0.011)
     assert changes == [3]  # slower with 2 and the consumer waits: 3 again
     changes, _ = feed(c, now, 150, step=0.010, build=0.011)

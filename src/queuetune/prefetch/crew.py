@@ -89,8 +89,10 @@ class WorkerController:
       about 1 for Python or numpy work, near 0 for a build that waits on I/O or
       sleeps), so an addition of ``k`` needs ``k * cpu_share`` idle cores (half a
       core of leeway).
-    - **Fewer**: a window in which the consumer did not wait, when one worker
-      fewer would still be at most ``busy_below`` busy keeping its pace: one fewer.
+    - **Fewer**: ``quiet`` windows in a row in which the consumer did not wait,
+      when one worker fewer would still be at most ``busy_below`` busy keeping
+      its pace: one fewer (never urgent: an idle worker costs a thread, or a
+      process that idles anyway; one window without a stall says little).
     - **Probation**: after each change, the next window's rate (the consumer's
       batches a second, :meth:`Window.rate`) is compared with the window's
       before. An addition is undone when it surely did not raise it by
@@ -123,6 +125,7 @@ class WorkerController:
     slack: float = 0.01
     busy_below: float = 0.75
     headroom: float = 1.2
+    quiet: int = 4
     backoff: float = 2.0
     _window: Window | None = field(default=None, repr=False)
     _trial: Trial | None = field(default=None, repr=False)
@@ -135,6 +138,8 @@ class WorkerController:
     _steps: deque[float] = field(default_factory=lambda: deque(maxlen=16), repr=False)
     # How long a window lasts at least: ``window``, or four mean builds once one is known.
     _length: float = field(default=0.0, repr=False)
+    # Windows in a row, since the latest change, in which the consumer did not wait.
+    _quiet: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         self.max_workers = positive_int(self.max_workers, "max workers")
@@ -246,7 +251,8 @@ class WorkerController:
             target = self._addable(self.workers + 1, now, known)
             if target > self.workers:
                 return self._change(target, now)
-        if waiting <= self.slack and need is not None and self.workers > self._lowest(now):
+        self._quiet = self._quiet + 1 if waiting <= self.slack else 0
+        if self._quiet >= self.quiet and need is not None and self.workers > self._lowest(now):
             if need <= self.busy_below * (self.workers - 1):
                 return self._change(self.workers - 1, now)
         return None
@@ -275,6 +281,7 @@ class WorkerController:
         before = measured[1] if measured is not None and measured[0] == self.workers else None
         self._trial = Trial(self.workers, before)
         self._window = Window(now)
+        self._quiet = 0
         return self._set(workers)
 
     def _set(self, workers: int) -> int:
