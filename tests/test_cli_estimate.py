@@ -293,12 +293,12 @@ def test_estimate_ray_json_schema():
 
 
 def test_estimate_ray_default_concurrency_is_this_machines_cpus():
-    from queuetune.frameworks.ray import _local_cpus
+    from queuetune import cores
 
     fp = estimate_json("--framework", "ray", "--object-store-memory", "2GiB")["footprint"]
-    assert fp["settings"]["concurrency"] == _local_cpus()
+    assert fp["settings"]["concurrency"] == cores.available()
     assert fp["settings"]["prefetch_batches"] == 1
-    assert fp["depth"] == 85 + _local_cpus() + 1
+    assert fp["depth"] == 85 + cores.available() + 1
 
 
 def test_estimate_ray_console(capsys):

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import ARTICLE_ROWS
-from queuetune.frameworks.ray import _local_cpus, ray_object_store_bytes
+from queuetune import cores
+from queuetune.frameworks.ray import ray_object_store_bytes
 from queuetune.memory import (
     ARTICLE_BATCHES,
     ARTICLE_SIZES,
@@ -404,8 +405,8 @@ def test_ray_default_object_store_is_capped_at_200_gb():
 def test_ray_defaults_prefetch_one_and_a_task_per_local_cpu():
     fp = footprint(RAY_BATCH, "ray", object_store_memory="120MiB")
     assert fp.settings["prefetch_batches"] == 1
-    assert fp.settings["concurrency"] == _local_cpus() >= 1
-    assert fp.depth == 5 + _local_cpus() + 1
+    assert fp.settings["concurrency"] == cores.available() >= 1
+    assert fp.depth == 5 + cores.available() + 1
 
 
 def test_ray_prefetch_zero_and_a_budget_of_exactly_one_batch():
