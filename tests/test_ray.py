@@ -16,8 +16,9 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 import queuetune  # noqa: E402
+from queuetune import cores  # noqa: E402
 from queuetune.trace import Trace  # noqa: E402
-from queuetune.tune import Job  # noqa: E402
+from queuetune.tune import Job, worker_choices  # noqa: E402
 from ray_cluster import LocalCluster  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -301,17 +302,20 @@ def test_tune_a_ray_dataset(cluster):
     block = int(result.baseline["batch_bytes"]["median"])  # Ray's size of a block of two rows
     assert block == pytest.approx(2 * ROW_FLOATS * 4, rel=0.01)
     cpus = int(ray.cluster_resources()["CPU"])
+    # Ray's own concurrency (every CPU) and, unless told, 1, 2, 4, ... up to the cores
+    choices = set(worker_choices(cpus, cores.available()))
     tried = [c for c in result.candidates if not c.is_default]
     assert tried
     for c in tried:
-        # a budget that holds whole blocks, queuetune's prefetch of 1 and every CPU
+        # a budget that holds whole blocks, queuetune's prefetch of 1, and a concurrency considered
+        concurrency = c.settings["concurrency"]
         assert c.settings["object_store_memory"] % (2 * block) == 0
-        assert c.settings["prefetch_batches"] == 1 and c.settings["concurrency"] == cpus
-        assert c.depth == cpus + c.settings["object_store_memory"] // (2 * block) + 1
+        assert c.settings["prefetch_batches"] == 1 and concurrency in choices
+        assert c.depth == concurrency + c.settings["object_store_memory"] // (2 * block) + 1
         assert c.depth < default.depth
     # the factory was given the concurrency of each setting it built
-    assert {m["concurrency"] for m in MADE} == {None, cpus}
-    assert result.predictions and all(p.workers == cpus for p in result.predictions)
+    assert {m["concurrency"] for m in MADE} == {None} | {c.settings["concurrency"] for c in tried}
+    assert result.predictions and {p.workers for p in result.predictions} == choices
     # the choice is the decision rule's on what was measured (which setting wins varies with the noise)
     assert result.chosen is not None
     assert result.chosen == decide(result.candidates, result.tolerance, result.budget, result.noise, result.sure)
