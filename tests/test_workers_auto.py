@@ -86,6 +86,18 @@ def test_an_addition_is_kept_when_the_waits_scatter_too_much_to_tell_it_did_not_
     assert changes[:2] == [3, 4]  # never back to 2
 
 
+def test_an_addition_after_a_window_without_waits_is_not_judged_by_it():
+    # A quiet window, then stalls: the jump to the need cannot show a gain against
+    # a window that did not wait, and is kept.
+    c = WorkerController(workers=2, max_workers=8, cores=8)
+    changes, now = feed(c, 0.0, 50, step=0.004, build=0.006)
+    assert changes == []
+    changes, now = feed(c, now, 1, step=0.004, wait=0.050, build=0.016)  # a stall: need 4 x 1.2
+    assert changes == [5]
+    changes, now = feed(c, now, 60, step=0.004, wait=0.002, build=0.016)
+    assert 2 not in changes and c.workers >= 5
+
+
 def test_an_addition_that_raises_the_rate_is_kept():
     c = WorkerController(workers=2, max_workers=8, cores=8)
     changes, now = feed(c, 0.0, 40, step=0.004, wait=0.004, build=0.006)

@@ -50,6 +50,8 @@ class Window:
     waited: float = 0.0
     waited_squared: float = 0.0
     steps: list[float] = field(default_factory=list)
+    # The share of the window's time the consumer waited, once it closed.
+    waiting: float = 0.0
 
     def rate(self, errors: float = 0.0) -> float | None:
         """Batches a second the consumer would take at its median step and its mean
@@ -99,7 +101,8 @@ class WorkerController:
       ``min_gain``: not even at the readings of the two windows most in its
       favour, two standard errors of their waits apart (a worker too many
       costs a thread or an idle process; one too few, throughput); one that
-      ends the waiting stays. A removal is undone when the consumer waits and
+      ends the waiting stays, and so does one made after a window without
+      waits (a stall that came after it: no gain could show). A removal is undone when the consumer waits and
       the rate fell by ``min_gain`` or more. A change
       that fails is undone, and the count it tried is out of bounds for
       ``backoff`` seconds (twice as long after each failure, reset by a success):
@@ -229,7 +232,7 @@ class WorkerController:
     ) -> int | None:
         """Judge the trial, or decide on one more or one fewer, as a window closes."""
         rate = window.rate()
-        waiting = window.waited / max(1e-9, now - window.start)
+        waiting = window.waiting = window.waited / max(1e-9, now - window.start)
         self._window = Window(now)
         trial, self._trial = self._trial, None
         if trial is not None and trial.window is not None and rate is not None:
@@ -263,6 +266,8 @@ class WorkerController:
         if waiting <= self.slack:
             return True
         if self.workers > before:
+            if earlier.waiting <= self.slack:  # nothing to gain could show against a window that did not wait
+                return True
             high, low = later.rate(-ERRORS), earlier.rate(ERRORS)
             return high is not None and low is not None and high / low - 1 >= self.min_gain
         after, then = later.rate(), earlier.rate()
