@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -61,6 +62,16 @@ def preamble(title: str, result: dict[str, Any]) -> list[str]:
         f"machine: {result['machine']}; date: {result['date']}; took {result['seconds']:.0f} s",
         "",
     ]
+
+
+def publish(result: dict[str, Any], text: str, stem: str, as_json: bool, out: Path | None) -> None:
+    """Print the table (or the JSON with ``as_json``); with ``out``, write
+    ``<stem>.json`` and ``<stem>.txt`` into that folder as well."""
+    print(json.dumps(result, indent=2) if as_json else text)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (out / f"{stem}.txt").write_text(text + "\n")
 
 
 def rotated(items: list[Any], round_: int) -> list[Any]:

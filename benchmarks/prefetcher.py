@@ -71,7 +71,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import json
 import math
 import os
 import platform
@@ -87,7 +86,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import queuetune
-from common import machine, stop_nodes
+from common import machine, publish, stop_nodes
 from queuetune.analysis import match
 from queuetune.tune import throughput
 
@@ -823,12 +822,7 @@ def main() -> int:
         "seconds": time.monotonic() - started,
         "workloads": summaries,
     }
-    text = table(data)
-    print(json.dumps(data, indent=2) if args.json else text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "prefetcher.json").write_text(json.dumps(data, indent=2) + "\n")
-        (args.out / "prefetcher.txt").write_text(text + "\n")
+    publish(data, table(data), "prefetcher", args.json, args.out)
     return 0
 
 

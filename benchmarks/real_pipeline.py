@@ -31,7 +31,6 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--images 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import random
@@ -44,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from common import machine, rotated, stop_nodes
+from common import machine, publish, rotated, stop_nodes
 
 WARMUP = 4
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
@@ -320,13 +319,8 @@ def main() -> int:
             f"{name:<16} {s['images_per_s']:>9.1f} {s['x_best']:>7.3f} {s['input_wait_fraction']:>10.1%}  "
             + ", ".join(map(str, s["rounds"]))
         )
-    text = "\n".join(lines)
-    print(json.dumps(result, indent=2) if args.json else text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = "real_pipeline" if args.device == "cpu" else f"real_pipeline_{args.device}"
-        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / f"{stem}.txt").write_text(text + "\n")
+    stem = "real_pipeline" if args.device == "cpu" else f"real_pipeline_{args.device}"
+    publish(result, "\n".join(lines), stem, args.json, args.out)
     return 0
 
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import datetime
-import json
 import os
 import platform
 import sys
@@ -63,7 +62,7 @@ import numpy as np
 import psutil
 
 import queuetune
-from common import machine, mib
+from common import machine, mib, publish
 from queuetune import Prefetcher
 from queuetune.prefetch import shm
 from queuetune.recorder import key_of
@@ -381,12 +380,7 @@ def main() -> int:
     if args.epochs < 1 or args.batches < 1 or not 0 < args.settle <= args.epochs:
         parser.error("--epochs and --batches must be at least 1, --settle between 1 and --epochs")
     result = run(args)
-    text = table(result)
-    print(json.dumps(result, indent=2) if args.json else text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "soak.txt").write_text(text + "\n")
+    publish(result, table(result), "soak", args.json, args.out)
     ok = (
         result["epochs_exactly_once"] == args.epochs
         and result["bytes"]["built"] <= result["bytes"]["max_bytes"]

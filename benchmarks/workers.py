@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import sys
 import time
@@ -38,7 +37,7 @@ from typing import Any
 
 import prefetcher as pf
 import queuetune
-from common import machine, preamble, target_lines
+from common import machine, preamble, publish, rotated, target_lines
 from queuetune import cores
 from queuetune.prefetch.handle import default_max_workers
 
@@ -131,8 +130,7 @@ def main() -> int:
         names: list[int | str] = [AUTO, *(args.counts or range(1, top + 1))]
         runs: dict[str, list[dict[str, Any]]] = {str(name): [] for name in names}
         for r in range(args.rounds):
-            shift = r % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in rotated(names, r):
                 row = run(w, name)
                 runs[str(name)].append(row)
                 print(
@@ -154,12 +152,7 @@ def main() -> int:
         "seconds": time.monotonic() - started,
         "workloads": summaries,
     }
-    text = table(data)
-    print(json.dumps(data, indent=2) if args.json else text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "workers.json").write_text(json.dumps(data, indent=2) + "\n")
-        (args.out / "workers.txt").write_text(text + "\n")
+    publish(data, table(data), "workers", args.json, args.out)
     return 0
 
 
