@@ -67,7 +67,8 @@ class Workers(Protocol):
         ...
 
     def spent(self, future: cf.Future) -> tuple[float, float] | None:
-        """The CPU seconds and the seconds of the build whose result ``future`` holds, if known."""
+        """The CPU seconds and the seconds of the build whose result ``future`` holds, if known
+        (told only by elastic workers, whose count is decided from them)."""
         ...
 
     def size(self, batch: Any) -> int:
@@ -119,6 +120,8 @@ class ThreadWorkers:
     def __init__(self, count: int, build: Callable[[Any], Any], capacity: int | None = None) -> None:
         self.count = 0
         self.capacity = count if capacity is None else capacity
+        # Given a capacity, the count is decided at run time from the builds' times.
+        self._elastic = capacity is not None
         self._build = build
         self._jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -141,7 +144,10 @@ class ThreadWorkers:
         for _ in range(self.count, count):
             i = len(self._threads)
             thread = threading.Thread(
-                target=_serve, args=(self._jobs, self._build), name=f"queuetune-prefetch_{i}", daemon=True
+                target=_serve,
+                args=(self._jobs, self._build, self._elastic),
+                name=f"queuetune-prefetch_{i}",
+                daemon=True,
             )
             self._threads.append(thread)
             thread.start()
@@ -193,8 +199,9 @@ class ThreadWorkers:
                     thread.join()
 
 
-def _serve(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], build: Callable[[Any], Any]) -> None:
-    """A worker thread: build what ``jobs`` brings until it brings None."""
+def _serve(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], build: Callable[[Any], Any], timed: bool) -> None:
+    """A worker thread: build what ``jobs`` brings until it brings None; ``timed``:
+    tell each build's CPU seconds and seconds on its future (``spent``)."""
     while True:
         job = jobs.get()
         if job is None:
@@ -203,14 +210,15 @@ def _serve(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], build: Callabl
         del job
         if not future.set_running_or_notify_cancel():
             continue
-        cpu, start = time.thread_time(), time.perf_counter()
+        if timed:
+            cpu, start = time.thread_time(), time.perf_counter()
         try:
             batch = build(indices)
         except BaseException as exc:  # the consumer gets it through the future
             future.set_exception(exc)
         else:
-            # Before the result: the future's callbacks read it.
-            future.spent = (time.thread_time() - cpu, time.perf_counter() - start)  # type: ignore[attr-defined]
+            if timed:  # before the result: the future's callbacks read it
+                future.spent = (time.thread_time() - cpu, time.perf_counter() - start)  # type: ignore[attr-defined]
             future.set_result(batch)
             del batch
         del future
@@ -261,6 +269,7 @@ class ProcessWorkers:
     ) -> None:
         self.count = count
         self.capacity = count if capacity is None else capacity
+        self._elastic = capacity is not None
         self.segments = shm.Pool(os.getpid())
         # The worker processes, kept to name the one that died.
         self._processes: dict[int, Any] = {}
@@ -304,7 +313,7 @@ class ProcessWorkers:
         self.count = count
 
     def spent(self, future: cf.Future) -> tuple[float, float] | None:
-        if future.cancelled() or future.exception() is not None:
+        if not self._elastic or future.cancelled() or future.exception() is not None:
             return None
         return future.result().spent
 
