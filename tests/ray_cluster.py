@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +35,8 @@ RAY = str(Path(sys.executable).with_name("ray"))
 DRIVER_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
 #: What else Ray reads of the token; a cluster sets its own path and nothing else.
 _TOKEN_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+#: Threads of Ray's own that can start after ``ray.init`` and end with ``ray.shutdown``.
+_RAY_OWN = frozenset({"PythonGCThread", "ray_listen_error_messages", "ray_print_logs"})
 
 
 def free_port() -> int:
@@ -70,6 +73,7 @@ class LocalCluster:
         if worker_niceness is not None:
             self.node_env["RAY_worker_niceness"] = str(worker_niceness)
         self._saved: dict[str, str | None] | None = None
+        self._ray_threads: set[threading.Thread] = set()
         common = [
             f"--num-cpus={cpus}",
             f"--object-store-memory={object_store}",
@@ -103,11 +107,31 @@ class LocalCluster:
         os.environ.update(self.env)
         AuthenticationTokenLoader.instance().reset_cache()
         ray.init(address=self.address, **init_args)
+        self._ray_threads = set(threading.enumerate())
 
-    def disconnect(self) -> None:
-        """``ray.shutdown``, and this process's environment as it was before :meth:`connect`."""
+    def disconnect(self, timeout: float = 60.0) -> None:
+        """``ray.shutdown``, once the threads that Ray Data started in this process
+        have ended, and this process's environment as it was before :meth:`connect`.
+
+        A thread that calls into Ray after ``ray.shutdown`` makes Ray end the whole
+        process at once, with status 1 and nothing printed ("The core worker has
+        already been shutdown"). Ray Data leaves two kinds behind: the block
+        prefetcher of an iterator closed before its end is never stopped (its
+        ``stop`` runs only after a full pass), and a streaming executor is joined
+        for 2 s only, which a busy machine can outlast.
+        """
+        import gc
+
         import ray
 
+        gc.collect()
+        deadline = time.monotonic() + timeout
+        while left := self._threads_left():
+            for thread in left:
+                _stop_block_prefetcher(thread)
+                thread.join(timeout=0.2)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"threads still calling into Ray: {[t.name for t in self._threads_left()]}")
         ray.shutdown()
         saved, self._saved = self._saved, None
         for name, value in (saved or {}).items():
@@ -115,6 +139,15 @@ class LocalCluster:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+    def _threads_left(self) -> list[threading.Thread]:
+        """Threads started since :meth:`connect` (Ray's own, which ``ray.shutdown``
+        stops, were already running then) and still alive."""
+        return [
+            t
+            for t in threading.enumerate()
+            if t not in self._ray_threads and t is not threading.current_thread() and t.name not in _RAY_OWN
+        ]
 
     def _start(self, args: list[str], env: dict[str, str]) -> None:
         result = subprocess.run([RAY, "start", *args], env=env, capture_output=True, text=True, timeout=180)
@@ -152,6 +185,14 @@ class LocalCluster:
         shutil.rmtree(self.folder, ignore_errors=True)
         if left:
             raise RuntimeError(f"Ray cluster processes left running: {[p.pid for p in left]}")
+
+
+def _stop_block_prefetcher(thread: threading.Thread) -> None:
+    """Stop a Ray Data ``WaitBlockPrefetcher`` whose thread this is (its owner
+    is reachable only through the thread's target)."""
+    owner = getattr(getattr(thread, "_target", None), "__self__", None)
+    if type(owner).__name__ == "WaitBlockPrefetcher":
+        owner.stop()
 
 
 def _signal(process: psutil.Process, sig: int) -> None:
