@@ -54,6 +54,24 @@ def target_lines(checks: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def throughput_target(name: str, comparison: dict[str, Any], least: float = 0.98) -> dict[str, Any]:
+    """Issue 16's check of a tuner benchmark's final comparison: the tuned
+    setting keeps ``least`` of the default's throughput by the median of the
+    paired rounds (the ratio of medians is shown beside it). None (n/a) where
+    the tuner kept the default: the comparison then runs one setting twice and
+    measures only its own noise."""
+    a, b = comparison["throughput_ratio"], comparison["paired_throughput_ratio"]
+    rounds = comparison.get("paired_throughput_ratios") or []
+    spread = f" (rounds {min(rounds):.3f} to {max(rounds):.3f})" if rounds else ""
+    same = comparison["tuned"]["settings"] == comparison["default"]["settings"]
+    return {
+        "target": f"{name}: tuned throughput >= {least} x default (median of paired rounds)",
+        "value": f"median of paired rounds {b:.3f}, ratio of medians {a:.3f}{spread}"
+        + (" (the default kept: the same setting twice)" if same else ""),
+        "met": None if same else b is not None and b >= least,
+    }
+
+
 def preamble(title: str, result: dict[str, Any]) -> list[str]:
     """A benchmark table's first lines: what ran, the versions, the machine and the date."""
     return [

@@ -70,7 +70,7 @@ import numpy as np
 import ray
 
 import queuetune
-from common import interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios
+from common import interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios, throughput_target
 from queuetune.render.explain import explain
 from queuetune.tune import Job, run_trial, tune
 
@@ -290,20 +290,7 @@ def versions() -> dict[str, str]:
 
 
 def targets(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    checks = []
-    for name, entry in entries.items():
-        c = entry["comparison"]
-        a, b = c["throughput_ratio"], c["paired_throughput_ratio"]
-        value = f"ratio of medians {a:.3f}, median of paired rounds {b:.3f}"
-        same = c["tuned"]["settings"] == c["default"]["settings"]
-        checks.append(
-            {
-                "target": f"{name}: tuned throughput >= 0.98 x default (both estimates)",
-                # The default kept: the comparison runs one setting twice and measures only noise.
-                "value": value + (" (the default kept: the same setting twice)" if same else ""),
-                "met": None if same else a is not None and b is not None and a >= 0.98 and b >= 0.98,
-            }
-        )
+    checks = [throughput_target(name, entry["comparison"]) for name, entry in entries.items()]
     for name in ("pause", "pause-training"):
         if name not in entries:
             continue
