@@ -25,6 +25,7 @@ from queuetune.tune import (
     pick_settings,
     tune,
     unsure,
+    weakest_reference,
     worker_choices,
 )
 
@@ -134,6 +135,29 @@ def test_a_setting_within_the_tolerance_is_taken_only_when_the_trials_are_sure_o
     short = Candidate({"buffer": 2}, 2, 95.0, 3, 30, None, None, 3, predicted_share=1.0)
     assert decide([default, short], 0.02, None, noise=0.05).depth == 11
     assert unsure([default, short], 0.02, None, noise=0.05) is None
+
+
+def test_a_setting_that_measured_best_must_be_sure_to_keep_the_defaults_throughput():
+    # The shallow setting led the default by 3.6 %, round by round, with 5.7 % of
+    # noise a trial over 3 trials each: it may lead by the noise alone.
+    default = cand(11, 96.5, 66, default=True)
+    lead = cand(2, 100.0, 12)
+    default.relative, lead.relative = 0.965, 1.0
+    assert decide([default, lead], 0.02, None).depth == 2  # no noise measured: taken
+    assert decide([default, lead], 0.02, None, noise=0.057).depth == 11
+    assert lead.sureness == pytest.approx(0.884, abs=0.005) and default.sureness < 0.9
+    assert unsure([default, lead], 0.02, None, noise=0.057) is lead
+    assert weakest_reference(lead, [default, lead], 0.02, 0.057) is default
+    # Twice the trials settle it, and a setting 30 % ahead is sure at once.
+    lead.trials = default.trials = 6
+    assert decide([default, lead], 0.02, None, noise=0.057).depth == 2
+    slow_default = cand(11, 70.0, 66, default=True)
+    fast = cand(31, 100.0, 200)
+    assert decide([slow_default, fast], 0.02, None, noise=0.089).depth == 31
+    assert fast.sureness > 0.99
+    # When nothing is sure, the default is chosen even where it measured short.
+    slow_default.relative, fast.relative = 0.97, 1.0
+    assert decide([slow_default, fast], 0.02, None, noise=0.2).depth == 11
 
 
 @pytest.mark.timeout(120)

@@ -49,12 +49,13 @@ def explain(result: TuneResult) -> list[str]:
     if result.noise:
         lines.append(
             f"Trial noise: {result.noise:.1%} a trial. A setting keeps throughput when it measured at least "
-            f"{floor:.0%} of the best and the trials are at least {result.sure:.0%} sure of it."
+            f"{floor:.0%} of the best and the trials are at least {result.sure:.0%} sure it keeps {floor:.0%} of "
+            "the best and of the default."
         )
     if result.extra_trials:
         lines.append(
-            f"Measured again: {result.extra_trials} more trial(s), beside the best, of settings the first "
-            f"rounds could not settle (at most {result.max_trials} trials in all)."
+            f"Measured again: {result.extra_trials} more trial(s), beside the best or the default, of settings "
+            f"the first rounds could not settle (at most {result.max_trials} trials in all)."
         )
     doubted = [] if result.chosen is None else unsettled(candidates, result.chosen, result.tolerance, result.sure)
     if doubted:

@@ -8,7 +8,17 @@
 
 from __future__ import annotations
 
-from .decide import Candidate, Trial, decide, pick_settings, summarise, sureness, trial_noise, unsure
+from .decide import (
+    Candidate,
+    Trial,
+    decide,
+    pick_settings,
+    summarise,
+    sureness,
+    trial_noise,
+    unsure,
+    weakest_reference,
+)
 from .job import Factory, Job, as_job, build, framework_of, load_factory
 from .measures import after_warmup, startup_backlog, throughput
 from .predict import Predicted, predict
@@ -38,5 +48,6 @@ __all__ = [
     "trial_noise",
     "tune",
     "unsure",
+    "weakest_reference",
     "worker_choices",
 ]

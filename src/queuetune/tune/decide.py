@@ -197,14 +197,17 @@ def trial_noise(trials: list[Trial]) -> float:
 
 def sureness(candidate: Candidate, candidates: list[Candidate], tolerance: float, noise: float) -> float | None:
     """How sure the trials are that ``candidate`` keeps ``1 - tolerance`` of the
-    best throughput: the chance, under the trials' noise (``noise``: one trial's
-    standard deviation of log throughput, see :func:`trial_noise`), that its
-    share of the best was measured as high as it was if it truly kept that
-    share no better than the floor; a normal approximation on the log scale,
-    from its trials and the best's. 1.0 for the best itself; None without a
-    measured noise (fewer than two rounds of two settings).
+    best throughput and of the default's: for each of the two, the chance under
+    the trials' noise (``noise``: one trial's standard deviation of log
+    throughput, see :func:`trial_noise`) that its share was measured as high as
+    it was if it truly kept that share no better than the floor, a normal
+    approximation on the log scale from its trials and the other's; the lower
+    of the two. The best measured is not sure of itself when it is not the
+    default: it may lead by the noise alone, and the default is what it must
+    keep. 1.0 for the default when it is the best; None without a measured
+    noise (fewer than two rounds of two settings).
 
-    >>> best = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
+    >>> best = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3, is_default=True)
     >>> near = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
     >>> round(sureness(near, [best, near], 0.02, noise=0.01), 2)
     0.89
@@ -213,14 +216,36 @@ def sureness(candidate: Candidate, candidates: list[Candidate], tolerance: float
     """
     if noise <= 0:
         return None
+    return min(sure_against(candidate, other, candidates, tolerance, noise) for other in references(candidates))
+
+
+def references(candidates: list[Candidate]) -> list[Candidate]:
+    """What a setting must keep the throughput of: the best measured, and the
+    default where it is another candidate."""
     best = max(candidates, key=lambda c: c.share(candidates))
-    if candidate is best:
+    default = next((c for c in candidates if c.is_default), None)
+    return [best] if default is None or default is best else [best, default]
+
+
+def sure_against(
+    candidate: Candidate, other: Candidate, candidates: list[Candidate], tolerance: float, noise: float
+) -> float:
+    """How sure the trials are that ``candidate`` keeps ``1 - tolerance`` of
+    ``other``'s throughput (see :func:`sureness`); 1.0 for ``other`` itself."""
+    if candidate is other:
         return 1.0
-    share = candidate.share(candidates)
-    if share <= 0:
+    mine, theirs = candidate.share(candidates), other.share(candidates)
+    if mine <= 0 or theirs <= 0:
         return 0.0
-    spread = noise * math.sqrt(1 / max(1, candidate.trials) + 1 / max(1, best.trials))
-    return statistics.NormalDist().cdf((math.log(share) - math.log(1 - tolerance)) / spread)
+    spread = noise * math.sqrt(1 / max(1, candidate.trials) + 1 / max(1, other.trials))
+    return statistics.NormalDist().cdf((math.log(mine / theirs) - math.log(1 - tolerance)) / spread)
+
+
+def weakest_reference(candidate: Candidate, candidates: list[Candidate], tolerance: float, noise: float) -> Candidate:
+    """The reference (:func:`references`) the trials are least sure ``candidate``
+    keeps up with: the setting to measure it again beside."""
+    others = [c for c in references(candidates) if c is not candidate] or references(candidates)
+    return min(others, key=lambda other: sure_against(candidate, other, candidates, tolerance, noise))
 
 
 def decide(
@@ -232,8 +257,10 @@ def decide(
     A candidate keeps throughput when its measured share of the best (compared
     round by round where the trials were paired, see :meth:`Candidate.share`)
     is at least ``1 - tolerance`` and, when the trials' ``noise`` is known, the
-    trials are at least ``sure`` of it (:func:`sureness`); the best measured
-    always does. Each candidate's ``sureness`` is filled in.
+    trials are at least ``sure`` that it keeps that share of the best and of
+    the default (:func:`sureness`); the default, when it measured best, always
+    does. Each candidate's ``sureness`` is filled in; where none is sure, the
+    default is chosen.
 
     >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
     >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
@@ -250,8 +277,10 @@ def decide(
         c.sureness = sureness(c, candidates, tolerance, noise)
 
     def keeps(c: Candidate) -> bool:
-        if c is best:
+        if c is best and (c.is_default or c.sureness is None or c.sureness >= sure):
             return True
+        if c.is_default:
+            return c.share(candidates) >= floor or not any(keeps(o) for o in candidates if not o.is_default)
         return c.share(candidates) >= floor and (c.sureness is None or c.sureness >= sure)
 
     keeping = [c for c in candidates if keeps(c) and (budget is None or c.peak_in_flight_bytes <= budget)]

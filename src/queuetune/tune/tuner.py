@@ -16,7 +16,7 @@ from ..frameworks import get
 from ..jsonio import dumps
 from ..prefetch import read_ahead
 from ..units import parse_bytes, positive_int
-from .decide import Candidate, Trial, decide, pick_settings, summarise, trial_noise, trial_of, unsure
+from .decide import Candidate, Trial, decide, pick_settings, summarise, trial_noise, trial_of, unsure, weakest_reference
 from .job import Factory, as_job, build, framework_of
 from .measures import after_warmup
 from .predict import Predicted, predict
@@ -148,7 +148,8 @@ def tune(
     them alike; the decision is :func:`~queuetune.tune.decide`'s. A setting
     of less memory that measured within the tolerance but of which the trials
     are less than ``sure`` (their noise is larger than the gap) is measured
-    again beside the best, a pair of trials at a time, while the trials stay
+    again beside the best or the default, whichever it is less sure to keep up
+    with, a pair of trials at a time, while the trials stay
     within ``max_trials`` (default: twice those of the rounds); what is still
     unsure then is not chosen, and a deeper setting is.
 
@@ -227,8 +228,8 @@ def tune(
         doubt = unsure(summary, tolerance, limit, noise, sure)
         if doubt is None:
             break
-        best = max(summary, key=lambda c: c.share(summary))
-        pair = [doubt.settings, best.settings]
+        beside = weakest_reference(doubt, summary, tolerance, noise)
+        pair = [doubt.settings, beside.settings]
         total = max(total, done + 2)
         for settings in pair if extra % 2 else pair[::-1]:
             _, report, rate = run_trial(factory, settings, framework, steps, warmup)
