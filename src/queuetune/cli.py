@@ -387,6 +387,37 @@ def _run_tune(args: argparse.Namespace) -> int:
     return 0 if result.chosen is not None else 1
 
 
+# run
+
+
+def _configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.usage = "queuetune run [--out DIR] [--live | --no-live] (script.py | -m module) [args ...]"
+    parser.add_argument("--out", metavar="DIR", help="folder for the traces (default: queuetune-run-<time>)")
+    parser.add_argument(
+        "--live",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a live line per loader on stderr, when it is a terminal (default: on)",
+    )
+    parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="the script (or module) and its arguments")
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    from queuetune.program import run_program
+    from queuetune.render.console import print_program
+    from queuetune.render.live import live_line
+    from queuetune.runner import Target
+
+    if not args.program:
+        raise UsageError("give a script to run, or -m module")
+    first, rest = args.program[0], args.program[1:]
+    target = Target(module=first, args=rest) if args.module else Target(path=first, args=rest)
+    result = run_program(target, args.out, while_running=live_line if args.live else None)
+    print_program(result)
+    return result.exit_code
+
+
 COMMANDS: list[Command] = [
     Command("table", "print the article's table of input batch sizes", _configure_table, _run_table),
     Command(
@@ -395,6 +426,7 @@ COMMANDS: list[Command] = [
     Command("demo", "reproduce the article's experiment on the installed Keras 3", _configure_demo, _run_demo),
     Command("report", "analyse a saved trace", _configure_report, _run_report),
     Command("tune", "find the smallest queue that keeps throughput", _configure_tune, _run_tune),
+    Command("run", "run a Python program with every loader it iterates watched", _configure_run, _run_run),
 ]
 
 

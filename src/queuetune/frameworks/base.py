@@ -14,6 +14,7 @@ from ..units import nonnegative_int
 
 if TYPE_CHECKING:
     from ..recorder import Recorder
+    from ..session import Session
     from ..trace import Trace, TraceMeta
 
 ASSIGNMENTS = ("shared", "round_robin")
@@ -74,6 +75,11 @@ class Framework:
     read_ahead_by_queuetune: bool = False
     #: The methods a tuning job may read the loader with ("fit" means the default).
     job_methods: tuple[str, ...] = ("fit", "predict", "evaluate")
+    #: The module whose import lets :meth:`autowatch` hook in (None: it never does).
+    autowatch_module: str | None = None
+    #: Why one watched run of its loader gives no recommendation (None: the
+    #: queue model fitted to the run gives one, see queuetune.tune.recommend).
+    unmodelled: str | None = None
 
     # --- recognising a loader, without importing its framework ---------------------------
 
@@ -117,6 +123,13 @@ class Framework:
     def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool) -> tuple[Any, Recorder] | None:
         """A watched ``loader`` and its recorder, or None when this framework has no
         watcher of its own. A watcher imports its framework only when called."""
+        return None
+
+    def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None] | None:
+        """Hook into the framework, whose :attr:`autowatch_module` is ``module``
+        (imported by now), so that every loader of it the program iterates while
+        ``session`` is active is watched through ``session``; return what undoes
+        the hook (``queuetune run``)."""
         return None
 
     def prefetcher_form(self) -> Callable[[Any], Any] | None:

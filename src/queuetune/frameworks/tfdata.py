@@ -8,12 +8,17 @@ builds its batch.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..units import nonnegative_int
 from .base import Framework, Lines, has_base, parameter_default
+
+if TYPE_CHECKING:
+    from ..session import Session
 
 
 def is_tf_dataset(obj: Any) -> bool:
@@ -67,5 +72,47 @@ class TfData(Framework):
         # The buffer is assumed full, plus the batch the step holds.
         return depth + 1, (depth + 1) * batch_bytes
 
+    def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None]:
+        """Make every pass over a ``Dataset`` while ``session`` is active a watched
+        pass (one watcher per dataset), read as a plain iterable: what reaches the
+        program, and its waits."""
+        cls = module.data.Dataset
+        original = cls.__iter__
+        copies: dict[int, tuple[Any, Any]] = {}
+        inside = threading.local()
 
-TFDATA = TfData("tfdata", depth_knob="buffer", tuned_knobs=("buffer",), estimate_settings=("buffer",), extra="tf")
+        def __iter__(dataset: Any) -> Any:
+            if not session.active or getattr(inside, "busy", False):
+                return original(dataset)
+            held = copies.get(id(dataset))
+            watched = held[1] if held is not None and held[0] is dataset else None
+            if watched is None:
+                # Its read-ahead happens inside TensorFlow: its depth is not known.
+                watched = session.watch(dataset, "tf.data", framework=self.name, depth=None)
+                if watched is None:
+                    return original(dataset)
+                copies[id(dataset)] = (dataset, watched)
+            inside.busy = True
+            try:
+                return iter(watched)
+            finally:
+                inside.busy = False
+
+        cls.__iter__ = __iter__
+
+        def undo() -> None:
+            cls.__iter__ = original
+            copies.clear()
+
+        return undo
+
+
+TFDATA = TfData(
+    "tfdata",
+    depth_knob="buffer",
+    tuned_knobs=("buffer",),
+    estimate_settings=("buffer",),
+    extra="tf",
+    autowatch_module="tensorflow",
+    unmodelled="tf.data builds its batches inside TensorFlow; `queuetune tune` measures them",
+)

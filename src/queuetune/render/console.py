@@ -238,3 +238,28 @@ def print_tune(result: Any, console: Console | None = None) -> None:
         print_renderable(line, out)
     if result.chosen is not None:
         print_renderable(f"Use: {result.kwargs()}", out)
+
+
+#: What ``queuetune run`` watches, for the line that says none was seen.
+WATCHED_KINDS = (
+    "torch DataLoader, Keras PyDataset or generator in fit/evaluate/predict, tf.data Dataset, queuetune Prefetcher"
+)
+
+
+def print_program(result: Any, console: Console | None = None) -> None:
+    """Print what ``queuetune run`` found: each loader's report with its verdict
+    and recommendation, where its trace went, and the loaders left alone."""
+    console = console or Console()
+
+    def line(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    for loader in result.loaders:
+        console.print(report_table(loader.report))
+        line(f"recommendation: {loader.recommendation.text()}")
+        line(f"trace: {loader.trace_path}")
+        line("")
+    for kind, why in result.left_alone.items():
+        line(f"queuetune: left alone a {kind}: {why}")
+    if not result.loaders:
+        line(f"queuetune: no loader was iterated (watched: {WATCHED_KINDS})")

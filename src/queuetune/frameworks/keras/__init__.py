@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ...units import nonnegative_int, positive_int
@@ -13,6 +14,7 @@ from ..tfdata import TFDATA
 
 if TYPE_CHECKING:
     from ...recorder import Recorder
+    from ...session import Session
     from ...trace import TraceMeta
 
 
@@ -115,6 +117,11 @@ class Keras(Framework):
 
         return watch_pydataset(self, loader, meta, sample_memory)
 
+    def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None]:
+        from .watch import autowatch_models
+
+        return autowatch_models(session)
+
     def prefetcher_form(self) -> Callable[[Any], Any]:
         """The prefetcher as a PyDataset that Keras reads in order."""
         from .watch import KerasPrefetcher
@@ -165,5 +172,11 @@ KERAS = Keras(
     tuned_knobs=("workers", "max_queue_size", "use_multiprocessing"),
     estimate_settings=("workers", "use_multiprocessing", "max_queue_size"),
     extra="keras",
+    autowatch_module="keras",
 )
-GENERATOR = KerasGenerator("generator", estimate_settings=("backend", "buffer"), extra="keras")
+GENERATOR = KerasGenerator(
+    "generator",
+    estimate_settings=("backend", "buffer"),
+    extra="keras",
+    unmodelled="Keras reads a generator with no queue of its own to set (a PyDataset has workers and max_queue_size)",
+)

@@ -5,8 +5,12 @@ the Prefetcher as a PyDataset."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import os
-from typing import Any
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..base import require
 
@@ -18,6 +22,9 @@ from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
 from ..base import Framework  # noqa: E402
+
+if TYPE_CHECKING:
+    from ...session import Session
 
 
 class WatchedPyDataset(keras.utils.PyDataset):
@@ -275,3 +282,69 @@ class KerasPrefetcher(keras.utils.PyDataset):
         self._next_index = 0
         if stream is not None:
             stream.close()
+
+
+_METHODS = ("fit", "evaluate", "predict")
+_MISSING = object()
+
+
+def autowatch_models(session: Session) -> Callable[[], None]:
+    """Make ``fit``/``evaluate``/``predict`` of every Keras model watch their
+    input while ``session`` is active: a ``PyDataset`` (one watched copy per
+    dataset) or a generator, with the callback that records what reaches the
+    model added last; other inputs go through untouched (tf.data's watcher
+    sees a ``Dataset``). Return what undoes it."""
+    model = keras.Model
+    copies: dict[int, tuple[Any, Any]] = {}
+    saved = {name: model.__dict__.get(name, _MISSING) for name in _METHODS}
+    for name in _METHODS:
+        setattr(model, name, _watching(getattr(model, name), session, copies))
+
+    def undo() -> None:
+        for name, method in saved.items():
+            if method is _MISSING:
+                delattr(model, name)
+            else:
+                setattr(model, name, method)
+        copies.clear()
+
+    return undo
+
+
+def _watching(method: Callable[..., Any], session: Session, copies: dict[int, tuple[Any, Any]]) -> Callable[..., Any]:
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not session.active:
+            return method(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return method(self, *args, **kwargs)
+        watched = _watched_input(bound.arguments.get("x"), session, copies)
+        if watched is None:
+            return method(self, *args, **kwargs)
+        bound.arguments["x"] = watched
+        callbacks = list(bound.arguments.get("callbacks") or [])
+        bound.arguments["callbacks"] = [*callbacks, ProbeCallback(session.probe(watched), print_report=False)]
+        return method(*bound.args, **bound.kwargs)
+
+    return call
+
+
+def _watched_input(x: Any, session: Session, copies: dict[int, tuple[Any, Any]]) -> Any:
+    """The watched form of a model's input ``x``, or None to leave it alone."""
+    if isinstance(x, (WatchedPyDataset, KerasPrefetcher)):
+        return None
+    if isinstance(x, keras.utils.PyDataset):
+        held = copies.get(id(x))
+        if held is not None and held[0] is x:
+            return held[1]
+        watched = session.watch(x, "pydataset")
+        if watched is not None:
+            copies[id(x)] = (x, watched)
+        return watched
+    if isinstance(x, types.GeneratorType):
+        return session.watch(x, "generator", framework="generator", settings={"backend": keras.backend.backend()})
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ... import cores
@@ -14,6 +15,7 @@ from ..base import Framework, Lines, has_base, parameter_default
 
 if TYPE_CHECKING:
     from ...recorder import Recorder
+    from ...session import Session
     from ...trace import Trace, TraceMeta
 
 # Ray 2.60 constants, read from its source (paths under site-packages/ray/).
@@ -234,6 +236,9 @@ class Ray(Framework):
         cpus, store_budget = cluster_settings()
         return replace(self, cpus=cpus, store_budget=store_budget)
 
+    def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None]:
+        return autowatch_note(session, module.Dataset)
+
     def measured(self, baseline: Trace) -> Ray:
         # A depth counts blocks: the budget that holds one depends on their size.
         if not baseline.produced:
@@ -250,6 +255,30 @@ def _ray_bytes(value: Any, what: str) -> int:
         raise type(exc)(f"{what}: {exc}") from None
 
 
+def autowatch_note(session: Session, dataset: type) -> Callable[[], None]:
+    """Note, once, that a Ray Data ``Dataset`` the program reads is left alone
+    (``queuetune run`` does not watch one yet: ``queuetune.watch(ds)`` does)."""
+    Dataset = dataset
+    originals = {name: getattr(Dataset, name) for name in (*RAY_METHODS, "iter_rows")}
+
+    def noting(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if session.active:
+                session.leave(self, "queuetune run does not watch Ray Data yet; queuetune.watch(ds) does")
+            return method(self, *args, **kwargs)
+
+        return call
+
+    for name, method in originals.items():
+        setattr(Dataset, name, noting(method))
+
+    def undo() -> None:
+        for name, method in originals.items():
+            setattr(Dataset, name, method)
+
+    return undo
+
+
 RAY = Ray(
     "ray",
     depth_knob="object_store_memory",
@@ -258,4 +287,6 @@ RAY = Ray(
     estimate_settings=("prefetch_batches", "concurrency", "object_store_memory", "object_store_bytes", "ram_bytes"),
     extra="ray",
     job_methods=("fit", *RAY_METHODS),
+    autowatch_module="ray.data",
+    unmodelled="the model of Ray Data needs its cluster's settings; `queuetune tune` measures them",
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ...units import nonnegative_int, positive_int
@@ -12,6 +13,7 @@ from ..base import Framework, Lines, LoaderRules, flag, has_base
 
 if TYPE_CHECKING:
     from ...recorder import Recorder
+    from ...session import Session
     from ...trace import TraceMeta
 
 
@@ -176,6 +178,11 @@ class Torch(Framework):
 
         return watch_dataloader(self, loader, meta, sample_memory)
 
+    def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None]:
+        from .watch import autowatch_dataloaders
+
+        return autowatch_dataloaders(session)
+
 
 TORCH = Torch(
     "torch",
@@ -184,4 +191,5 @@ TORCH = Torch(
     tuned_knobs=("num_workers", "prefetch_factor"),
     estimate_settings=("num_workers", "prefetch_factor", "pin_memory"),
     extra="torch",
+    autowatch_module="torch",
 )

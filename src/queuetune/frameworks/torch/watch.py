@@ -11,7 +11,7 @@ import weakref
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import require
 
@@ -24,6 +24,9 @@ from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
 from ..base import Framework  # noqa: E402
+
+if TYPE_CHECKING:
+    from ...session import Session
 
 # Per thread (a worker process's fetch loop, or the main thread with
 # num_workers=0): the batch whose items were fetched and not yet collated, by
@@ -435,3 +438,35 @@ def watch_dataloader(
         recorder.close()
         raise
     return watched, recorder
+
+
+def autowatch_dataloaders(session: Session) -> Callable[[], None]:
+    """Make every ``DataLoader`` the program iterates while ``session`` is
+    active iterate a watched copy of itself (one per loader, made on its first
+    pass, so that persistent workers persist); return what undoes it. The
+    loaders Keras makes to read its own inputs are left to Keras's watcher."""
+    original = DataLoader.__iter__
+    copies: weakref.WeakKeyDictionary[DataLoader, Any] = weakref.WeakKeyDictionary()
+
+    def __iter__(self: DataLoader) -> Any:
+        if isinstance(self, WatchedDataLoader) or not session.active or _internal(self):
+            return original(self)
+        copy = copies.get(self)
+        if copy is None:
+            copy = session.watch(self, "dataloader")
+            if copy is None:
+                return original(self)
+            copies[self] = copy
+        return iter(copy)
+
+    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+
+    def undo() -> None:
+        DataLoader.__iter__ = original  # type: ignore[method-assign]
+
+    return undo
+
+
+def _internal(loader: DataLoader) -> bool:
+    """A loader another framework makes to read its own inputs (Keras's torch backend)."""
+    return type(loader.dataset).__module__.split(".")[0] == "keras"

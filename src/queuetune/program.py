@@ -1,0 +1,107 @@
+"""``queuetune run``: a program run under a :class:`~queuetune.session.Session`,
+each loader's trace saved, analysed and given a recommendation."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .analysis import Report, analyze
+from .runner import Target, run
+from .session import Session
+from .tune.recommend import Recommendation, recommend
+
+
+@dataclass
+class LoaderResult:
+    """One loader the program iterated: its label, where its trace was saved,
+    the report and the recommendation."""
+
+    label: str
+    trace_path: Path
+    report: Report
+    recommendation: Recommendation
+
+
+@dataclass
+class ProgramResult:
+    """The program's exit code, what it iterated, and the loaders left alone."""
+
+    exit_code: int
+    out: Path
+    loaders: list[LoaderResult] = field(default_factory=list)
+    left_alone: dict[str, str] = field(default_factory=dict)
+
+
+def default_out(now: float | None = None) -> Path:
+    """A new folder name in the working directory, from the time.
+
+    >>> default_out(0.0).name.startswith("queuetune-run-1970")
+    True
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now) if now is not None else time.localtime())
+    path = Path(f"queuetune-run-{stamp}")
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = Path(f"queuetune-run-{stamp}-{suffix}")
+    return path
+
+
+def prepare_out(out: str | os.PathLike[str]) -> Path:
+    """Make ``out`` (parents too) and check that files can be written in it; a
+    ValueError naming the problem if not.
+
+    >>> import tempfile, os
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     prepare_out(os.path.join(folder, "a", "b")).is_dir()
+    True
+    """
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ValueError(f"cannot write traces to {str(path)!r}: {exc.strerror or exc}") from None
+    return path
+
+
+def run_program(
+    target: Target,
+    out: str | os.PathLike[str] | None = None,
+    sample_memory: bool = True,
+    while_running: Callable[[Session], AbstractContextManager[Any]] | None = None,
+) -> ProgramResult:
+    """Run ``target`` with every loader it iterates watched; save each trace to
+    ``out`` (default: a new ``queuetune-run-<time>`` folder) as
+    ``NN-<kind>.json``; analyse each and recommend a setting.
+    ``while_running(session)``: a context the program runs in (the live line).
+
+    >>> # run_program(Target("train.py")).loaders[0].report.verdict
+    """
+    target.check()
+    folder = prepare_out(out if out is not None else default_out())
+    session = Session(sample_memory=sample_memory).start()
+    try:
+        with while_running(session) if while_running is not None else nullcontext():
+            code = run(target)
+    finally:
+        session.stop()
+    result = ProgramResult(code, folder, left_alone=dict(session.left_alone))
+    for number, (watched, trace) in enumerate(session.traces(), start=1):
+        path = folder / f"{number:02d}-{_slug(watched.kind)}.json"
+        trace.save(path)
+        result.loaders.append(LoaderResult(watched.label, path, analyze(trace), recommend(trace)))
+    return result
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "loader"

@@ -1,0 +1,172 @@
+"""A session: every loader a program iterates, watched without a change to its
+code, as ``queuetune run`` needs. Each framework's module says where to hook in
+(:meth:`~queuetune.frameworks.base.Framework.autowatch`); the session installs
+those hooks when the framework is imported, keeps what they watch, and undoes
+every hook at the end."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType, ModuleType
+from typing import Any
+
+from .imports import ImportHooks
+from .recorder import Live
+from .trace import Trace
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass
+class Watched:
+    """One loader the session watches: its label (kind, number and where the
+    program first iterated it) and how to get its trace."""
+
+    label: str
+    kind: str
+    trace: Callable[[], Trace]
+    close: Callable[[], None] = field(default=lambda: None)
+    live: Callable[[], Live] | None = None
+
+
+class Session:
+    """Watches every loader of a known kind that is iterated while it is
+    active: torch ``DataLoader``, Keras ``fit``/``evaluate``/``predict`` on a
+    ``PyDataset`` or a generator, tf.data ``Dataset``, queuetune's
+    ``Prefetcher``.
+
+    >>> import queuetune
+    >>> with Session() as session:
+    ...     with queuetune.Prefetcher(range(4), max_bytes="1MiB", workers=1) as loader:
+    ...         total = sum(loader)
+    >>> [w.kind for w in session.loaders], total
+    (['prefetcher'], 6)
+    """
+
+    def __init__(self, sample_memory: bool = True) -> None:
+        self.sample_memory = sample_memory
+        self.loaders: list[Watched] = []
+        #: Loaders left alone: type name -> why (each said once).
+        self.left_alone: dict[str, str] = {}
+        self.active = False
+        self._hooks = ImportHooks()
+        self._undo: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> Session:
+        """Hook into every framework, now or when it is imported."""
+        from .frameworks import FRAMEWORKS
+
+        self.active = True
+        for framework in FRAMEWORKS.values():
+            if framework.autowatch_module is not None:
+                self._hooks.add(framework.autowatch_module, self._installer(framework.autowatch))
+        return self
+
+    def _installer(
+        self, install: Callable[[Session, ModuleType], Callable[[], None] | None]
+    ) -> Callable[[ModuleType], None]:
+        def hook(module: ModuleType) -> None:
+            if self.active:
+                undo = install(self, module)
+                if undo is not None:
+                    self._undo.append(undo)
+
+        return hook
+
+    def stop(self) -> None:
+        """Undo every hook; what was watched stays readable."""
+        self.active = False
+        self._hooks.remove()
+        while self._undo:
+            self._undo.pop()()
+
+    def __enter__(self) -> Session:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def add(
+        self,
+        kind: str,
+        trace: Callable[[], Trace],
+        close: Callable[[], None] | None = None,
+        live: Callable[[], Live] | None = None,
+    ) -> str:
+        """Keep a loader just watched; return its label."""
+        with self._lock:
+            number = 1 + sum(1 for w in self.loaders if w.kind == kind)
+            label = f"{kind} {number}" + where_called()
+            self.loaders.append(Watched(label, kind, trace, close or (lambda: None), live))
+        return label
+
+    def live(self) -> list[tuple[str, Live]]:
+        """Each loader's :class:`~queuetune.recorder.Live` reading now."""
+        with self._lock:
+            loaders = list(self.loaders)
+        return [(w.label, w.live()) for w in loaders if w.live is not None]
+
+    def watch(self, loader: Any, kind: str, **meta: Any) -> Any:
+        """``queuetune.watch(loader)``, kept; or None, said once per type, when
+        queuetune cannot watch it. ``meta``: entries of its trace's
+        :class:`~queuetune.trace.TraceMeta` to set."""
+        from .probe import probe_of, watch
+
+        try:
+            watched = watch(loader, sample_memory=self.sample_memory)
+        except (TypeError, ValueError) as exc:
+            self.leave(loader, str(exc))
+            return None
+        probe = probe_of(watched)
+        label = self.add(kind, probe.trace, probe.close, probe.recorder.live)
+        probe.recorder.meta.name = label
+        for name, value in meta.items():
+            setattr(probe.recorder.meta, name, value)
+        return watched
+
+    def probe(self, watched: Any) -> Any:
+        """The :class:`~queuetune.Probe` of a loader :meth:`watch` returned."""
+        from .probe import probe_of
+
+        return probe_of(watched)
+
+    def leave(self, loader: Any, why: str) -> None:
+        """Note a loader left alone (once per type)."""
+        with self._lock:
+            self.left_alone.setdefault(type(loader).__qualname__, why)
+
+    def traces(self) -> list[tuple[Watched, Trace]]:
+        """Each loader's trace, its open run ended and its helpers stopped."""
+        out = []
+        for watched in self.loaders:
+            watched.close()
+            out.append((watched, watched.trace()))
+        return out
+
+
+def where_called() -> str:
+    """`` (file:line)`` of the innermost frame outside queuetune and the
+    frameworks (the program's line that iterated the loader), or ``""``."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _library(filename):
+            return f" ({os.path.basename(filename)}:{frame.f_lineno})"
+        frame = frame.f_back
+    return ""
+
+
+def _library(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return (
+        path.startswith(_PACKAGE + os.sep)
+        or f"{os.sep}site-packages{os.sep}" in path
+        or f"{os.sep}dist-packages{os.sep}" in path
+        or filename.startswith("<frozen")
+        or path.startswith(os.path.dirname(os.__file__) + os.sep)
+    )

@@ -1,0 +1,100 @@
+"""A recommendation from one trace, with no trials: the queue model fitted to
+what was measured, asked for the setting of least memory that keeps the
+throughput it predicts at best (what ``queuetune run`` can say after a
+program; ``queuetune tune`` measures it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import cores
+from ..analysis import consumed_by_block
+from ..frameworks import FRAMEWORKS
+from ..trace import Trace
+from .measures import after_warmup
+from .predict import Predicted, predict
+from .tuner import worker_choices
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What the model predicts for the recommended setting and for the one measured.
+
+    ``settings``: the knobs to set (None with ``why`` when the trace cannot
+    give a recommendation); ``share``: its predicted throughput as a share of
+    the best predicted; ``peak_bytes``: its predicted peak in flight;
+    ``current_share``/``current_peak_bytes``: the same for the settings
+    measured (None when the model does not reach them).
+
+    >>> Recommendation(None, why="too few batches").text()
+    'no recommendation: too few batches'
+    """
+
+    settings: dict[str, Any] | None
+    share: float = 0.0
+    peak_bytes: float = 0.0
+    current: dict[str, Any] | None = None
+    current_share: float | None = None
+    current_peak_bytes: float | None = None
+    why: str = ""
+
+    def text(self) -> str:
+        """The recommendation in one sentence."""
+        from ..units import format_bytes
+
+        if self.settings is None:
+            return f"no recommendation: {self.why}"
+        shown = ", ".join(f"{k}={v}" for k, v in self.settings.items())
+        if self.current is not None and all(self.current.get(k) == v for k, v in self.settings.items()):
+            return f"keep {shown}: the model predicts no setting of less memory at {self.share:.0%} of the best"
+        peak = format_bytes(int(self.peak_bytes))
+        text = f"{shown}: predicted {self.share:.0%} of the best throughput, {peak} in flight at peak"
+        if self.current_share is not None and self.current_peak_bytes is not None:
+            text += f" (the settings measured: {self.current_share:.0%}, {format_bytes(int(self.current_peak_bytes))})"
+        return text + "; `queuetune tune` measures it"
+
+
+def recommend(trace: Trace, tolerance: float = 0.02, max_depth: int = 32, warmup: int = 10) -> Recommendation:
+    """The setting of least predicted peak memory whose predicted throughput is
+    at least ``1 - tolerance`` of the best predicted, over depths up to
+    ``max_depth`` and worker counts 1, 2, 4, ... up to the cores (see
+    :func:`~queuetune.tune.worker_choices`), from ``trace`` alone.
+
+    >>> from queuetune.trace import Trace, TraceMeta
+    >>> recommend(Trace(meta=TraceMeta(framework="queuetune"))).why
+    'the Prefetcher sizes its own queue (max_bytes, adaptive)'
+    """
+    meta = trace.meta
+    framework = FRAMEWORKS.get(meta.framework or "")
+    if framework is not None and framework.unmodelled is not None:
+        return Recommendation(None, why=framework.unmodelled)
+    if framework is None or framework.depth_knob is None or meta.settings is None:
+        return Recommendation(None, why=f"no queue model for a {meta.loader or 'loader'} watched so")
+    if len(trace.consumed) < 2 * warmup or not trace.produced:
+        return Recommendation(None, why=f"too few batches consumed ({len(trace.consumed)}) to fit the model")
+    current = {k: meta.settings[k] for k in framework.tuned_knobs if k in meta.settings}
+    workers = framework.workers(current) if framework.workers_knob else None
+    trimmed = after_warmup(consumed_by_block(trace), warmup)
+    rows = predict(trimmed, framework, worker_choices(workers, cores.available()), max_depth, seed=0)
+    if not rows:
+        return Recommendation(None, why="the queue model could not be fitted to this run")
+    best = max(p.throughput for p in rows)
+    keeping = [p for p in rows if p.throughput >= (1 - tolerance) * best]
+    chosen = min(keeping, key=lambda p: (p.peak_built_bytes, -p.throughput))
+    now = _matching(rows, current)
+    return Recommendation(
+        settings={**current, **chosen.settings},
+        share=chosen.throughput / best if best else 0.0,
+        peak_bytes=chosen.peak_built_bytes,
+        current=current,
+        current_share=now.throughput / best if now is not None and best else None,
+        current_peak_bytes=now.peak_built_bytes if now is not None else None,
+    )
+
+
+def _matching(rows: list[Predicted], current: dict[str, Any]) -> Predicted | None:
+    for p in rows:
+        if all(current.get(k) == v for k, v in p.settings.items()):
+            return p
+    return None
