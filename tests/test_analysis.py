@@ -205,6 +205,7 @@ REPORT_KEYS = {
     "series",
     "notes",
     "nodes",
+    "series_start",
 }
 
 
@@ -283,6 +284,7 @@ def test_batches_a_pass_never_handed_over_leave_with_it():
     assert r.read_ahead_batches == 2
     # key 2 is let go when run 0 ends, key 3 (finished after it ended) at once; run 1 holds one
     t0 = 0.2  # the series starts at the first change
+    assert r.series_start == pytest.approx(t0)
     series = {round(t + t0, 6): b for t, b in zip(r.series["t"], r.series["batches"])}
     assert series == {0.2: 1, 0.3: 2, 1.0: 0, 1.1: 0, 2.2: 1, 3.0: 0}
     assert r.peak_in_flight_batches == 2

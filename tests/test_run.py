@@ -65,6 +65,7 @@ def test_a_torch_script_keeps_its_exit_code_and_leaves_a_trace_the_report_reads(
     assert "recommendation:" in done.stdout and "input wait (steady state)" in done.stdout
     [trace_file] = saved(out)
     assert trace_file.name == "01-dataloader.json"
+    assert (out / "report.html").is_file() and f"HTML report: {out / 'report.html'}" in done.stdout
     trace = Trace.load(trace_file)
     assert len(trace.consumed) == 16 and len(trace.produced) == 16
     assert trace.meta.framework == "torch" and trace.meta.settings["num_workers"] == 2
@@ -271,10 +272,11 @@ def test_a_module_runs_with_its_arguments(tmp_path, capsys, monkeypatch):
     (package / "train.py").write_text("import sys\nprint('args', sys.argv[1:], __name__)\nsys.exit(4)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "--out", str(tmp_path / "out"), "-m", "jobs.train", "--lr", "0.1"]) == 4
+    assert main(["run", "--out", str(tmp_path / "out"), "--no-html", "-m", "jobs.train", "--lr", "0.1"]) == 4
     printed = capsys.readouterr().out
     assert "args ['--lr', '0.1'] __main__" in printed
     assert "queuetune: no loader was iterated" in printed
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 @pytest.mark.timeout(60)

@@ -127,6 +127,8 @@ class Report:
     series: dict[str, list[float]]
     notes: list[str]
     nodes: dict[str, NodeHeld] = field(default_factory=dict)
+    #: Seconds from the trace's start to the series' first point (its ``t`` = 0).
+    series_start: float | None = None
 
     def to_dict(self, series: bool = True) -> dict[str, Any]:
         """Plain data for JSON; ``series=False`` leaves out the time series."""
@@ -234,6 +236,7 @@ def analyze(trace: Trace) -> Report:
         series=_downsample(times, batches, held),
         notes=notes,
         nodes=held_by_node(produced, freed),
+        series_start=times[0] - trace.start if times else None,
     )
 
 

@@ -270,9 +270,10 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", help="a trace saved with Trace.save() (JSON)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw batches and bytes in flight over time")
+    parser.add_argument("trace", nargs="+", help="traces saved with Trace.save() or by queuetune run (JSON)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON (a list for several)")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw batches and bytes in flight over time (one trace)")
+    parser.add_argument("--html", metavar="FILE.html", help="write one self-contained HTML report of every trace")
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -280,17 +281,33 @@ def _run_report(args: argparse.Namespace) -> int:
     from queuetune.render.console import print_report
     from queuetune.trace import Trace
 
-    report = analyze(Trace.load(args.trace))
+    if args.plot and len(args.trace) > 1:
+        raise UsageError("--plot draws one trace; give one, or use --html")
+    traces = [Trace.load(path) for path in args.trace]
+    reports = [analyze(trace) for trace in traces]
     if args.plot:
         from queuetune.render.plot import plot_in_flight
 
-        plot_in_flight(report, args.plot)
+        plot_in_flight(reports[0], args.plot)
+    if args.html:
+        from queuetune.render.html import Section, write_html_report
+        from queuetune.tune.recommend import recommend
+
+        sections = [
+            Section(trace.meta.name or path, trace, report, recommend(trace).text())
+            for path, trace, report in zip(args.trace, traces, reports)
+        ]
+        write_html_report(sections, args.html)
     if args.json:
-        print(report.to_json())
+        texts = [report.to_json() for report in reports]
+        print(texts[0] if len(texts) == 1 else "[" + ",\n".join(texts) + "]")
     else:
-        print_report(report)
+        for report in reports:
+            print_report(report)
         if args.plot:
             print(f"plot written to {args.plot}")
+        if args.html:
+            print(f"HTML report written to {args.html}")
     return 0
 
 
@@ -391,13 +408,21 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 
 def _configure_run(parser: argparse.ArgumentParser) -> None:
-    parser.usage = "queuetune run [--out DIR] [--live | --no-live] (script.py | -m module) [args ...]"
+    parser.usage = (
+        "queuetune run [--out DIR] [--live | --no-live] [--html | --no-html] (script.py | -m module) [args ...]"
+    )
     parser.add_argument("--out", metavar="DIR", help="folder for the traces (default: queuetune-run-<time>)")
     parser.add_argument(
         "--live",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="a live line per loader on stderr, when it is a terminal (default: on)",
+    )
+    parser.add_argument(
+        "--html",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write DIR/report.html, one self-contained page of every loader (default: on)",
     )
     parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="the script (or module) and its arguments")
@@ -413,7 +438,7 @@ def _run_run(args: argparse.Namespace) -> int:
         raise UsageError("give a script to run, or -m module")
     first, rest = args.program[0], args.program[1:]
     target = Target(module=first, args=rest) if args.module else Target(path=first, args=rest)
-    result = run_program(target, args.out, while_running=live_line if args.live else None)
+    result = run_program(target, args.out, while_running=live_line if args.live else None, html=args.html)
     print_program(result)
     return result.exit_code
 

@@ -38,6 +38,8 @@ class ProgramResult:
     out: Path
     loaders: list[LoaderResult] = field(default_factory=list)
     left_alone: dict[str, str] = field(default_factory=dict)
+    #: The HTML report, when one was written.
+    html: Path | None = None
 
 
 def default_out(now: float | None = None) -> Path:
@@ -79,11 +81,13 @@ def run_program(
     out: str | os.PathLike[str] | None = None,
     sample_memory: bool = True,
     while_running: Callable[[Session], AbstractContextManager[Any]] | None = None,
+    html: bool = True,
 ) -> ProgramResult:
     """Run ``target`` with every loader it iterates watched; save each trace to
     ``out`` (default: a new ``queuetune-run-<time>`` folder) as
     ``NN-<kind>.json``; analyse each and recommend a setting.
-    ``while_running(session)``: a context the program runs in (the live line).
+    ``while_running(session)``: a context the program runs in (the live line);
+    ``html``: also write ``report.html`` there (see :mod:`queuetune.render.html`).
 
     >>> # run_program(Target("train.py")).loaders[0].report.verdict
     """
@@ -96,10 +100,20 @@ def run_program(
     finally:
         session.stop()
     result = ProgramResult(code, folder, left_alone=dict(session.left_alone))
-    for number, (watched, trace) in enumerate(session.traces(), start=1):
+    traces = session.traces()
+    for number, (watched, trace) in enumerate(traces, start=1):
         path = folder / f"{number:02d}-{_slug(watched.kind)}.json"
         trace.save(path)
         result.loaders.append(LoaderResult(watched.label, path, analyze(trace), recommend(trace)))
+    if html:
+        from .render.html import Section, write_html_report
+
+        sections = [
+            Section(loader.label, trace, loader.report, loader.recommendation.text())
+            for loader, (_, trace) in zip(result.loaders, traces)
+        ]
+        result.html = folder / "report.html"
+        write_html_report(sections, result.html, title=f"queuetune run {' '.join(target.argv())}")
     return result
 
 

@@ -261,5 +261,7 @@ def print_program(result: Any, console: Console | None = None) -> None:
         line("")
     for kind, why in result.left_alone.items():
         line(f"queuetune: left alone a {kind}: {why}")
+    if result.html is not None:
+        line(f"HTML report: {result.html}")
     if not result.loaders:
         line(f"queuetune: no loader was iterated (watched: {WATCHED_KINDS})")

@@ -1,0 +1,185 @@
+"""The HTML report: one self-contained page per run, with lanes, in flight and
+memory per loader; loaded in a real headless Chromium where one is installed
+(CI installs it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from queuetune.analysis import analyze
+from queuetune.cli import main
+from queuetune.render.html import Section, html_report
+from queuetune.trace import Consumed, Mark, MemorySample, Produced, Trace, TraceMeta
+
+
+def sample_trace(name: str = "loader <1>") -> Trace:
+    produced = [Produced(0.1 * i, 0.1 * i + 0.08, 1024, index=i, key=i, worker=f"thread-{i % 2}") for i in range(10)]
+    consumed = [Consumed(0.1 * i + 0.05, 0.1 * i + 0.09, key=i, samples=[i]) for i in range(10)]
+    marks = [Mark(0.0, "run_begin", 0), Mark(0.0, "epoch_begin", 0), Mark(1.1, "epoch_end", 0), Mark(1.1, "run_end", 0)]
+    memory = [MemorySample(0.1 * i, 100 * 2**20 + i * 2**20, 0) for i in range(11)]
+    meta = TraceMeta(name=name, framework="torch", depth=4, num_samples=10, settings={"num_workers": 2})
+    return Trace(meta=meta, start=0.0, end=1.1, produced=produced, consumed=consumed, marks=marks, memory=memory)
+
+
+def external_references(page: str) -> list[str]:
+    """Every URL the page would fetch (SVG's namespace names are not fetched)."""
+    found = re.findall(r"""(?:src|href)\s*=\s*["']([^"'#][^"']*)["']""", page)
+    found += re.findall(r"url\(\s*['\"]?(?!#)([^)'\"]+)", page)
+    found += re.findall(r"@import", page)
+    return found
+
+
+@pytest.mark.plot
+def test_the_page_has_a_section_per_loader_with_its_figures_and_no_external_references():
+    traces = [sample_trace(), sample_trace("second")]
+    page = html_report([Section(t.meta.name or "", t, analyze(t), "keep it") for t in traces], "run <x>")
+    assert page.startswith("<!DOCTYPE html>") and page.count("<section") == 2 and page.count("<svg") == 2
+    assert "loader &lt;1&gt;" in page and "run &lt;x&gt;" in page and "<1>" not in page
+    assert "Recommendation: keep it" in page and "Coverage" in page and "input wait (steady state)" in page
+    assert external_references(page) == []
+    assert "thread 0" in page and "thread 1" in page and "consumer (green: step, red: wait)" in page
+
+
+def test_the_page_says_when_figures_cannot_be_drawn(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    trace = sample_trace()
+    page = html_report([Section("a", trace, analyze(trace))])
+    assert "<svg" not in page and "pip install 'queuetune[plot]'" in page.replace("&#x27;", "'")
+
+
+@pytest.mark.plot
+@pytest.mark.timeout(60)
+def test_report_writes_one_page_for_several_traces(tmp_path, capsys):
+    paths = []
+    for number in (1, 2):
+        path = tmp_path / f"{number}.json"
+        sample_trace(f"loader {number}").save(path)
+        paths.append(str(path))
+    page = tmp_path / "report.html"
+    assert main(["report", *paths, "--html", str(page)]) == 0
+    text = page.read_text()
+    assert text.count("<section") == 2 and "loader 1" in text and "loader 2" in text
+    assert f"HTML report written to {page}" in capsys.readouterr().out
+    assert main(["report", *paths, "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--plot draws one trace" in capsys.readouterr().err
+
+
+def chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def load_in_chromium(page: Path, shot: Path) -> str:
+    """Load ``page`` in headless Chromium, save a screenshot; return its log (stderr)."""
+    browser = chromium()
+    assert browser is not None
+    done = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--user-data-dir={shot.parent / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1200,1400",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(shot.parent)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
+def console_errors(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "CONSOLE" in line or "Failed to load" in line]
+
+
+def colour_share(shot: Path, colour: tuple[int, int, int], tolerance: int = 12) -> float:
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB")
+    pixels = list(image.getdata())
+    near = sum(1 for p in pixels if all(abs(a - b) <= tolerance for a, b in zip(p, colour)))
+    return near / len(pixels)
+
+
+@pytest.mark.torch
+@pytest.mark.plot
+@pytest.mark.timeout(300)
+def test_a_torch_runs_html_report_renders_in_headless_chromium_with_its_lanes(tmp_path):
+    if chromium() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but no Chromium: scripts/test installs it (apt-get install chromium)")
+        pytest.skip("no Chromium here (CI installs it)")
+    job = tmp_path / "job.py"
+    job.write_text(
+        textwrap.dedent(
+            """
+            import sys, time
+            import torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class Slow(Dataset):
+                def __len__(self):
+                    return 64
+                def __getitem__(self, i):
+                    time.sleep(0.004)
+                    return torch.zeros(16)
+
+            loader = DataLoader(Slow(), batch_size=4, num_workers=2)
+            for epoch in range(2):
+                for batch in loader:
+                    time.sleep(0.002)
+            sys.exit(3)
+            """
+        )
+    )
+    out = tmp_path / "D"
+    done = subprocess.run(
+        [sys.executable, "-m", "queuetune", "run", "--out", str(out), str(job)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 3, done.stderr
+    page = out / "report.html"
+    assert f"HTML report: {page}" in done.stdout
+    assert external_references(page.read_text()) == []
+    shot = tmp_path / "shot.png"
+    log = load_in_chromium(page, shot)
+    assert console_errors(log) == []
+    # The lanes: the workers' builds in blue, the consumer's steps and waits in green and red.
+    assert colour_share(shot, (31, 119, 180)) > 0.002
+    assert colour_share(shot, (44, 160, 44)) > 0.0005 and colour_share(shot, (214, 39, 40)) > 0.0005
+    # The same check finds what a broken page would show.
+    broken = tmp_path / "broken.html"
+    broken.write_text('<!DOCTYPE html><html><body><script>console.error("broken")</script></body></html>')
+    assert console_errors(load_in_chromium(broken, tmp_path / "broken.png")) != []
+    assert colour_share(tmp_path / "broken.png", (31, 119, 180)) == 0
