@@ -197,14 +197,28 @@ def _draw_in_flight(axes: Any, trace: Trace, report: Report) -> None:
     elif depth:
         axes.axhline(depth, color="tab:blue", linestyle="--", alpha=0.6, label=f"depth {depth}")
     other = axes.twinx()
-    other.step(times, [b / 2**20 for b in series["bytes"]], where="post", color="tab:orange", alpha=0.7)
-    other.set_ylabel("MiB", color="tab:orange")
     budget = (trace.meta.settings or {}).get("max_bytes")
-    if isinstance(budget, int) and budget > 0:
-        other.axhline(budget / 2**20, color="tab:orange", linestyle=":", label=f"budget {format_bytes(budget)}")
+    budget = budget if isinstance(budget, int) and budget > 0 else None
+    unit, scale = _unit(max([0, *series["bytes"], budget or 0]))
+    other.step(times, [b / scale for b in series["bytes"]], where="post", color="tab:orange", alpha=0.7)
+    other.set_ylabel(unit, color="tab:orange")
+    if budget is not None:
+        other.axhline(budget / scale, color="tab:orange", linestyle=":", label=f"budget {format_bytes(budget)}")
         other.legend(loc="upper right", fontsize=7)
     axes.legend(loc="upper left", fontsize=7)
     axes.set_title("built and not yet released: batches (blue) and bytes (orange)", fontsize=10, loc="left")
+
+
+def _unit(peak: float) -> tuple[str, float]:
+    """The binary unit that shows ``peak`` bytes best, and its size.
+
+    >>> _unit(3 * 2**20), _unit(100)
+    (('MiB', 1048576), ('B', 1))
+    """
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if peak >= size:
+            return unit, size
+    return "B", 1
 
 
 def _draw_memory(axes: Any, trace: Trace) -> None:
