@@ -183,3 +183,52 @@ def test_a_torch_runs_html_report_renders_in_headless_chromium_with_its_lanes(tm
     broken.write_text('<!DOCTYPE html><html><body><script>console.error("broken")</script></body></html>')
     assert console_errors(load_in_chromium(broken, tmp_path / "broken.png")) != []
     assert colour_share(tmp_path / "broken.png", (31, 119, 180)) == 0
+
+
+#: The fields the Trace Event Format requires of each phase used.
+REQUIRED = {
+    "X": {"name", "ph", "ts", "dur", "pid", "tid"},
+    "C": {"name", "ph", "ts", "pid", "args"},
+    "M": {"name", "ph", "pid", "args"},
+    "i": {"name", "ph", "ts", "pid", "tid", "s"},
+}
+
+
+@pytest.mark.timeout(60)
+def test_perfetto_export_follows_the_trace_event_format(tmp_path, capsys):
+    import json
+
+    trace = sample_trace()
+    trace.marks.append(Mark(0.5, "depth", 6))
+    path = tmp_path / "t.json"
+    trace.save(path)
+    out = tmp_path / "trace.perfetto.json"
+    assert main(["report", str(path), "--format", "perfetto", "-o", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["displayTimeUnit"] == "ms"
+    events = document["traceEvents"]
+    for event in events:
+        assert REQUIRED[event["ph"]] <= set(event), event
+        if "ts" in event:
+            assert isinstance(event["ts"], (int, float)) and event["ts"] >= 0
+        if event["ph"] == "C":
+            assert all(isinstance(v, (int, float)) for v in event["args"].values())
+        if event["ph"] == "M":
+            assert event["name"] in {"process_name", "process_sort_index", "thread_name", "thread_sort_index"}
+        if event["ph"] == "i":
+            assert event["s"] in {"g", "p", "t"}
+    names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names == {"consumer", "worker thread 0", "worker thread 1"}
+    builds = [e for e in events if e["ph"] == "X" and e["name"] == "build"]
+    assert len(builds) == 10 and builds[3]["ts"] == pytest.approx(0.3e6) and builds[3]["dur"] == pytest.approx(8e4)
+    assert len([e for e in events if e["name"] == "wait"]) == 10
+    assert len([e for e in events if e["name"] == "step"]) == 9
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert counters == {"in flight (batches)", "in flight (bytes)", "memory (bytes)", "depth"}
+    peak = max(e["args"]["batches"] for e in events if e["name"] == "in flight (batches)")
+    assert peak == analyze(trace).peak_in_flight_batches
+    # To stdout when no file is given; --output alone is a usage error.
+    assert main(["report", str(path), "--format", "perfetto"]) == 0
+    assert json.loads(capsys.readouterr().out)["traceEvents"]
+    assert main(["report", str(path), "-o", str(tmp_path / "x")]) == 2
+    assert "--output needs --format" in capsys.readouterr().err

@@ -274,6 +274,13 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON (a list for several)")
     parser.add_argument("--plot", metavar="FILE.png", help="draw batches and bytes in flight over time (one trace)")
     parser.add_argument("--html", metavar="FILE.html", help="write one self-contained HTML report of every trace")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json", "perfetto"),
+        default="text",
+        help="text (default), json (as --json), or perfetto: Chrome trace-event JSON for ui.perfetto.dev",
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the --format output here instead of stdout")
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -283,6 +290,8 @@ def _run_report(args: argparse.Namespace) -> int:
 
     if args.plot and len(args.trace) > 1:
         raise UsageError("--plot draws one trace; give one, or use --html")
+    if args.output and not (args.json or args.format != "text"):
+        raise UsageError("--output needs --format json or --format perfetto")
     traces = [Trace.load(path) for path in args.trace]
     reports = [analyze(trace) for trace in traces]
     if args.plot:
@@ -298,9 +307,15 @@ def _run_report(args: argparse.Namespace) -> int:
             for path, trace, report in zip(args.trace, traces, reports)
         ]
         write_html_report(sections, args.html)
-    if args.json:
+    form = "json" if args.json else args.format
+    if form == "perfetto":
+        from queuetune.render.perfetto import chrome_trace
+
+        labels = [trace.meta.name or path for path, trace in zip(args.trace, traces)]
+        _emit(dumps(chrome_trace(list(zip(labels, traces, reports))), indent=None), args.output)
+    elif form == "json":
         texts = [report.to_json() for report in reports]
-        print(texts[0] if len(texts) == 1 else "[" + ",\n".join(texts) + "]")
+        _emit(texts[0] if len(texts) == 1 else "[" + ",\n".join(texts) + "]", args.output)
     else:
         for report in reports:
             print_report(report)
@@ -309,6 +324,14 @@ def _run_report(args: argparse.Namespace) -> int:
         if args.html:
             print(f"HTML report written to {args.html}")
     return 0
+
+
+def _emit(text: str, path: str | None) -> None:
+    if path is None:
+        print(text)
+    else:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(text + "\n")
 
 
 # tune
