@@ -20,7 +20,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 # Each marker's test needs this module; without it, the test is skipped.
-NEEDS = {"keras": "keras", "torch": "torch", "tf": "tensorflow", "ray": "ray", "plot": "matplotlib"}
+NEEDS = {
+    "keras": "keras",
+    "torch": "torch",
+    "tf": "tensorflow",
+    "ray": "ray",
+    "plot": "matplotlib",
+    "tensorboard": "tensorboard",
+}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

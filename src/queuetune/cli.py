@@ -326,6 +326,23 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _together(contexts: list[Callable[[Any], Any]]) -> Callable[[Any], Any] | None:
+    """One context that enters each of ``contexts(session)`` in turn."""
+    if not contexts:
+        return None
+
+    def enter(session: Any) -> Any:
+        from contextlib import ExitStack
+
+        stack = ExitStack()
+        with stack:
+            for make in contexts:
+                stack.enter_context(make(session))
+            return stack.pop_all()
+
+    return enter
+
+
 def _emit(text: str, path: str | None) -> None:
     if path is None:
         print(text)
@@ -432,7 +449,8 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.usage = (
-        "queuetune run [--out DIR] [--live | --no-live] [--html | --no-html] (script.py | -m module) [args ...]"
+        "queuetune run [--out DIR] [--live | --no-live] [--html | --no-html] [--tensorboard LOGDIR]\n"
+        "                     (script.py | -m module) [args ...]"
     )
     parser.add_argument("--out", metavar="DIR", help="folder for the traces (default: queuetune-run-<time>)")
     parser.add_argument(
@@ -446,6 +464,11 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="write DIR/report.html, one self-contained page of every loader (default: on)",
+    )
+    parser.add_argument(
+        "--tensorboard",
+        metavar="LOGDIR",
+        help="write input wait, bytes in flight and batches/s of every loader as TensorBoard scalars, each second",
     )
     parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="the script (or module) and its arguments")
@@ -461,7 +484,17 @@ def _run_run(args: argparse.Namespace) -> int:
         raise UsageError("give a script to run, or -m module")
     first, rest = args.program[0], args.program[1:]
     target = Target(module=first, args=rest) if args.module else Target(path=first, args=rest)
-    result = run_program(target, args.out, while_running=live_line if args.live else None, html=args.html)
+    contexts: list[Callable[[Any], Any]] = []
+    if args.live:
+        contexts.append(live_line)
+    if args.tensorboard:
+        from queuetune.program import prepare_out
+        from queuetune.render.tensorboard import session_scalars, writer_class
+
+        writer_class()  # a missing tensorboard is an error before the program starts
+        logdir = str(prepare_out(args.tensorboard, "TensorBoard scalars"))
+        contexts.append(lambda session: session_scalars(session, logdir))
+    result = run_program(target, args.out, while_running=_together(contexts), html=args.html)
     print_program(result)
     return result.exit_code
 

@@ -70,19 +70,28 @@ class Probe:
                 break
         return count
 
-    def keras_callback(self, print_report: bool = True) -> Any:
+    def keras_callback(self, print_report: bool = True, tensorboard: str | None = None, every: float = 1.0) -> Any:
         """A ``keras.callbacks.Callback`` that records consumption by ``fit``/``predict``/
         ``evaluate`` and prints the report when the call ends.
 
         Put it last in ``callbacks``: the time from its ``on_*_batch_end`` to the
         next ``on_*_batch_begin`` counts as waiting for input, so callbacks after
-        it would count as input wait.
+        it would count as input wait. ``tensorboard``: a log folder where the
+        input wait, bytes in flight and batches/s are written as TensorBoard
+        scalars each ``every`` seconds (``pip install 'queuetune[tensorboard]'``).
 
-        >>> # model.fit(ds, callbacks=[queuetune.probe_of(ds).keras_callback()])
+        >>> # model.fit(ds, callbacks=[queuetune.probe_of(ds).keras_callback(tensorboard="logs")])
         """
         from .frameworks.keras.watch import ProbeCallback
 
-        return ProbeCallback(self, print_report=print_report)
+        scalars = None
+        if tensorboard is not None:
+            from .render.tensorboard import ScalarWriter, writer_class
+
+            writer_class()  # a missing tensorboard is an error now, not at the first batch
+            logdir = tensorboard
+            scalars = lambda: ScalarWriter(logdir)  # noqa: E731
+        return ProbeCallback(self, print_report=print_report, scalars=scalars, every=every)
 
     def close(self) -> None:
         """End the open run and stop the probe's helper threads."""

@@ -57,7 +57,7 @@ def default_out(now: float | None = None) -> Path:
     return path
 
 
-def prepare_out(out: str | os.PathLike[str]) -> Path:
+def prepare_out(out: str | os.PathLike[str], what: str = "traces") -> Path:
     """Make ``out`` (parents too) and check that files can be written in it; a
     ValueError naming the problem if not.
 
@@ -72,7 +72,7 @@ def prepare_out(out: str | os.PathLike[str]) -> Path:
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as exc:
-        raise ValueError(f"cannot write traces to {str(path)!r}: {exc.strerror or exc}") from None
+        raise ValueError(f"cannot write {what} to {str(path)!r}: {exc.strerror or exc}") from None
     return path
 
 

@@ -37,7 +37,8 @@ class Live(NamedTuple):
     """What a loader is doing lately, cheap enough to read twice a second while
     it runs: batches a second the consumer took and the share of the time it
     waited over the last ``window`` seconds, batches built and not yet taken
-    (and their bytes), the process's resident memory (None until sampled).
+    (and their bytes), the process's resident memory (None until sampled),
+    and the batches taken so far.
 
     >>> Live(10.0, 0.5, 2, 64, None).in_flight
     2
@@ -48,6 +49,7 @@ class Live(NamedTuple):
     in_flight: int
     in_flight_bytes: int
     rss: int | None
+    batches: int = 0
 
 
 def built_here(start: float, end: float, nbytes: int, index: int | None = None, key: Any = None) -> Built:
@@ -506,6 +508,7 @@ class Recorder:
             in_flight=ahead,
             in_flight_bytes=sum(b.nbytes for b in produced[len(produced) - ahead :]) if ahead else 0,
             rss=memory[0].rss if memory else None,
+            batches=len(consumed),
         )
 
     def trace(self) -> Trace:

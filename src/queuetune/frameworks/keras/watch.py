@@ -113,7 +113,9 @@ class ProbeCallback(keras.callbacks.Callback):
     model is done with it (``on_*_batch_end``). Only the phase that opened the run
     counts: validation batches inside ``fit`` are a pause of the training consumer."""
 
-    def __init__(self, probe: Any, print_report: bool = True) -> None:
+    def __init__(
+        self, probe: Any, print_report: bool = True, scalars: Callable[[], Any] | None = None, every: float = 1.0
+    ) -> None:
         super().__init__()
         self._probe = probe
         self._recorder: Recorder = probe.recorder
@@ -121,12 +123,20 @@ class ProbeCallback(keras.callbacks.Callback):
         self._print = print_report
         self._phase: str | None = None
         self._asked = 0.0
+        # A writer of live readings (TensorBoard scalars) made when a run begins:
+        # ``write(label, live)`` each ``every`` seconds and at the end, then ``close()``.
+        self._make_scalars = scalars
+        self._every = every
+        self._scalars: Any = None
+        self._written = 0.0
 
     def _begin(self, phase: str) -> None:
         if self._phase is None:
             self._phase = phase
             self._recorder.run_begin()
             self._asked = clock()
+            if self._make_scalars is not None:
+                self._scalars, self._written = self._make_scalars(), -self._every
         elif phase != self._phase:
             self._recorder.mark("pause_begin", phase)
 
@@ -134,6 +144,10 @@ class ProbeCallback(keras.callbacks.Callback):
         if phase == self._phase:
             self._recorder.run_end()
             self._phase = None
+            if self._scalars is not None:
+                self._scalars.write(self._label(), self._recorder.live())
+                self._scalars.close()
+                self._scalars = None
             if self._print:
                 self._probe.print_report()
         elif self._phase is not None:
@@ -146,7 +160,15 @@ class ProbeCallback(keras.callbacks.Callback):
 
     def _batch_end(self, phase: str) -> None:
         if phase == self._phase:
+            now = clock()
+            if self._scalars is not None and now - self._written >= self._every:
+                self._scalars.write(self._label(), self._recorder.live())
+                self._written = now
             self._asked = clock()
+
+    def _label(self) -> str:
+        meta = self._recorder.meta
+        return meta.name or meta.loader or "loader"
 
     def on_train_begin(self, logs: Any = None) -> None:
         self._begin("train")
