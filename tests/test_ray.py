@@ -382,3 +382,28 @@ def test_cli_tune_a_ray_factory(cluster, tmp_path, capsys):
     assert all(t["batches"] == 80 for t in out["trials"])
     assert main(["tune", f"{factory}:make", "--framework", "torch"]) == 2
     assert "builds a ray loader, not torch" in capsys.readouterr().err
+
+
+def test_queuetune_run_watches_a_ray_dataset_the_script_iterates(cluster, tmp_path, capsys):
+    from queuetune.cli import main
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import ray.data\n"
+        "ds = ray.data.range(24, override_num_blocks=6).map_batches(lambda b: b, batch_size=None)\n"
+        "seen = []\n"
+        "for epoch in range(2):\n"
+        "    for batch in ds.iter_batches(batch_size=4, prefetch_batches=1):\n"
+        "        seen += list(batch['id'])\n"
+        "assert sorted(seen) == sorted(list(range(24)) * 2), seen\n"
+    )
+    before = {name: getattr(ray.data.Dataset, name) for name in ("iter_batches", "iter_torch_batches", "iter_rows")}
+    assert main(["run", "--out", str(tmp_path / "out"), "--no-html", str(job)]) == 0
+    printed = capsys.readouterr().out
+    assert "ray dataset 1 (job.py:5)" in printed and "left alone" not in printed
+    [path] = sorted((tmp_path / "out").glob("*.json"))
+    trace = Trace.load(path)
+    assert path.name == "01-ray-dataset.json" and trace.meta.framework == "ray" and trace.meta.match == "rows"
+    assert len(trace.consumed) == 12 and sum(c.rows or 0 for c in trace.consumed) == 48
+    assert sum(p.rows or 0 for p in trace.produced) == 48  # blocks counted in the remote tasks, both passes
+    assert {name: getattr(ray.data.Dataset, name) for name in before} == before

@@ -3,6 +3,7 @@ exit code kept, each loader's report printed and its trace saved."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -361,3 +362,24 @@ def test_the_live_line_shows_each_loader_on_a_terminal_only(tmp_path):
     with live_line(Session(), Console(file=piped)) as showing:
         assert showing is False
     assert piped.getvalue() == ""
+
+
+@pytest.mark.timeout(30)
+def test_a_hook_that_fails_leaves_the_framework_alone_and_the_import_works(tmp_path, monkeypatch):
+    from queuetune.frameworks import FRAMEWORKS, Framework
+
+    (tmp_path / "late_framework.py").write_text("VALUE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    @dataclasses.dataclass(frozen=True)
+    class Broken(Framework):
+        def autowatch(self, session, module):
+            raise AttributeError("no DataLoader in this version")
+
+    monkeypatch.setitem(FRAMEWORKS, "broken", Broken("broken", autowatch_module="late_framework"))
+    with Session() as session:
+        import late_framework
+
+        assert late_framework.VALUE == 3
+    sys.modules.pop("late_framework", None)
+    assert session.left_alone == {"broken loader": "queuetune could not hook in (no DataLoader in this version)"}

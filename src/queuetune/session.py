@@ -36,8 +36,10 @@ class Watched:
 class Session:
     """Watches every loader of a known kind that is iterated while it is
     active: torch ``DataLoader``, Keras ``fit``/``evaluate``/``predict`` on a
-    ``PyDataset`` or a generator, tf.data ``Dataset``, queuetune's
-    ``Prefetcher``.
+    ``PyDataset`` or a generator, tf.data ``Dataset``, Ray Data ``Dataset``
+    (its ``iter_*`` methods), queuetune's ``Prefetcher``. A framework whose
+    hook fails (another version than queuetune knows) is left alone, and said so:
+    the program's own import never fails because of it.
 
     >>> import queuetune
     >>> with Session() as session:
@@ -64,17 +66,23 @@ class Session:
         self.active = True
         for framework in FRAMEWORKS.values():
             if framework.autowatch_module is not None:
-                self._hooks.add(framework.autowatch_module, self._installer(framework.autowatch))
+                self._hooks.add(framework.autowatch_module, self._installer(framework.name, framework.autowatch))
         return self
 
     def _installer(
-        self, install: Callable[[Session, ModuleType], Callable[[], None] | None]
+        self, name: str, install: Callable[[Session, ModuleType], Callable[[], None] | None]
     ) -> Callable[[ModuleType], None]:
         def hook(module: ModuleType) -> None:
-            if self.active:
+            if not self.active:
+                return
+            try:
                 undo = install(self, module)
-                if undo is not None:
-                    self._undo.append(undo)
+            except Exception as exc:  # a version queuetune does not know: leave it alone
+                with self._lock:
+                    self.left_alone.setdefault(f"{name} loader", f"queuetune could not hook in ({exc})")
+                return
+            if undo is not None:
+                self._undo.append(undo)
 
         return hook
 

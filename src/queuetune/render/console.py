@@ -242,7 +242,8 @@ def print_tune(result: Any, console: Console | None = None) -> None:
 
 #: What ``queuetune run`` watches, for the line that says none was seen.
 WATCHED_KINDS = (
-    "torch DataLoader, Keras PyDataset or generator in fit/evaluate/predict, tf.data Dataset, queuetune Prefetcher"
+    "torch DataLoader, Keras PyDataset or generator in fit/evaluate/predict, tf.data Dataset, Ray Data Dataset, "
+    "queuetune Prefetcher"
 )
 
 

@@ -237,7 +237,9 @@ class Ray(Framework):
         return replace(self, cpus=cpus, store_budget=store_budget)
 
     def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None]:
-        return autowatch_note(session, module.Dataset)
+        from .watch import autowatch_datasets
+
+        return autowatch_datasets(session, module.Dataset)
 
     def measured(self, baseline: Trace) -> Ray:
         # A depth counts blocks: the budget that holds one depends on their size.
@@ -253,30 +255,6 @@ def _ray_bytes(value: Any, what: str) -> int:
         return parse_bytes(value)
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"{what}: {exc}") from None
-
-
-def autowatch_note(session: Session, dataset: type) -> Callable[[], None]:
-    """Note, once, that a Ray Data ``Dataset`` the program reads is left alone
-    (``queuetune run`` does not watch one yet: ``queuetune.watch(ds)`` does)."""
-    Dataset = dataset
-    originals = {name: getattr(Dataset, name) for name in (*RAY_METHODS, "iter_rows")}
-
-    def noting(method: Callable[..., Any]) -> Callable[..., Any]:
-        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if session.active:
-                session.leave(self, "queuetune run does not watch Ray Data yet; queuetune.watch(ds) does")
-            return method(self, *args, **kwargs)
-
-        return call
-
-    for name, method in originals.items():
-        setattr(Dataset, name, noting(method))
-
-    def undo() -> None:
-        for name, method in originals.items():
-            setattr(Dataset, name, method)
-
-    return undo
 
 
 RAY = Ray(

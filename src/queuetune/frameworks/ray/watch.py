@@ -7,8 +7,8 @@ import dataclasses
 import os
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..base import require
 
@@ -20,6 +20,9 @@ import ray.data  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Recorder, clock, recorded  # noqa: E402
 from ...trace import Produced, Trace, TraceMeta  # noqa: E402
+
+if TYPE_CHECKING:
+    from ...session import Session
 
 #: The map steps whose settings the counting step copies, so that Ray fuses the two.
 _MAP_OPERATORS = ("MapBatches", "MapRows", "Filter", "FlatMap", "Read", "Project")
@@ -289,3 +292,44 @@ def watch_dataset(dataset: Any, meta: TraceMeta, sample_memory: bool) -> tuple[W
     )
     recorder = RayRecorder(meta, collector, sample_memory=sample_memory)
     return WatchedDataset(counted, recorder), recorder
+
+
+#: The iterators ``queuetune run`` watches a dataset through.
+ITERATORS = ("iter_batches", "iter_torch_batches", "iter_rows")
+
+
+def autowatch_datasets(session: Session, dataset_class: type) -> Callable[[], None]:
+    """Make every ``iter_batches``/``iter_torch_batches``/``iter_rows`` of a Ray
+    Data ``Dataset`` while ``session`` is active read a watched copy of it (one
+    per dataset: the counting step appended, see :func:`watch_dataset`); return
+    what undoes it."""
+    originals = {name: getattr(dataset_class, name) for name in ITERATORS}
+    copies: dict[int, tuple[Any, WatchedDataset]] = {}
+    counting: dict[int, Any] = {}  # the copies' own datasets, read as they are
+
+    def through(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not session.active or id(self) in counting or args:
+                return method(self, *args, **kwargs)
+            held = copies.get(id(self))
+            watched = held[1] if held is not None and held[0] is self else None
+            if watched is None:
+                watched = session.watch(self, "ray dataset")
+                if watched is None:
+                    return method(self, *args, **kwargs)
+                copies[id(self)] = (self, watched)
+                counting[id(watched.dataset)] = watched.dataset
+            return getattr(watched, name)(**kwargs)
+
+        return call
+
+    for name, method in originals.items():
+        setattr(dataset_class, name, through(name, method))
+
+    def undo() -> None:
+        for name, method in originals.items():
+            setattr(dataset_class, name, method)
+        copies.clear()
+        counting.clear()
+
+    return undo
