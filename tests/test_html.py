@@ -122,61 +122,99 @@ def console_errors(log: str) -> list[str]:
 
 
 def colour_share(shot: Path, colour: tuple[int, int, int], tolerance: int = 12) -> float:
+    import numpy as np
     from PIL import Image
 
-    image = Image.open(shot).convert("RGB")
-    pixels = list(image.getdata())
-    near = sum(1 for p in pixels if all(abs(a - b) <= tolerance for a, b in zip(p, colour)))
-    return near / len(pixels)
+    pixels = np.asarray(Image.open(shot).convert("RGB"), dtype=int)
+    return float(np.all(np.abs(pixels - np.array(colour)) <= tolerance, axis=-1).mean())
 
 
-@pytest.mark.torch
+SCRIPTS = {
+    "torch": """
+        import sys, time
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Slow(Dataset):
+            def __len__(self):
+                return 64
+            def __getitem__(self, i):
+                time.sleep(0.004)
+                return torch.zeros(16)
+
+        loader = DataLoader(Slow(), batch_size=4, num_workers=2)
+        for epoch in range(2):
+            for batch in loader:
+                time.sleep(0.002)
+        sys.exit(3)
+        """,
+    "keras": """
+        import sys, time
+        import numpy as np
+        import keras
+
+        class Data(keras.utils.PyDataset):
+            def __init__(self):
+                super().__init__(workers=2, max_queue_size=3)
+            def __len__(self):
+                return 12
+            def __getitem__(self, i):
+                time.sleep(0.004)
+                return np.ones((8, 4), "float32"), np.zeros((8, 1), "float32")
+
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(Data(), epochs=2, verbose=0)
+        sys.exit(3)
+        """,
+    "tf": """
+        import sys, time
+        import tensorflow as tf
+
+        dataset = tf.data.Dataset.range(64).batch(4).prefetch(2)
+        for epoch in range(2):
+            for batch in dataset:
+                time.sleep(0.002)
+        sys.exit(3)
+        """,
+}
+
+
 @pytest.mark.plot
 @pytest.mark.timeout(300)
-def test_a_torch_runs_html_report_renders_in_headless_chromium_with_its_lanes(tmp_path):
+@pytest.mark.parametrize(
+    "framework",
+    [
+        pytest.param("torch", marks=pytest.mark.torch),
+        pytest.param("keras", marks=pytest.mark.keras),
+        pytest.param("tf", marks=pytest.mark.tf),
+    ],
+)
+def test_a_runs_html_report_renders_in_headless_chromium_with_its_lanes(tmp_path, framework):
     if chromium() is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true but no Chromium: scripts/test installs it (apt-get install chromium)")
         pytest.skip("no Chromium here (CI installs it)")
     job = tmp_path / "job.py"
-    job.write_text(
-        textwrap.dedent(
-            """
-            import sys, time
-            import torch
-            from torch.utils.data import DataLoader, Dataset
-
-            class Slow(Dataset):
-                def __len__(self):
-                    return 64
-                def __getitem__(self, i):
-                    time.sleep(0.004)
-                    return torch.zeros(16)
-
-            loader = DataLoader(Slow(), batch_size=4, num_workers=2)
-            for epoch in range(2):
-                for batch in loader:
-                    time.sleep(0.002)
-            sys.exit(3)
-            """
-        )
-    )
+    job.write_text(textwrap.dedent(SCRIPTS[framework]))
     out = tmp_path / "D"
     done = subprocess.run(
         [sys.executable, "-m", "queuetune", "run", "--out", str(out), str(job)],
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=200,
     )
     assert done.returncode == 3, done.stderr
+    [trace] = sorted(out.glob("*.json"))
+    assert main(["report", str(trace), "--json"]) == 0
     page = out / "report.html"
     assert f"HTML report: {page}" in done.stdout
     assert external_references(page.read_text()) == []
     shot = tmp_path / "shot.png"
     log = load_in_chromium(page, shot)
     assert console_errors(log) == []
-    # The lanes: the workers' builds in blue, the consumer's steps and waits in green and red.
-    assert colour_share(shot, (31, 119, 180)) > 0.002
+    # The lanes: the builds in blue, the consumer's steps and waits in green and red.
+    assert colour_share(shot, (31, 119, 180)) > 0.0008
     assert colour_share(shot, (44, 160, 44)) > 0.0005 and colour_share(shot, (214, 39, 40)) > 0.0005
     # The same check finds what a broken page would show.
     broken = tmp_path / "broken.html"
