@@ -7,8 +7,9 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--images 
 - The data: ``--images`` JPEGs of 320x240 (quality 90), made on the spot with
   Pillow from seeded noise and shapes, in a temporary folder.
 - A sample: the JPEG decoded with Pillow, then the transforms of torchvision's
-  ImageNet recipe written with Pillow and torch (torchvision is not used: its
-  builds for torch 2.13.0 do not load against the CPU build of torch):
+  ImageNet recipe written with Pillow and torch in ``examples/images.py``
+  (torchvision is not used: its builds for torch 2.13.0 do not load against
+  the CPU build of torch):
   ``RandomResizedCrop(224)`` (scale 0.08-1, ratio 3/4-4/3, bilinear),
   a horizontal flip with p=0.5, ``ToTensor`` (uint8 HWC to float CHW in [0, 1]),
   ``Normalize`` with ImageNet's mean and std. Batches are collated in the workers.
@@ -31,9 +32,7 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--images 
 from __future__ import annotations
 
 import argparse
-import math
 import platform
-import random
 import statistics
 import sys
 import tempfile
@@ -41,118 +40,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from common import machine, publish, rotated, stop_nodes
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from images import ImageFolder, make_images, resnet18, train_transform
+
 WARMUP = 4
-MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
-STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)
 LOADERS = ("torch", "prefetcher", "torchdata.nodes")
-
-
-def make_jpegs(folder: Path, count: int) -> list[Path]:
-    """``count`` JPEGs of 320x240: noise with a few rectangles and ellipses."""
-    from PIL import Image, ImageDraw
-
-    rng = np.random.default_rng(0)
-    paths = []
-    for i in range(count):
-        pixels = rng.integers(0, 256, (240, 320, 3), dtype=np.uint8) // 4 + 96
-        image = Image.fromarray(pixels)
-        draw = ImageDraw.Draw(image)
-        for _ in range(6):
-            x0, y0 = int(rng.integers(0, 280)), int(rng.integers(0, 200))
-            box = (x0, y0, x0 + int(rng.integers(10, 120)), y0 + int(rng.integers(10, 120)))
-            fill = tuple(int(v) for v in rng.integers(0, 256, 3))
-            (draw.rectangle if rng.random() < 0.5 else draw.ellipse)(box, fill=fill)
-        path = folder / f"{i:05d}.jpg"
-        image.save(path, quality=90)
-        paths.append(path)
-    return paths
-
-
-class Jpegs:
-    """Map-style: sample ``i`` is (the augmented image as a float32 tensor 3x224x224, its label)."""
-
-    def __init__(self, paths: list[Path], size: int = 224) -> None:
-        self.paths, self.size = paths, size
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int) -> tuple[Any, int]:
-        import torch
-        from PIL import Image
-
-        with Image.open(self.paths[i]) as image:
-            image = random_resized_crop(image.convert("RGB"), self.size)
-        if random.random() < 0.5:
-            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        array = np.asarray(image, dtype=np.float32).transpose(2, 0, 1) / 255.0
-        return torch.from_numpy((array - MEAN) / STD), i % 10
-
-
-def random_resized_crop(image: Any, size: int) -> Any:
-    """torchvision's RandomResizedCrop: a random area of 8-100 % and aspect ratio 3/4-4/3,
-    resized to ``size`` x ``size`` (bilinear); a center crop after 10 misses."""
-    from PIL import Image
-
-    width, height = image.size
-    area = width * height
-    for _ in range(10):
-        target = area * random.uniform(0.08, 1.0)
-        ratio = math.exp(random.uniform(math.log(3 / 4), math.log(4 / 3)))
-        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
-        if 0 < w <= width and 0 < h <= height:
-            left, top = random.randint(0, width - w), random.randint(0, height - h)
-            return image.resize((size, size), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
-    side = min(width, height)
-    left, top = (width - side) // 2, (height - side) // 2
-    return image.resize((size, size), Image.Resampling.BILINEAR, box=(left, top, left + side, top + side))
-
-
-def resnet18(classes: int = 10) -> Any:
-    """ResNet-18 in torchvision's layout, built from torch.nn alone."""
-    from torch import nn
-
-    class Block(nn.Module):
-        def __init__(self, inputs: int, outputs: int, stride: int) -> None:
-            super().__init__()
-            self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(outputs)
-            self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(outputs)
-            self.down = (
-                nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs))
-                if stride != 1 or inputs != outputs
-                else nn.Identity()
-            )
-
-        def forward(self, x: Any) -> Any:
-            y = self.bn2(self.conv2(self.bn1(self.conv1(x)).relu()))
-            return (y + self.down(x)).relu()
-
-    stages, channels = [], 64
-    for width, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        stages += [Block(channels, width, stride), Block(width, width, 1)]
-        channels = width
-    return nn.Sequential(
-        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
-        nn.BatchNorm2d(64),
-        nn.ReLU(),
-        nn.MaxPool2d(3, 2, 1),
-        *stages,
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(512, classes),
-    )
 
 
 class Collated:
     """torchdata.nodes' map function: the batch of samples at a list of indices, collated."""
 
-    def __init__(self, data: Jpegs) -> None:
+    def __init__(self, data: ImageFolder) -> None:
         self.data = data
 
     def __call__(self, indices: list[int]) -> Any:
@@ -161,7 +61,7 @@ class Collated:
         return default_collate([self.data[i] for i in indices])
 
 
-def loader_for(name: str, data: Jpegs, args: argparse.Namespace, steps: int) -> tuple[Any, Any]:
+def loader_for(name: str, data: ImageFolder, args: argparse.Namespace, steps: int) -> tuple[Any, Any]:
     """The loader, and what closes it."""
     import torch
 
@@ -208,7 +108,7 @@ def loader_for(name: str, data: Jpegs, args: argparse.Namespace, steps: int) -> 
     return Loader(prefetcher), lambda: stop_nodes(prefetcher, mapper)
 
 
-def run(name: str, data: Jpegs, args: argparse.Namespace) -> dict[str, Any]:
+def run(name: str, data: ImageFolder, args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from torch import nn
 
@@ -266,7 +166,8 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LOADERS}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="queuetune-jpegs-") as folder:
-        data = Jpegs(make_jpegs(Path(folder), args.images))
+        make_images(Path(folder), args.images)
+        data = ImageFolder(folder, train_transform())
         for round_ in range(args.rounds):
             for name in rotated(list(LOADERS), round_):
                 row = run(name, data, args)

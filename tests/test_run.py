@@ -79,6 +79,46 @@ def test_a_torch_script_keeps_its_exit_code_and_leaves_a_trace_the_report_reads(
     assert [c["never_count"] for c in data["coverage"]] == [0, 0]
 
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(300)
+def test_the_torchvision_example_runs_under_queuetune_run(tmp_path):
+    images = tmp_path / "images"
+    made = subprocess.run(
+        [sys.executable, str(EXAMPLES / "make_images.py"), str(images), "--count", "48", "--classes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    assert sorted(p.name for p in images.iterdir()) == ["class_0", "class_1", "class_2"]
+    assert len(list(images.glob("class_*/*.jpg"))) == 48
+    out = tmp_path / "D"
+    example = [str(EXAMPLES / "train_torchvision.py"), str(images), "--steps", "5", "--batch", "4"]
+    done = subprocess.run(
+        [*queuetune_cli(), "run", "--out", str(out), "--no-html", *example],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "5 steps of 4 images" in done.stdout and "dataloader 1 (train_torchvision.py:" in done.stdout
+    [trace_file] = saved(out)
+    trace = Trace.load(trace_file)
+    assert len(trace.consumed) == 5 and trace.meta.settings["num_workers"] == 2
+    seen = [s for c in trace.consumed for s in c.samples]
+    assert len(seen) == 20 and len(set(seen)) == 20
+    missing = subprocess.run(
+        [sys.executable, str(EXAMPLES / "train_torchvision.py"), str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "make one with examples/make_images.py" in missing.stderr
+
+
 @pytest.mark.torch
 @pytest.mark.timeout(120)
 def test_patching_is_undone_and_every_loader_gets_its_own_trace(tmp_path, capsys):
