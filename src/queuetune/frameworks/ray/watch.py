@@ -146,12 +146,24 @@ class RayRecorder(Recorder):
             return
         self._remote.extend(ray.get(self.collector.since.remote(len(self._remote)), timeout=30))
 
+    def _pull_all(self, timeout: float = 10.0) -> None:
+        """Pull until the blocks counted hold every row the trainer took: the
+        remote tasks send their records without waiting, so on a busy machine
+        the last ones reach the collector after the trainer has its rows."""
+        deadline = clock() + timeout
+        taken = sum(c.rows or 0 for c in list(self._consumed))
+        while True:
+            self._pull()
+            if self.collector is None or sum(r[3] for r in self._remote) >= taken or clock() >= deadline:
+                return
+            time.sleep(0.05)
+
     def produced_count(self) -> int:
         self._pull()
         return len(self._remote)
 
     def trace(self) -> Trace:
-        self._pull()
+        self._pull_all()
         trace = super().trace()
         nodes: dict[str, str] = {}
         produced = []
@@ -169,7 +181,8 @@ class RayRecorder(Recorder):
 
     def close(self) -> None:
         try:
-            self._pull()
+            if ray.is_initialized():
+                self._pull_all()
         finally:
             collector, self.collector = self.collector, None
             if collector is not None and ray.is_initialized():
