@@ -27,6 +27,7 @@ NEEDS = {
     "ray": "ray",
     "plot": "matplotlib",
     "tensorboard": "tensorboard",
+    "pillow": "PIL",
 }
 
 

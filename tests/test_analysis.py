@@ -226,6 +226,10 @@ def test_report_json_schema():
         "duplicates",
         "never_count",
         "never",
+        "extra",
+        "repeats",
+        "cause",
+        "unkeyed",
     }
     assert "series" not in analyze(trace).to_dict(series=False)
     assert data["nodes"] == {}

@@ -83,6 +83,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @pytest.mark.torch
+@pytest.mark.pillow
 @pytest.mark.timeout(300)
 def test_the_torchvision_example_runs_under_queuetune_run(tmp_path):
     images = tmp_path / "images"

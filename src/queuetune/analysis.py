@@ -35,7 +35,17 @@ class Timing:
 
 @dataclass
 class Coverage:
-    """Which items one epoch consumed more than once or never."""
+    """Which items one epoch consumed more than once or never.
+
+    ``unit``: ``batch`` (batch indices), ``sample`` (sample indices) or
+    ``sample key`` (a key of each sample's content, or the user's key, where
+    batches carry no index). ``extra``: how many consumptions repeated an item
+    (an item taken 3 times adds 2); ``repeats``: the first duplicated items,
+    each with its count and the workers that built it; ``cause``: the likely
+    cause in words, where the pattern tells; ``unkeyed``: consumed batches whose
+    samples were not keyed (over the keys a run keeps, or fingerprints stopped
+    in a worker for their cost), which the counts leave out.
+    """
 
     run: int
     epoch: int
@@ -45,6 +55,19 @@ class Coverage:
     duplicates: list[int] = field(default_factory=list)
     never_count: int | None = None
     never: list[int] = field(default_factory=list)
+    extra: int = 0
+    repeats: list[Repeat] = field(default_factory=list)
+    cause: str | None = None
+    unkeyed: int = 0
+
+
+@dataclass
+class Repeat:
+    """An item consumed more than once in an epoch: how often, and by which workers built."""
+
+    item: int
+    count: int
+    workers: list[str]
 
 
 @dataclass
@@ -575,32 +598,90 @@ def _downsample(times: list[float], batches: list[int], held: list[int]) -> dict
     }
 
 
+@dataclass
+class EpochItems:
+    """What each run and epoch consumed, item by item in order (see :func:`coverage`):
+    ``unit`` (None where nothing identifies items), the items, the workers that
+    built each keyed sample, and the batches that carried no keys."""
+
+    unit: str | None
+    items: dict[tuple[int, int], list[int]]
+    built_by: dict[tuple[int, int], dict[int, list[str]]]
+    unkeyed: Counter[tuple[int, int]]
+
+
+def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
+    """The items of each run and epoch, in the order they were consumed.
+
+    >>> from queuetune.trace import Trace, Produced, Consumed
+    >>> t = Trace(produced=[Produced(0, 1, 8, samples=[5, 6])], consumed=[Consumed(0, 1)])
+    >>> found = epoch_items(t, [0])
+    >>> found.unit, found.items
+    ('sample key', {(0, 0): [5, 6]})
+    """
+    by_epoch: dict[tuple[int, int], list[int]] = defaultdict(list)
+    built_by: dict[tuple[int, int], dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    unkeyed: Counter[tuple[int, int]] = Counter()
+    unit = None
+    for c, j in zip(trace.consumed, matches):
+        epoch = (c.run, c.epoch)
+        built = trace.produced[j] if j is not None else None
+        if c.samples is not None:
+            unit = "sample"
+            by_epoch[epoch].extend(c.samples)
+        elif built is not None and built.samples is not None:
+            unit = "sample key"
+            by_epoch[epoch].extend(built.samples)
+            for key in built.samples:
+                built_by[epoch][key].append(built.worker)
+        elif built is not None and built.index is not None:
+            unit = unit or "batch"
+            by_epoch[epoch].append(built.index)
+        else:
+            unkeyed[epoch] += 1
+    return EpochItems(unit, dict(by_epoch), {k: dict(v) for k, v in built_by.items()}, unkeyed)
+
+
 def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
     """Per run and epoch: items consumed more than once, and never (when the total is known).
 
-    Items are batch indices for indexable loaders (Keras PyDataset) and sample
-    indices for torch map-style datasets.
+    Items are batch indices for indexable loaders (Keras PyDataset), sample
+    indices for torch map-style datasets, and the keys of each sample (content
+    fingerprints or the user's key) where batches carry no index.
     """
-    by_epoch: dict[tuple[int, int], list[int]] = defaultdict(list)
-    unit = None
-    for c, j in zip(trace.consumed, matches):
-        if c.samples is not None:
-            unit = "sample"
-            by_epoch[(c.run, c.epoch)].extend(c.samples)
-        elif j is not None and (index := trace.produced[j].index) is not None:
-            unit = unit or "batch"
-            by_epoch[(c.run, c.epoch)].append(index)
+    found = epoch_items(trace, matches)
+    unit, by_epoch, built_by, unkeyed = found.unit, found.items, found.built_by, found.unkeyed
     if unit is None:
         return []
-    total = trace.meta.num_samples if unit == "sample" else trace.meta.num_batches
+    total = trace.meta.num_samples if unit == "sample" else trace.meta.num_batches if unit == "batch" else None
     result = []
     for (run, epoch), items in sorted(by_epoch.items()):
         counts = Counter(items)
         cov = Coverage(run, epoch, unit, len(items), total)
+        cov.unkeyed = unkeyed[(run, epoch)] if unit == "sample key" else 0
         cov.duplicates = sorted(i for i, n in counts.items() if n > 1)
+        cov.extra = sum(n - 1 for n in counts.values() if n > 1)
+        origins = built_by.get((run, epoch), {})
+        cov.repeats = [Repeat(i, counts[i], sorted(set(origins.get(i, [])))) for i in cov.duplicates[:20]]
+        workers = {w for built in origins.values() for w in built if w}
+        cov.cause = _repeat_cause(counts, origins, len(workers))
         if isinstance(total, int):
             never = [i for i in range(total) if i not in counts]
             cov.never_count = len(never)
             cov.never = never[:20]
         result.append(cov)
     return result
+
+
+def _repeat_cause(counts: Counter[int], origins: dict[int, list[str]], workers: int) -> str | None:
+    """Each sample once from each worker: an iterable dataset that every worker
+    reads whole (not sharded with ``get_worker_info()``)."""
+    if workers < 2 or not origins or len(counts) < 2:
+        return None
+    every = all(n == workers and len(set(origins.get(i, []))) == workers for i, n in counts.items())
+    if not every:
+        return None
+    return (
+        f"each sample came once from each of {workers} workers: the dataset is read whole by every worker; "
+        "shard it in __iter__ with torch.utils.data.get_worker_info() (id, num_workers)"
+    )

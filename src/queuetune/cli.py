@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 from queuetune import __version__
@@ -270,7 +272,12 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", nargs="+", help="traces saved with Trace.save() or by queuetune run (JSON)")
+    parser.add_argument(
+        "trace",
+        nargs="+",
+        help="traces saved with Trace.save() or by queuetune run (JSON), or folders of them "
+        "(a torchrun job's ranks are merged)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON (a list for several)")
     parser.add_argument("--plot", metavar="FILE.png", help="draw batches and bytes in flight over time (one trace)")
     parser.add_argument("--html", metavar="FILE.html", help="write one self-contained HTML report of every trace")
@@ -285,6 +292,7 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
 
 def _run_report(args: argparse.Namespace) -> int:
     from queuetune.analysis import analyze
+    from queuetune.ranks import analyze_ranks, check_one_launch, ranked
     from queuetune.render.console import print_report
     from queuetune.trace import Trace
 
@@ -292,8 +300,13 @@ def _run_report(args: argparse.Namespace) -> int:
         raise UsageError("--plot draws one trace; give one, or use --html")
     if args.output and not (args.json or args.format != "text"):
         raise UsageError("--output needs --format json or --format perfetto")
-    traces = [Trace.load(path) for path in args.trace]
+    paths = _trace_files(args.trace)
+    traces = [Trace.load(path) for path in paths]
     reports = [analyze(trace) for trace in traces]
+    merged = None
+    if ranked(traces):
+        check_one_launch(traces, paths)
+        merged = analyze_ranks(traces, reports)
     if args.plot:
         from queuetune.render.plot import plot_in_flight
 
@@ -303,27 +316,54 @@ def _run_report(args: argparse.Namespace) -> int:
         from queuetune.tune.recommend import recommend
 
         sections = [
-            Section(trace.meta.name or path, trace, report, recommend(trace).text())
-            for path, trace, report in zip(args.trace, traces, reports)
+            Section(_label(trace, path), trace, report, recommend(trace).text())
+            for path, trace, report in zip(paths, traces, reports)
         ]
-        write_html_report(sections, args.html)
+        write_html_report(sections, args.html, ranks=merged)
     form = "json" if args.json else args.format
     if form == "perfetto":
         from queuetune.render.perfetto import chrome_trace
 
-        labels = [trace.meta.name or path for path, trace in zip(args.trace, traces)]
+        labels = [_label(trace, path) for path, trace in zip(paths, traces)]
         _emit(dumps(chrome_trace(list(zip(labels, traces, reports))), indent=None), args.output)
+    elif form == "json" and merged is not None:
+        data = merged.to_dict()
+        data["reports"] = [report.to_dict(series=False) for report in reports]
+        _emit(dumps(data), args.output)
     elif form == "json":
         texts = [report.to_json() for report in reports]
         _emit(texts[0] if len(texts) == 1 else "[" + ",\n".join(texts) + "]", args.output)
     else:
         for report in reports:
             print_report(report)
+        if merged is not None:
+            from queuetune.render.ranks import print_ranks
+
+            print_ranks(merged)
         if args.plot:
             print(f"plot written to {args.plot}")
         if args.html:
             print(f"HTML report written to {args.html}")
     return 0
+
+
+def _trace_files(arguments: list[str]) -> list[str]:
+    """The traces named, a folder standing for the ``*.json`` files in it."""
+    paths: list[str] = []
+    for argument in arguments:
+        if os.path.isdir(argument):
+            found = sorted(str(p) for p in Path(argument).glob("*.json"))
+            if not found:
+                raise UsageError(f"no traces (*.json) in {argument}")
+            paths.extend(found)
+        else:
+            paths.append(argument)
+    return paths
+
+
+def _label(trace: Any, path: str) -> str:
+    name = trace.meta.name or path
+    return name if trace.meta.rank is None else f"rank {trace.meta.rank}: {name}"
 
 
 def _together(contexts: list[Callable[[Any], Any]]) -> Callable[[Any], Any] | None:

@@ -6,6 +6,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from .frameworks import PYTHON, detect
+from .launch import Launch
 from .recorder import Recorder
 from .trace import Trace, TraceMeta
 
@@ -104,7 +105,7 @@ class Probe:
         self.close()
 
 
-def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -> Any:
+def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True, key: Any = None) -> Any:
     """Wrap ``loader`` so that it records every batch it builds and hands over.
 
     Returns an object to pass to your training code in place of ``loader``:
@@ -114,6 +115,13 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
     ``iter_torch_batches``) for a Ray Data ``Dataset`` (its blocks are counted in
     the remote tasks that build them; Ray starts as Ray Data would start it). Its probe
     (``queuetune.probe_of(result)``) gives the report.
+
+    ``key`` says how samples are told apart for the coverage check where
+    batches carry no index (a torch ``IterableDataset``): by default (None) a
+    fingerprint of each sample's content, taken where it is built
+    (:func:`queuetune.fingerprint.fingerprint`; a worker stops taking them
+    where they would cost more than 2 % of a step); a function of one sample
+    gives its key instead (an id, a file name); False takes none.
 
     >>> import numpy as np, queuetune
     >>> gen = queuetune.watch(np.ones((8, 8)) for _ in range(3))
@@ -130,6 +138,9 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
     if _is_watched(loader):
         raise ValueError("this loader is already watched by queuetune")
     meta = TraceMeta(name=name or None)
+    launch = Launch.from_environment()
+    if launch is not None:
+        meta.rank, meta.world_size, meta.job = launch.rank, launch.world_size, launch.job
     try:
         framework = detect(loader)
     except TypeError:
@@ -138,7 +149,9 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True) -
             f"{type(loader).__name__} is not iterable"
         ) from None
     # A loader whose framework has no watcher of its own (tf.data) is read as a plain iterable.
-    watched = framework.watch(loader, meta, sample_memory) or PYTHON.watch(loader, meta, sample_memory)
+    if key is not None and key is not False and not callable(key):
+        raise TypeError(f"key must be a function of one sample, None or False, got {type(key).__name__}")
+    watched = framework.watch(loader, meta, sample_memory, key) or PYTHON.watch(loader, meta, sample_memory, key)
     return _register(*watched)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Report, analyze
+from .launch import Launch
 from .runner import Target, run
 from .session import Session
 from .tune.recommend import Recommendation, recommend
@@ -85,14 +86,21 @@ def run_program(
 ) -> ProgramResult:
     """Run ``target`` with every loader it iterates watched; save each trace to
     ``out`` (default: a new ``queuetune-run-<time>`` folder) as
-    ``NN-<kind>.json``; analyse each and recommend a setting.
+    ``NN-<kind>.json``; analyse each and recommend a setting. Under a launcher
+    (torchrun: ``RANK`` and ``WORLD_SIZE`` set), every rank writes into one
+    folder (default ``queuetune-run-<job>``), its files named ``...rank<R>...``.
     ``while_running(session)``: a context the program runs in (the live line);
     ``html``: also write ``report.html`` there (see :mod:`queuetune.render.html`).
 
     >>> # run_program(Target("train.py")).loaders[0].report.verdict
     """
     target.check()
-    folder = prepare_out(out if out is not None else default_out())
+    launch = Launch.from_environment()
+    if out is None:
+        out = Path(launch.folder_name()) if launch is not None else default_out()
+    folder = prepare_out(out)
+    # Every rank of a launch writes into the same folder: its files carry its rank.
+    tag = f".rank{launch.rank}" if launch is not None else ""
     session = Session(sample_memory=sample_memory).start()
     try:
         with while_running(session) if while_running is not None else nullcontext():
@@ -102,7 +110,7 @@ def run_program(
     result = ProgramResult(code, folder, left_alone=dict(session.left_alone))
     traces = session.traces()
     for number, (watched, trace) in enumerate(traces, start=1):
-        path = folder / f"{number:02d}-{_slug(watched.kind)}.json"
+        path = folder / f"{number:02d}-{_slug(watched.kind)}{tag}.json"
         trace.save(path)
         result.loaders.append(LoaderResult(watched.label, path, analyze(trace), recommend(trace)))
     if html:
@@ -112,7 +120,7 @@ def run_program(
             Section(loader.label, trace, loader.report, loader.recommendation.text())
             for loader, (_, trace) in zip(result.loaders, traces)
         ]
-        result.html = folder / "report.html"
+        result.html = folder / f"report{tag}.html"
         write_html_report(sections, result.html, title=f"queuetune run {' '.join(target.argv())}")
     return result
 

@@ -31,6 +31,7 @@ class Built(NamedTuple):
     key: int | None
     pid: int
     thread: int
+    samples: tuple[int, ...] | None = None
 
 
 class Live(NamedTuple):
@@ -52,19 +53,33 @@ class Live(NamedTuple):
     batches: int = 0
 
 
-def built_here(start: float, end: float, nbytes: int, index: int | None = None, key: Any = None) -> Built:
-    """The record of a batch built in this thread, keyed by ``key``.
+def built_here(
+    start: float,
+    end: float,
+    nbytes: int,
+    index: int | None = None,
+    key: Any = None,
+    samples: tuple[int, ...] | None = None,
+) -> Built:
+    """The record of a batch built in this thread, keyed by ``key``, with the
+    64-bit keys of its ``samples`` when they are known.
 
-    >>> record = built_here(0.0, 1.0, 8, index=3, key=3)
-    >>> record.nbytes, record.batch_index, record.key, record.pid == os.getpid()
-    (8, 3, 3, True)
+    >>> record = built_here(0.0, 1.0, 8, index=3, key=3, samples=(5, 6))
+    >>> record.nbytes, record.batch_index, record.key, record.samples, record.pid == os.getpid()
+    (8, 3, 3, (5, 6), True)
     """
-    return Built(start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id())
+    return Built(start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id(), samples)
 
 
-# A Built on the pipe, and its flags (1: index set, 2: key set)
+# A Built on the pipe, and its flags (1: index set, 2: key set). A batch's
+# sample keys go before it, four to a record of the same size (flag 4), which
+# the reader holds for the next Built of the same process and thread.
 _RECORD = struct.Struct("<ddqqqqqq")
-_HAS_INDEX, _HAS_KEY = 1, 2
+_KEYS = struct.Struct("<qqqqqqqq")
+_HAS_INDEX, _HAS_KEY, _SAMPLE_KEYS = 1, 2, 4
+_KEYS_PER_RECORD = 4
+# Whole records, at most PIPE_BUF bytes, so that each write stays in one piece.
+_RECORDS_PER_WRITE = 4096 // _RECORD.size
 # pids of control records: a real record always carries a worker's pid (> 0)
 _STOP, _FLUSH = 0, -1
 _INT64 = (-(2**63), 2**63 - 1)
@@ -132,10 +147,13 @@ class Channel:
             if self._sink is not None:
                 self._sink(record)
         elif self._w is not None:
-            os.write(self._w, _pack(record))
+            records = [*_pack_samples(record), _pack(record)]
+            for i in range(0, len(records), _RECORDS_PER_WRITE):
+                os.write(self._w, b"".join(records[i : i + _RECORDS_PER_WRITE]))
 
     def _read(self, fd: int, sink: Callable[[Built], None]) -> None:
         pending = b""
+        keys: dict[tuple[int, int], list[int]] = {}
         while True:
             try:
                 chunk = os.read(fd, _RECORD.size * 1024)
@@ -145,7 +163,12 @@ class Channel:
                 return
             pending += chunk
             whole = len(pending) - len(pending) % _RECORD.size
-            for fields in _RECORD.iter_unpack(pending[:whole]):
+            for offset in range(0, whole, _RECORD.size):
+                if _KEYS.unpack_from(pending, offset)[7] & _SAMPLE_KEYS:
+                    *values, count, pid, tid, _ = _KEYS.unpack_from(pending, offset)
+                    keys.setdefault((pid, tid), []).extend(values[:count])
+                    continue
+                fields = _RECORD.unpack_from(pending, offset)
                 if fields[5] == _STOP:
                     return
                 if fields[5] == _FLUSH:
@@ -153,7 +176,9 @@ class Channel:
                         self._flushed_seq = fields[3]
                         self._flushed.notify_all()
                     continue
-                sink(_unpack(fields))
+                record = _unpack(fields)
+                held = keys.pop((record.pid, record.thread), None)
+                sink(record if held is None else record._replace(samples=tuple(held)))
             pending = pending[whole:]
 
     def flush(self, timeout: float = 2.0) -> None:
@@ -217,13 +242,23 @@ def _child_channel(pid: int, fd: Any) -> Channel:
 
 
 def _pack(record: Built) -> bytes:
-    start, end, nbytes, index, key, pid, tid = record
+    start, end, nbytes, index, key, pid, tid, _ = record
     flags = 0
     if index is not None:
         flags |= _HAS_INDEX
     if key is not None:
         flags |= _HAS_KEY
     return _RECORD.pack(start, end, nbytes, index or 0, key or 0, pid, tid, flags)
+
+
+def _pack_samples(record: Built) -> list[bytes]:
+    samples = record.samples or ()
+    records = []
+    for i in range(0, len(samples), _KEYS_PER_RECORD):
+        chunk = [_int64(k) for k in samples[i : i + _KEYS_PER_RECORD]]
+        values = chunk + [0] * (_KEYS_PER_RECORD - len(chunk))
+        records.append(_KEYS.pack(*values, len(chunk), record.pid, record.thread, _SAMPLE_KEYS))
+    return records
 
 
 def _unpack(fields: tuple) -> Built:
@@ -343,6 +378,12 @@ class MemorySampler:
         return unique, len(children)
 
 
+#: Sample keys kept a run (8 MiB as int64; about 40 MiB as Python ints):
+#: beyond it, batches are recorded without them and a ``samples_capped`` mark
+#: says from when, so coverage covers the run's first keys only.
+SAMPLE_KEYS_PER_RUN = 2**20
+
+
 class Recorder:
     """Collects produced and consumed events and consumer marks for one loader.
 
@@ -379,7 +420,8 @@ class Recorder:
         self._consumed: list[Consumed] = []
         self._marks: list[Mark] = []
         self._memory: list[MemorySample] = []
-        self.channel = Channel(self._produced.append, processes)
+        self._sample_keys = 0
+        self.channel = Channel(self._store, processes)
         self._sampler = MemorySampler(self._memory.append, memory_interval, processes) if sample_memory else None
         self.run = -1
         self.epoch = -1
@@ -388,9 +430,30 @@ class Recorder:
         self.consumer = "iterator"
         self._finalizer = weakref.finalize(self, _shutdown, self.channel, self._sampler)
 
-    def produced(self, start: float, end: float, nbytes: int, index: int | None = None, key: Any = None) -> None:
-        """Record a batch built between ``start`` and ``end`` (call it where it was built)."""
-        self.channel.emit(built_here(start, end, nbytes, index, key))
+    def _store(self, record: Built) -> None:
+        samples = record.samples
+        if samples is not None:
+            if self._sample_keys + len(samples) > SAMPLE_KEYS_PER_RUN:
+                if self._sample_keys <= SAMPLE_KEYS_PER_RUN:
+                    self._sample_keys = SAMPLE_KEYS_PER_RUN + 1
+                    self.mark("samples_capped", SAMPLE_KEYS_PER_RUN)
+                record = record._replace(samples=None)
+            else:
+                self._sample_keys += len(samples)
+        self._produced.append(record)
+
+    def produced(
+        self,
+        start: float,
+        end: float,
+        nbytes: int,
+        index: int | None = None,
+        key: Any = None,
+        samples: tuple[int, ...] | None = None,
+    ) -> None:
+        """Record a batch built between ``start`` and ``end`` (call it where it was
+        built), with its samples' keys where they are known."""
+        self.channel.emit(built_here(start, end, nbytes, index, key, samples))
 
     def consumed(
         self,
@@ -420,6 +483,7 @@ class Recorder:
         """A consuming loop starts (a ``fit``/``predict`` call, a ``for`` loop)."""
         self.run += 1
         self._active += 1
+        self._sample_keys = 0
         self.mark("run_begin", self.run, t)
         if self.keep_runs is not None and self._active == 1:
             self._forget(self.keep_runs)
@@ -517,7 +581,13 @@ class Recorder:
         parent = os.getpid()
         produced = [
             Produced(
-                b.start, b.end, b.nbytes, b.batch_index, b.key, str(b.pid) if b.pid != parent else f"thread-{b.thread}"
+                b.start,
+                b.end,
+                b.nbytes,
+                b.batch_index,
+                b.key,
+                str(b.pid) if b.pid != parent else f"thread-{b.thread}",
+                samples=None if b.samples is None else list(b.samples),
             )
             for b in list(self._produced)
         ]

@@ -25,7 +25,9 @@ class Produced:
     ``rows``: samples in it, when batches are matched to consumed ones by rows
     (``meta.match == "rows"``: Ray Data builds blocks, the trainer takes
     batches of another size). ``worker`` may name a node before a colon
-    (``"node:pid"``), for the report's bytes per node.
+    (``"node:pid"``), for the report's bytes per node. ``samples``: the keys
+    of its samples where the batch carries no index (an iterable dataset's
+    content fingerprints, or a user's key), for coverage.
     """
 
     start: float
@@ -35,6 +37,7 @@ class Produced:
     key: Any = None
     worker: str = ""
     rows: int | None = None
+    samples: list[int] | None = None
 
 
 @dataclass
@@ -84,8 +87,9 @@ class TraceMeta:
     ``pre_run_consumes=k``: batches built between two runs belong to the next,
     and the framework takes the first ``k`` of them itself (Keras builds the
     model with one); ``match="rows"``: consumed batches are cut from produced
-    ones by rows (Ray Data's blocks). ``extra``: entries this version does not
-    know, kept as they were.
+    ones by rows (Ray Data's blocks). ``rank``, ``world_size``, ``job``: the
+    process's place in a distributed launch (torchrun), where it had one.
+    ``extra``: entries this version does not know, kept as they were.
 
     >>> meta = TraceMeta.from_dict({"loader": "generator", "depth": 0, "from_the_future": 1})
     >>> meta.loader, meta.extra, meta.to_dict()
@@ -106,6 +110,9 @@ class TraceMeta:
     versions: dict[str, Any] | None = None
     nodes: dict[str, str] | None = None
     forgotten_runs: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    job: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -299,6 +306,9 @@ _META = {
     "versions": "dict | None",
     "nodes": "str-dict | None",
     "forgotten_runs": "int | None",
+    "rank": "int | None",
+    "world_size": "int | None",
+    "job": "str",
 }
 
 

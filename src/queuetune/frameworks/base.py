@@ -120,9 +120,11 @@ class Framework:
         """The settings a built loader carries, as the framework reads them."""
         return {}
 
-    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool) -> tuple[Any, Recorder] | None:
+    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder] | None:
         """A watched ``loader`` and its recorder, or None when this framework has no
-        watcher of its own. A watcher imports its framework only when called."""
+        watcher of its own. A watcher imports its framework only when called.
+        ``key``: what keys a sample where batches carry no index (see
+        :func:`queuetune.watch`), for the watchers that can see samples."""
         return None
 
     def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None] | None:

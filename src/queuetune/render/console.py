@@ -91,6 +91,8 @@ def _title(meta: TraceMeta) -> str:
     settings = meta.settings or {}
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
     name = meta.name or meta.type or meta.loader or "loader"
+    if meta.rank is not None:
+        name = f"rank {meta.rank} of {meta.world_size}: {name}"
     return f"queuetune: {name} ({meta.framework or '?'}{', ' + described if described else ''})"
 
 
@@ -123,11 +125,25 @@ def _coverage(cov: Coverage) -> str:
         if cov.unit == "batch"
         else f"{cov.consumed}{total} samples consumed"
     )
+    if cov.unit == "sample key":
+        text += f", told apart by key; more than once: {len(cov.duplicates)} ({cov.extra} extra)"
+        if cov.repeats:
+            shown = [f"{_key(r.item)} ×{r.count} (workers {', '.join(r.workers)})" for r in cov.repeats[:2]]
+            text += ", e.g. " + ", ".join(shown) + (", …" if len(cov.duplicates) > len(shown) else "")
+        if cov.unkeyed:
+            text += f"; {cov.unkeyed} batches without keys"
+        return text + (f"; {cov.cause}" if cov.cause else "")
     text += f"; more than once: {_listing(cov.duplicates)}"
     if cov.never_count is not None:
-        more = "…" if cov.never_count > len(cov.never) else ""
-        text += f"; never: {cov.never_count}" + (f" ({_listing(cov.never)}{more})" if cov.never else "")
+        listed = _listing(cov.never)
+        more = " …" if cov.never_count > len(cov.never) and not listed.endswith("…") else ""
+        text += f"; never: {cov.never_count}" + (f" ({listed}{more})" if cov.never else "")
     return text
+
+
+def _key(item: int) -> str:
+    """A sample's key: small integers as they are (a user's ids), fingerprints in hex."""
+    return str(item) if abs(item) < 2**31 else f"{item % 2**64:016x}"
 
 
 def _listing(items: list[int]) -> str:

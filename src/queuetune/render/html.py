@@ -18,6 +18,7 @@ from .console import report_rows
 
 if TYPE_CHECKING:
     from ..analysis import Report
+    from ..ranks import RanksReport
     from ..trace import Trace
 
 #: Lanes drawn one per worker; the workers after these share the last lane.
@@ -45,7 +46,7 @@ class Section:
     recommendation: str | None = None
 
 
-def html_report(sections: list[Section], title: str = "queuetune report") -> str:
+def html_report(sections: list[Section], title: str = "queuetune report", ranks: RanksReport | None = None) -> str:
     """The report as one HTML document (UTF-8, no external resources).
 
     >>> from queuetune.analysis import analyze
@@ -61,6 +62,10 @@ def html_report(sections: list[Section], title: str = "queuetune report") -> str
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
     ]
+    if ranks is not None:
+        from .ranks import ranks_html
+
+        parts.append(ranks_html(ranks))
     if not sections:
         parts.append("<p>No loader was watched.</p>")
     for number, section in enumerate(sections, start=1):
@@ -69,10 +74,19 @@ def html_report(sections: list[Section], title: str = "queuetune report") -> str
     return "\n".join(parts)
 
 
-def write_html_report(sections: list[Section], path: str | os.PathLike[str], title: str = "queuetune report") -> None:
+def write_html_report(
+    sections: list[Section],
+    path: str | os.PathLike[str],
+    title: str = "queuetune report",
+    ranks: RanksReport | None = None,
+) -> None:
     """Write :func:`html_report` to ``path``."""
     with open(path, "w", encoding="utf-8") as file:
-        file.write(html_report(sections, title))
+        file.write(html_report(sections, title, ranks))
+
+
+def _plural(unit: str) -> str:
+    return unit + ("es" if unit.endswith("ch") else "s")
 
 
 def _section(section: Section, number: int) -> str:
@@ -97,10 +111,12 @@ def _section(section: Section, number: int) -> str:
             total = "" if cov.total is None else f" of {cov.total}"
             never = "-" if cov.never_count is None else str(cov.never_count)
             out.append(
-                f"<tr><td>{cov.run}</td><td>{cov.epoch}</td><td>{cov.consumed}{total} {_e(cov.unit)}</td>"
+                f"<tr><td>{cov.run}</td><td>{cov.epoch}</td><td>{cov.consumed}{total} {_e(_plural(cov.unit))}</td>"
                 f"<td>{len(cov.duplicates)}</td><td>{never}</td></tr>"
             )
         out.append("</table>")
+        for cause in dict.fromkeys(cov.cause for cov in report.coverage if cov.cause):
+            out.append(f'<p class="note">Coverage: {_e(cause)}.</p>')
     out.append("<h3>Measures</h3><table>")
     for label, value in report_rows(report):
         out.append(f"<tr><td>{_e(label)}</td><td>{_e(value)}</td></tr>")

@@ -112,7 +112,7 @@ class Keras(Framework):
             "max_queue_size": loader.max_queue_size,
         }
 
-    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool) -> tuple[Any, Recorder]:
+    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder]:
         from .watch import watch_pydataset
 
         return watch_pydataset(self, loader, meta, sample_memory)

@@ -189,7 +189,7 @@ class Ray(Framework):
         ]
         return resolved, lines, bound.depth(resolved)
 
-    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool) -> tuple[Any, Recorder]:
+    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder]:
         from .watch import watch_dataset
 
         return watch_dataset(loader, meta, sample_memory)

@@ -173,10 +173,10 @@ class Torch(Framework):
             "persistent_workers": loader.persistent_workers,
         }
 
-    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool) -> tuple[Any, Recorder]:
+    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder]:
         from .watch import watch_dataloader
 
-        return watch_dataloader(self, loader, meta, sample_memory)
+        return watch_dataloader(self, loader, meta, sample_memory, key)
 
     def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None]:
         from .watch import autowatch_dataloaders

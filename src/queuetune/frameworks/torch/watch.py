@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import threading
+import time
 import uuid
 import weakref
 import zlib
@@ -20,6 +21,7 @@ require("torch", "torch")
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
+from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 _LOCAL = threading.local()
 
 
-def _pending() -> dict[str, tuple[float, Any, bool]]:
+def _pending() -> dict[str, tuple[float, Any, bool, list[int] | None]]:
     try:
         return _LOCAL.pending
     except AttributeError:
@@ -71,12 +73,13 @@ class _Watched:
     code (``worker_init_fn`` setting ``get_worker_info().dataset.start``, say)
     still reaches it."""
 
-    _OWN = frozenset({"_inner", "_channel", "_token"})
+    _OWN = frozenset({"_inner", "_channel", "_token", "_keyer"})
 
-    def __init__(self, inner: Any, channel: Channel, token: str) -> None:
+    def __init__(self, inner: Any, channel: Channel, token: str, keyer: SampleKey | None = None) -> None:
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_channel", channel)
         object.__setattr__(self, "_token", token)
+        object.__setattr__(self, "_keyer", keyer)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in _Watched._OWN:
@@ -100,32 +103,53 @@ class WatchedMapDataset(_Watched, Dataset):
     def __getitem__(self, index: Any) -> Any:
         start = clock()
         item = self._inner[index]
-        _pending()[self._token] = (start, index, False)
+        _pending()[self._token] = (start, index, False, None)
         return item
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         start = clock()
         getitems = getattr(self._inner, "__getitems__", None)
         items = getitems(indices) if getitems else [self._inner[i] for i in indices]
-        _pending()[self._token] = (start, indices, True)
+        _pending()[self._token] = (start, indices, True, None)
         return items
 
 
 class WatchedIterableDataset(_Watched, IterableDataset):
     """An iterable-style dataset that notes when the loader starts fetching each
-    batch (its first item); :class:`WatchedCollate` records the batch."""
+    batch (its first item) and each item's key, where it has a keyer;
+    :class:`WatchedCollate` records the batch.
+
+    Fingerprints (a keyer without a user's key) stop for the rest of a pass in
+    a worker where its :class:`~queuetune.fingerprint.KeyBudget` says they
+    cost too much of the consumer's step (which the consumer notes in the
+    :class:`~queuetune.fingerprint.SampleKey`, shared with the workers).
+    """
 
     def __iter__(self) -> Iterator[Any]:
         token = self._token
+        keyer = self._keyer
         _pending().pop(token, None)
         source = iter(self._inner)
+        budget = KeyBudget(keyer) if keyer is not None else None
+        keying, keyed = 0.0, 0
         while True:
             start = clock()
             try:
                 item = next(source)
             except StopIteration:
                 return
-            _pending().setdefault(token, (start, None, False))
+            pending = _pending()
+            if token not in pending and keyed and budget is not None:
+                if not budget.batch_keyed(keying, keyed):
+                    keyer = budget = None
+                keying, keyed = 0.0, 0
+            note = pending.setdefault(token, (start, None, False, [] if keyer is not None else None))
+            if keyer is not None and note[3] is not None:
+                # CPU time, so that being descheduled mid-key does not count.
+                began = time.thread_time()
+                note[3].append(keyer(item))
+                keying += time.thread_time() - began
+                keyed += 1
             yield item
 
 
@@ -155,14 +179,15 @@ class WatchedCollate:
         note = _pending().pop(self._token, None)
         batch = self._inner(data)
         end = clock()
-        start, indices, batched = note if note is not None else (end, None, False)
+        start, indices, batched, keys = note if note is not None else (end, None, False, None)
         key: Any = None
         index: int | None = None
         if indices is not None:
             key, _ = batch_key(indices, batched)
             if not batched and isinstance(key, int):
                 index = key
-        self._channel.emit(built_here(start, end, nbytes(batch), index, key))
+        samples = tuple(keys) if keys else None
+        self._channel.emit(built_here(start, end, nbytes(batch), index, key, samples))
         return batch
 
     def __repr__(self) -> str:
@@ -220,11 +245,14 @@ class WatchedIterator:
         recorder: Recorder,
         run: _Run | None,
         taken: deque[tuple[Any, list[int] | None]] | None,
+        keyer: SampleKey | None = None,
     ) -> None:
         self._inner = inner
         self._recorder = recorder
         self._run = run
         self._taken = taken
+        self._keyer = keyer
+        self._got: float | None = None
         if run is not None:
             weakref.finalize(self, run.finish)
 
@@ -233,6 +261,8 @@ class WatchedIterator:
 
     def __next__(self) -> Any:
         asked = clock()
+        if self._keyer is not None and self._got is not None:
+            self._keyer.note_step(asked - self._got)
         try:
             batch = next(self._inner)
         except StopIteration:
@@ -245,7 +275,7 @@ class WatchedIterator:
             if self._run is not None and self._run.open:
                 self._recorder.error(exc)
             raise
-        got = clock()
+        got = self._got = clock()
         key, samples = self._taken.popleft() if self._taken else (None, None)
         if self._run is not None and self._run.open:
             self._recorder.consumed(asked, got, nbytes=nbytes(batch), key=key, samples=samples)
@@ -276,7 +306,7 @@ class WatchedIterator:
                 shutdown()
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_inner", "_recorder", "_run", "_taken"):
+        if name.startswith("__") or name in ("_inner", "_recorder", "_run", "_taken", "_keyer", "_got"):
             raise AttributeError(name)
         return getattr(self._inner, name)
 
@@ -304,7 +334,7 @@ class WatchedDataLoader(DataLoader):
     >>> queuetune.probe_of(loader).close()
     """
 
-    def __init__(self, loader: DataLoader, recorder: Recorder) -> None:
+    def __init__(self, loader: DataLoader, recorder: Recorder, key: Any = None) -> None:
         self._queuetune_recorder = recorder
         self._queuetune_run: _Run | None = None
         self._queuetune_indices: RecordingSampler | None = None
@@ -333,7 +363,9 @@ class WatchedDataLoader(DataLoader):
             options.update(batch_sampler=loader.batch_sampler)
         else:
             options.update(sampler=loader.sampler, batch_size=None)
-        super().__init__(_wrap_dataset(dataset, channel, token, iterable), **options)  # type: ignore[arg-type]
+        keyer = None if key is False or not iterable else SampleKey(key, shared=loader.num_workers > 0)
+        self._queuetune_keyer = keyer
+        super().__init__(_wrap_dataset(dataset, channel, token, iterable, keyer), **options)  # type: ignore[arg-type]
         if not iterable:
             self._queuetune_indices = RecordingSampler(super()._index_sampler, batched=self.batch_sampler is not None)
 
@@ -364,16 +396,16 @@ class WatchedDataLoader(DataLoader):
         ordered = self.in_order or self.num_workers <= 1
         if self._queuetune_indices is not None and ordered:
             taken = self._queuetune_indices.latest
-        return WatchedIterator(inner, recorder, run, taken)
+        return WatchedIterator(inner, recorder, run, taken, self._queuetune_keyer)
 
 
-def _wrap_dataset(dataset: Any, channel: Channel, token: str, iterable: bool) -> _Watched:
+def _wrap_dataset(dataset: Any, channel: Channel, token: str, iterable: bool, keyer: SampleKey | None) -> _Watched:
     sized = hasattr(dataset, "__len__")
     if iterable:
         kind: type[_Watched] = WatchedSizedIterableDataset if sized else WatchedIterableDataset
     else:
         kind = WatchedSizedMapDataset if sized else WatchedMapDataset
-    return kind(dataset, channel, token)
+    return kind(dataset, channel, token, keyer)
 
 
 def _num_batches(loader: DataLoader) -> int | None:
@@ -395,7 +427,7 @@ def _num_batches(loader: DataLoader) -> int | None:
 
 
 def watch_dataloader(
-    framework: Framework, loader: DataLoader, meta: TraceMeta, sample_memory: bool
+    framework: Framework, loader: DataLoader, meta: TraceMeta, sample_memory: bool, key: Any = None
 ) -> tuple[WatchedDataLoader, Recorder]:
     """A watched copy of ``loader`` and the recorder it reports to (``framework``: torch's rules).
 
@@ -433,7 +465,7 @@ def watch_dataloader(
     meta.num_batches = count
     recorder = Recorder(meta, processes=loader.num_workers > 0, sample_memory=sample_memory)
     try:
-        watched = WatchedDataLoader(loader, recorder)
+        watched = WatchedDataLoader(loader, recorder, key)
     except BaseException:
         recorder.close()
         raise
