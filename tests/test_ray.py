@@ -17,6 +17,7 @@ pytest.importorskip("ray.data")
 
 import queuetune  # noqa: E402
 from queuetune import cores  # noqa: E402
+from queuetune.analysis import analyze  # noqa: E402
 from queuetune.trace import Trace  # noqa: E402
 from queuetune.tune import Job, worker_choices  # noqa: E402
 from ray_cluster import LocalCluster  # noqa: E402
@@ -136,6 +137,23 @@ def test_blocks_are_counted_on_each_node_and_batches_where_taken(cluster):
     assert all(n.read_ahead_batches == 0 for n in report.nodes.values())
     assert 1 <= report.peak_in_flight_batches <= 12
     assert report.input_bound_fraction is not None
+    # Each block's rows keyed in the task that built it: 24 rows, each once.
+    [cov] = report.coverage
+    assert (cov.unit, cov.consumed, cov.duplicates, cov.unkeyed) == ("sample key", 24, [], 0)
+
+
+def test_rows_read_twice_are_found_by_their_keys(cluster):
+    rows = ray.data.from_items([{"id": i % 8, "x": float(i % 8)} for i in range(16)], override_num_blocks=4)
+    watched = queuetune.watch(rows.map_batches(lambda b: b, batch_size=None), key=lambda row: row["id"])
+    probe = queuetune.probe_of(watched)
+    try:
+        seen = [int(i) for batch in watched.iter_batches(batch_size=4) for i in batch["id"]]
+        report = probe.report()
+    finally:
+        probe.close()
+    assert sorted(seen) == sorted(list(range(8)) * 2)
+    [cov] = report.coverage
+    assert cov.consumed == 16 and cov.duplicates == list(range(8)) and cov.extra == 8
 
 
 def test_batches_cut_from_blocks_release_a_block_with_its_last_row(cluster):
@@ -257,7 +275,6 @@ def test_the_trace_keeps_rows_and_nodes_through_json(cluster, tmp_path):
     assert [c.rows for c in loaded.consumed] == [4, 4]
     assert all(":" in p.worker for p in loaded.produced)
     assert loaded.meta.nodes == trace.meta.nodes
-    from queuetune.analysis import analyze
 
     assert analyze(loaded).nodes == analyze(trace).nodes
 
@@ -406,4 +423,5 @@ def test_queuetune_run_watches_a_ray_dataset_the_script_iterates(cluster, tmp_pa
     assert path.name == "01-ray-dataset.json" and trace.meta.framework == "ray" and trace.meta.match == "rows"
     assert len(trace.consumed) == 12 and sum(c.rows or 0 for c in trace.consumed) == 48
     assert sum(p.rows or 0 for p in trace.produced) == 48  # blocks counted in the remote tasks, both passes
+    assert [(c.consumed, c.extra) for c in analyze(trace).coverage] == [(24, 0), (24, 0)]
     assert {name: getattr(ray.data.Dataset, name) for name in before} == before

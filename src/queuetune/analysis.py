@@ -623,6 +623,18 @@ def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
     built_by: dict[tuple[int, int], dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     unkeyed: Counter[tuple[int, int]] = Counter()
     unit = None
+    if trace.meta.match == "rows":
+        # Batches cut from blocks by rows: each block's rows count once, in the
+        # epoch of the batch that takes its first row.
+        for taker, p, first, _ in _rows_taken(trace):
+            block = trace.produced[p]
+            if first and block.samples is not None:
+                unit = "sample key"
+                epoch = (trace.consumed[taker].run, trace.consumed[taker].epoch)
+                by_epoch[epoch].extend(block.samples)
+                for key in block.samples:
+                    built_by[epoch][key].append(block.worker)
+        return EpochItems(unit, dict(by_epoch), {k: dict(v) for k, v in built_by.items()}, unkeyed)
     for c, j in zip(trace.consumed, matches):
         epoch = (c.run, c.epoch)
         built = trace.produced[j] if j is not None else None

@@ -192,7 +192,7 @@ class Ray(Framework):
     def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder]:
         from .watch import watch_dataset
 
-        return watch_dataset(loader, meta, sample_memory)
+        return watch_dataset(loader, meta, sample_memory, key)
 
     def check_job(self, model: Any, method: str) -> None:
         if model is not None:

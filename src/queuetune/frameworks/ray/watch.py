@@ -17,6 +17,7 @@ require("ray.data", "ray")
 import ray  # noqa: E402
 import ray.data  # noqa: E402
 
+from ...fingerprint import KeyBudget, SampleKey, row_keys  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Recorder, clock, recorded  # noqa: E402
 from ...trace import Produced, Trace, TraceMeta  # noqa: E402
@@ -27,8 +28,11 @@ if TYPE_CHECKING:
 #: The map steps whose settings the counting step copies, so that Ray fuses the two.
 _MAP_OPERATORS = ("MapBatches", "MapRows", "Filter", "FlatMap", "Read", "Project")
 
-# In each worker process: when the counting step last handed on a block.
+# In each worker process: when the counting step last handed on a block, and
+# whether keying its rows still keeps to its budget.
 _LAST_DONE: dict[str, float] = {}
+_BUDGETS: dict[str, KeyBudget] = {}
+_SPENT = KeyBudget(SampleKey())
 
 
 @ray.remote(num_cpus=0)
@@ -60,9 +64,10 @@ class CountBlocks:
     clocks synchronised (NTP).
     """
 
-    def __init__(self, collector: Any, token: str) -> None:
+    def __init__(self, collector: Any, token: str, keyer: SampleKey | None = None) -> None:
         self.collector = collector
         self.token = token
+        self.keyer = keyer
 
     def __call__(self, block: Any) -> Any:
         from ray.data.block import BlockAccessor
@@ -77,10 +82,27 @@ class CountBlocks:
             int(accessor.num_rows()),
             ray.get_runtime_context().get_node_id(),
             os.getpid(),
+            self._keys(accessor, end - min(start, end)),
         )
         self.collector.add.remote(record)
         _LAST_DONE[self.token] = time.time()
         return block
+
+    def _keys(self, accessor: Any, built: float) -> tuple[int, ...] | None:
+        """The keys of the block's rows, while they cost under the budget's share
+        of the time this worker takes to build a block (the only step a remote
+        task knows)."""
+        if self.keyer is None:
+            return None
+        budget = _BUDGETS.setdefault(self.token, KeyBudget(SampleKey(self.keyer.key)))
+        if budget is _SPENT:
+            return None
+        budget.keyer.note_step(built)
+        began = time.thread_time()
+        keys = row_keys(accessor.to_batch_format("numpy"), budget.keyer)
+        if not budget.batch_keyed(time.thread_time() - began, len(keys)):
+            _BUDGETS[self.token] = _SPENT
+        return keys
 
 
 def fusing_arguments(dataset: Any) -> dict[str, Any]:
@@ -167,11 +189,14 @@ class RayRecorder(Recorder):
         trace = super().trace()
         nodes: dict[str, str] = {}
         produced = []
-        for start, end, size, rows, node, pid in self._remote:
+        for start, end, size, rows, node, pid, keys in self._remote:
             short = node[:8]
             nodes[short] = node
+            samples = None if keys is None else list(keys)
             produced.append(
-                Produced(start - self._offset, end - self._offset, size, worker=f"{short}:{pid}", rows=rows)
+                Produced(
+                    start - self._offset, end - self._offset, size, worker=f"{short}:{pid}", rows=rows, samples=samples
+                )
             )
         produced.sort(key=lambda p: p.start)
         trace.produced = produced
@@ -276,20 +301,27 @@ def _is_plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def watch_dataset(dataset: Any, meta: TraceMeta, sample_memory: bool) -> tuple[WatchedDataset, RayRecorder]:
+def watch_dataset(
+    dataset: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
+) -> tuple[WatchedDataset, RayRecorder]:
     """Append the counting step to ``dataset`` and return the watched dataset and its recorder.
 
     Batches are counted by the watched dataset's iterators (``iter_batches``,
     ``iter_torch_batches``, ``iter_rows``). Blocks and batches are matched by rows
     (``meta.match = "rows"``): a block is released when the trainer has taken its
     last row, so the report counts blocks in flight and their bytes whatever the
-    batch size.
+    batch size. The rows of each block are keyed in the task (``key``, see
+    :func:`queuetune.watch`) for the coverage check.
     """
     token = uuid.uuid4().hex
     collector = Collector.options(name=f"queuetune-{token}").remote()  # type: ignore[attr-defined]
     fusing = fusing_arguments(dataset)
     counted = dataset.map_batches(
-        CountBlocks(collector, token), batch_size=None, batch_format=None, zero_copy_batch=True, **fusing
+        CountBlocks(collector, token, None if key is False else SampleKey(key)),
+        batch_size=None,
+        batch_format=None,
+        zero_copy_batch=True,
+        **fusing,
     )
     meta = dataclasses.replace(
         meta,
