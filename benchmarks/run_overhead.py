@@ -35,16 +35,16 @@ EXAMPLE = ROOT / "examples" / "train_torchvision.py"
 VARIANTS = ("plain", "queuetune run")
 
 
-def command(variant: str, images: Path, steps: int, out: Path) -> list[str]:
-    script = [str(EXAMPLE), str(images), "--steps", str(steps)]
+def command(variant: str, images: Path, steps: int, out: Path, stream: bool) -> list[str]:
+    script = [str(EXAMPLE), str(images), "--steps", str(steps), *(["--stream"] if stream else [])]
     if variant == "plain":
         return [sys.executable, *script]
     return [sys.executable, "-m", "queuetune", "run", "--out", str(out), "--no-live", *script]
 
 
-def measure(variant: str, images: Path, steps: int, out: Path) -> dict[str, Any]:
+def measure(variant: str, images: Path, steps: int, out: Path, stream: bool) -> dict[str, Any]:
     started = time.perf_counter()
-    done = subprocess.run(command(variant, images, steps, out), capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(command(variant, images, steps, out, stream), capture_output=True, text=True, timeout=3600)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{variant} failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -74,6 +74,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--stream", action="store_true", help="the example's --stream: an IterableDataset, its samples fingerprinted"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -87,12 +90,13 @@ def main() -> None:
         make_images(folder, args.images)
         for round_ in range(args.rounds):
             for variant in rotated(list(VARIANTS), round_):
-                runs[variant].append(measure(variant, folder, args.steps, Path(scratch) / f"run-{round_}"))
+                runs[variant].append(measure(variant, folder, args.steps, Path(scratch) / f"run-{round_}", args.stream))
                 print(f"round {round_ + 1} {variant}: {runs[variant][-1]}", file=sys.stderr)
     pairs = list(zip(runs["plain"], runs["queuetune run"]))
     ratios = {key: [q[key] / p[key] for p, q in pairs] for key in ("images_per_s", "wall_s")}
     result = {
-        "workload": f"examples/train_torchvision.py: {args.images} JPEGs, batch 16, 2 workers, {args.steps} steps",
+        "workload": f"examples/train_torchvision.py{' --stream' if args.stream else ''}: {args.images} JPEGs, "
+        f"batch 16, 2 workers, {args.steps} steps",
         "rounds": args.rounds,
         "runs": runs,
         "ratios": ratios,
@@ -114,7 +118,7 @@ def main() -> None:
     for key, label in (("images_per_s", "training images/s"), ("wall_s", "wall time")):
         each = ", ".join(f"{x:.3f}" for x in ratios[key])
         lines.append(f"queuetune run / plain, {label}: median {result['median_ratios'][key]:.3f} (rounds {each})")
-    publish(result, "\n".join(lines), "run_overhead", args.json, args.out)
+    publish(result, "\n".join(lines), "run_overhead-stream" if args.stream else "run_overhead", args.json, args.out)
 
 
 if __name__ == "__main__":

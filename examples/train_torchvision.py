@@ -48,18 +48,39 @@ def recipe(root: Path) -> tuple[Any, Any, str]:
     return dataset, models.resnet18(weights=None, num_classes=len(dataset.classes)), "torchvision"
 
 
+class Stream(torch.utils.data.IterableDataset):
+    """The images as a stream: each worker reads its share (every n-th image of
+    one shuffled order, from its id), so batches carry no index."""
+
+    def __init__(self, dataset: Any, seed: int = 0) -> None:
+        self.dataset, self.seed = dataset, seed
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        order = torch.randperm(len(self.dataset), generator=torch.Generator().manual_seed(self.seed))
+        for i in order[worker::workers].tolist():
+            yield self.dataset[i]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="an ImageFolder (examples/make_images.py makes one)")
     parser.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
     parser.add_argument("--batch", type=int, default=16, help="images a batch (default 16)")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes (default 2)")
+    parser.add_argument(
+        "--stream", action="store_true", help="read the images as an IterableDataset sharded among the workers"
+    )
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         parser.error(f"{args.folder} is not a folder: make one with examples/make_images.py")
     torch.manual_seed(0)
     dataset, model, source = recipe(args.folder)
-    loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, drop_last=True)
+    if args.stream:
+        loader = DataLoader(Stream(dataset), batch_size=args.batch, num_workers=args.workers, drop_last=True)
+    else:
+        loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, drop_last=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     model.train()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from queuetune.analysis import analyze
 from queuetune.cli import main
 from queuetune.imports import ImportHooks
 from queuetune.program import run_program
@@ -111,6 +112,16 @@ def test_the_torchvision_example_runs_under_queuetune_run(tmp_path):
     assert len(trace.consumed) == 5 and trace.meta.settings["num_workers"] == 2
     seen = [s for c in trace.consumed for s in c.samples]
     assert len(seen) == 20 and len(set(seen)) == 20
+    # As a stream (an IterableDataset sharded among the workers): samples keyed by content.
+    streamed = subprocess.run(
+        [*queuetune_cli(), "run", "--out", str(tmp_path / "S"), "--no-html", *example, "--stream"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert streamed.returncode == 0, streamed.stderr
+    [cov] = analyze(Trace.load(saved(tmp_path / "S")[0])).coverage
+    assert (cov.unit, cov.consumed, cov.duplicates, cov.unkeyed) == ("sample key", 20, [], 0)
     missing = subprocess.run(
         [sys.executable, str(EXAMPLES / "train_torchvision.py"), str(tmp_path / "nowhere")],
         capture_output=True,
