@@ -18,9 +18,11 @@ from queuetune.ranks import analyze_ranks
 from queuetune.trace import Consumed, Mark, Produced, Trace, TraceMeta
 
 
-def rank_trace(rank: int, epochs: list[list[int]], wait: float = 0.0, world: int = 2, job: str = "j") -> Trace:
+def rank_trace(
+    rank: int, epochs: list[list[int]], wait: float = 0.0, world: int = 2, job: str = "j", step: float = 0.1
+) -> Trace:
     """A rank that consumed batches of 4 samples (``epochs``: each run's samples
-    in order), each batch waited for ``wait`` seconds then stepped 0.1 s."""
+    in order), each batch waited for ``wait`` seconds then stepped ``step`` seconds."""
     produced, consumed, marks, t = [], [], [], 0.0
     for run, samples in enumerate(epochs):
         marks += [Mark(t, "run_begin", run), Mark(t, "epoch_begin", 0)]
@@ -29,7 +31,7 @@ def rank_trace(rank: int, epochs: list[list[int]], wait: float = 0.0, world: int
             key = tuple(batch)
             produced.append(Produced(t, t + wait, 8, key=hash(key)))
             consumed.append(Consumed(t, t + wait, run=run, epoch=0, key=hash(key), samples=batch))
-            t += wait + 0.1
+            t += wait + step
         marks += [Mark(t, "epoch_end", 0), Mark(t, "run_end", run)]
     meta = TraceMeta(name="dataloader 1 (job.py:9)", rank=rank, world_size=world, job=job)
     return Trace(meta=meta, start=0.0, end=t, produced=produced, consumed=consumed, marks=marks)
@@ -82,8 +84,14 @@ def test_the_rank_that_waits_for_input_is_the_straggler():
     assert straggler is not None and straggler.rank == 1
     assert straggler.cost_seconds == pytest.approx(0.2 * 3 - 0.001 * 3, abs=0.01)
     assert "rank 1 holds the others" in straggler.text
+    assert straggler.by == "input wait"
     even = analyze_ranks([rank_trace(0, [samples[:16]], wait=0.01), rank_trace(1, [samples[16:]], wait=0.011)])
     assert even.loaders[0].straggler is None
+    # Loading alike, one rank's steps slower (ranks not synchronised every step).
+    slow = analyze_ranks([rank_trace(0, [samples[:16]], step=0.1), rank_trace(1, [samples[16:]], step=0.3)])
+    compute = slow.loaders[0].straggler
+    assert compute is not None and (compute.rank, compute.by) == (1, "step time")
+    assert compute.cost_seconds == pytest.approx(0.2 * 4, abs=0.01) and "not its loading" in compute.text
 
 
 @pytest.mark.timeout(60)

@@ -41,12 +41,15 @@ class Rank:
 
 @dataclass
 class Straggler:
-    """The rank whose input wait holds the others: in synchronous training every
-    other rank waits for it at each collective step, about ``cost_seconds`` in all."""
+    """The rank that holds the others, ``by`` its input wait or its step time:
+    ``seconds`` of it over the steady state against the other ranks' median;
+    in synchronous training every other rank waits for it at each collective
+    step, about ``cost_seconds`` in all."""
 
     loader: str
     rank: int
-    input_wait_seconds: float
+    by: str
+    seconds: float
     others_median_seconds: float
     cost_seconds: float
     text: str
@@ -169,23 +172,39 @@ def _merge(name: str, members: list[tuple[int, Trace, Report]], world: int) -> R
 
 def straggler(name: str, members: list[tuple[int, Trace, Report]]) -> Straggler | None:
     """The rank whose steady-state input wait exceeds the others' median by more
-    than 5 % of its steady state (and 0.1 s): each collective step waits for its
-    batch, so the others lose about the difference. None when no rank stands out."""
-    waits = [(r, rep.steady_wait_seconds, rep.steady_seconds) for r, _, rep in members]
-    known = [(r, w, s) for r, w, s in waits if w is not None and s]
-    if len(known) < 2:
+    than 5 % of its steady state (and 0.1 s); else the rank whose steps took in
+    all more than the others' median by over 10 % (and 0.1 s). Each collective
+    step waits for it, so the others lose about the difference. None when no
+    rank stands out; with a collective every step the ranks' step times even
+    out, so only the input wait can tell there."""
+    waits = {r: (rep.steady_wait_seconds, rep.steady_seconds) for r, _, rep in members}
+    known = {r: (w, s) for r, (w, s) in waits.items() if w is not None and s}
+    if len(known) >= 2:
+        rank = max(known, key=lambda r: known[r][0])
+        wait, steady = known[rank]
+        middle = statistics.median(w for r, (w, _) in known.items() if r != rank)
+        cost = wait - middle
+        if cost > max(MODERATE * steady, 0.1):
+            text = (
+                f"rank {rank} holds the others: it waited for input {wait:.2f} s ({wait / steady:.0%} of its steady "
+                f"state) against a median {middle:.2f} s on the other ranks, so each of them waits about {cost:.2f} s "
+                "for it at the collective steps; give its loader more workers or find what makes its loading slow"
+            )
+            return Straggler(name, rank, "input wait", wait, middle, cost, text)
+    steps = {r: rep.consumer_step.mean * rep.consumer_step.n for r, _, rep in members if rep.consumer_step.mean}
+    if len(steps) < 2:
         return None
-    rank, wait, steady = max(known, key=lambda x: x[1])
-    middle = statistics.median(w for r, w, _ in known if r != rank)
-    cost = wait - middle
-    if cost <= max(MODERATE * steady, 0.1):
+    rank = max(steps, key=lambda r: steps[r])
+    middle = statistics.median(t for r, t in steps.items() if r != rank)
+    cost = steps[rank] - middle
+    if cost <= max(0.1 * middle, 0.1):
         return None
     text = (
-        f"rank {rank} holds the others: it waited for input {wait:.2f} s ({wait / steady:.0%} of its steady state) "
-        f"against a median {middle:.2f} s on the other ranks, so each of them waits about {cost:.2f} s for it "
-        "at the collective steps; give its loader more workers or find what makes its loading slow"
+        f"rank {rank} holds the others: its steps took {steps[rank]:.2f} s against a median {middle:.2f} s on the "
+        f"other ranks (not its loading: its input wait is like theirs), so they wait about {cost:.2f} s for it at "
+        "the collective steps"
     )
-    return Straggler(name, rank, wait, middle, cost, text)
+    return Straggler(name, rank, "step time", steps[rank], middle, cost, text)
 
 
 def _coverage(members: list[tuple[int, Trace, Report]]) -> list[RanksCoverage]:
