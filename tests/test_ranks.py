@@ -111,6 +111,9 @@ def test_report_of_a_folder_merges_ranks_and_names_what_is_missing_or_mixed(tmp_
     assert main(["report", str(tmp_path), "--html", str(page)]) == 0
     html = page.read_text()
     assert '<section id="ranks">' in html and "rank 1: dataloader 1" in html
+    # The ranks of a loader side by side, in rank order.
+    assert '<div class="ranks" style="--ranks: 2">' in html
+    assert html.index("rank 0: dataloader 1") < html.index("rank 1: dataloader 1")
     rank_trace(0, [everything], job="other").save(tmp_path / "02-dataloader.rank0.json")
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err

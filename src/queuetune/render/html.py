@@ -33,6 +33,8 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 2em; border-bottom:
 table { border-collapse: collapse; font-size: .9em; } td, th { border: 1px solid #ddd; padding: .25em .6em; }
 td:first-child { font-weight: 600; } figure { margin: 1em 0; } svg { max-width: 100%; height: auto; }
 .note { color: #666; font-size: .9em; }
+.ranks { display: grid; grid-template-columns: repeat(var(--ranks), minmax(0, 1fr)); gap: 1.5em; }
+.ranks table { font-size: .8em; }
 """
 
 
@@ -68,10 +70,27 @@ def html_report(sections: list[Section], title: str = "queuetune report", ranks:
         parts.append(ranks_html(ranks))
     if not sections:
         parts.append("<p>No loader was watched.</p>")
-    for number, section in enumerate(sections, start=1):
-        parts.append(_section(section, number))
+    number = 0
+    for group in _side_by_side(sections, ranks is not None):
+        if len(group) > 1:
+            parts.append(f'<div class="ranks" style="--ranks: {len(group)}">')
+        for section in group:
+            number += 1
+            parts.append(_section(section, number))
+        if len(group) > 1:
+            parts.append("</div>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _side_by_side(sections: list[Section], ranked: bool) -> list[list[Section]]:
+    """Sections one by one; a launch's ranks of the same loader together, by rank."""
+    if not ranked:
+        return [[section] for section in sections]
+    groups: dict[str, list[Section]] = {}
+    for section in sections:
+        groups.setdefault(section.trace.meta.name or section.label, []).append(section)
+    return [sorted(group, key=lambda s: s.trace.meta.rank or 0) for group in groups.values()]
 
 
 def write_html_report(
