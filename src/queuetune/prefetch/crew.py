@@ -185,7 +185,10 @@ class WorkerController:
         if waited > 0:
             window.waits += 1
             window.busy_waits += all_busy
-            if all_busy and can_start and self._trial is None:
+            # Not while a removal is on probation; during an addition's, a need
+            # that grew (a stall raised the mean build) still goes at once.
+            adding = self._trial is None or self._trial.before < self.workers
+            if all_busy and can_start and adding:
                 known = self._learn(facts())
                 need = self._need(known.build)
                 if need is not None:
