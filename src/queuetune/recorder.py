@@ -378,7 +378,7 @@ class MemorySampler:
         return unique, len(children)
 
 
-#: Sample keys kept a run (8 MiB as int64; about 40 MiB as Python ints):
+#: Sample keys kept a run (8 MiB as int64; about 44 MiB as Python ints):
 #: beyond it, batches are recorded without them and a ``samples_capped`` mark
 #: says from when, so coverage covers the run's first keys only.
 SAMPLE_KEYS_PER_RUN = 2**20
