@@ -242,3 +242,21 @@ def test_a_tf_data_pass_is_keyed_on_its_way_to_the_model():
     [cov] = queuetune.report(watched).coverage
     queuetune.probe_of(watched).close()
     assert (cov.unit, cov.consumed, len(cov.duplicates)) == ("sample key", 24, 8)
+
+
+@pytest.mark.timeout(30)
+def test_a_recorder_nobody_holds_is_collected_and_its_channel_stops():
+    import gc
+    import threading
+    import weakref
+
+    rec = Recorder(TraceMeta(), processes=True, sample_memory=False)
+    held = weakref.ref(rec)
+    del rec
+    gc.collect()
+    assert held() is None
+    for _ in range(100):
+        if not any(t.name == "queuetune-channel" for t in threading.enumerate()):
+            break
+        threading.Event().wait(0.05)
+    assert not any(t.name == "queuetune-channel" for t in threading.enumerate())

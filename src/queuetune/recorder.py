@@ -384,6 +384,28 @@ class MemorySampler:
 SAMPLE_KEYS_PER_RUN = 2**20
 
 
+class _Store:
+    """Where built batches land (the channel's sink): keeps at most
+    ``SAMPLE_KEYS_PER_RUN`` sample keys a run (``keys``: those kept since the
+    run began). It holds the recorder's lists, not the recorder, so that a
+    recorder nobody holds is collected and its finalizer stops its threads."""
+
+    def __init__(self, produced: list[Built], marks: list[Mark]) -> None:
+        self.produced, self.marks, self.keys = produced, marks, 0
+
+    def __call__(self, record: Built) -> None:
+        samples = record.samples
+        if samples is not None:
+            if self.keys + len(samples) > SAMPLE_KEYS_PER_RUN:
+                if self.keys <= SAMPLE_KEYS_PER_RUN:
+                    self.keys = SAMPLE_KEYS_PER_RUN + 1
+                    self.marks.append(Mark(clock(), "samples_capped", SAMPLE_KEYS_PER_RUN))
+                record = record._replace(samples=None)
+            else:
+                self.keys += len(samples)
+        self.produced.append(record)
+
+
 class Recorder:
     """Collects produced and consumed events and consumer marks for one loader.
 
@@ -420,7 +442,7 @@ class Recorder:
         self._consumed: list[Consumed] = []
         self._marks: list[Mark] = []
         self._memory: list[MemorySample] = []
-        self._sample_keys = 0
+        self._store = _Store(self._produced, self._marks)
         self.channel = Channel(self._store, processes)
         self._sampler = MemorySampler(self._memory.append, memory_interval, processes) if sample_memory else None
         self.run = -1
@@ -429,18 +451,6 @@ class Recorder:
         self._epoch_open = False
         self.consumer = "iterator"
         self._finalizer = weakref.finalize(self, _shutdown, self.channel, self._sampler)
-
-    def _store(self, record: Built) -> None:
-        samples = record.samples
-        if samples is not None:
-            if self._sample_keys + len(samples) > SAMPLE_KEYS_PER_RUN:
-                if self._sample_keys <= SAMPLE_KEYS_PER_RUN:
-                    self._sample_keys = SAMPLE_KEYS_PER_RUN + 1
-                    self.mark("samples_capped", SAMPLE_KEYS_PER_RUN)
-                record = record._replace(samples=None)
-            else:
-                self._sample_keys += len(samples)
-        self._produced.append(record)
 
     def produced(
         self,
@@ -483,7 +493,7 @@ class Recorder:
         """A consuming loop starts (a ``fit``/``predict`` call, a ``for`` loop)."""
         self.run += 1
         self._active += 1
-        self._sample_keys = 0
+        self._store.keys = 0
         self.mark("run_begin", self.run, t)
         if self.keep_runs is not None and self._active == 1:
             self._forget(self.keep_runs)
