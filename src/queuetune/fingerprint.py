@@ -43,6 +43,10 @@ class SampleKey:
     7
     >>> SampleKey()(b"x") == fingerprint(b"x")
     True
+    >>> import copy
+    >>> shared = SampleKey(shared=True); shared.note_step(0.5)
+    >>> copy.deepcopy(shared).step_seconds()
+    0.5
     """
 
     def __init__(self, key: Callable[[Any], Any] | None = None, shared: bool = False) -> None:
@@ -52,6 +56,14 @@ class SampleKey:
         # The consumer's recent step in seconds (0: not known yet), in shared
         # memory when worker processes read it.
         self._step: Any = multiprocessing.RawValue("d", 0.0) if shared else _Local(0.0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Shared memory crosses only to a process being started (a loader's
+        # worker); any other copy (deepcopy, pickle) takes the value as it is.
+        state = dict(self.__dict__)
+        if not isinstance(self._step, _Local) and multiprocessing.context.get_spawning_popen() is None:
+            state["_step"] = _Local(float(self._step.value))
+        return state
 
     def note_step(self, seconds: float) -> None:
         """The consumer took ``seconds`` for a step: fold it into the recent step."""
