@@ -24,6 +24,14 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores" + (f" ({model})" if model else "")
 
 
+def package_versions(*packages: str) -> dict[str, str]:
+    """Python's version and each installed distribution's, by its name on the
+    package index (``pillow``, ``torch``...), in the order given."""
+    from importlib.metadata import version
+
+    return {"python": platform.python_version(), **{name: version(name) for name in packages}}
+
+
 def add_paired(comparison: dict[str, Any]) -> None:
     """Ratios of each round's tuned run to the default run of the same round,
     and their medians: the interleaved design's estimate, robust to drift over the

@@ -14,7 +14,6 @@ Run: .venv/bin/python benchmarks/fingerprint_cost.py [--repeats 30] [--json] [--
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from common import machine, preamble, publish
+from common import machine, package_versions, preamble, publish
 
 sys.path.insert(0, "src")
 from queuetune.fingerprint import fingerprint
@@ -73,11 +72,6 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
-    import torch
-    import xxhash
-
-    import queuetune
-
     began = time.perf_counter()
     rows = []
     for name, (sample, nbytes) in samples().items():
@@ -87,13 +81,7 @@ def main() -> None:
         rows.append({"sample": name, "bytes": nbytes, "fingerprint_s": hashing, "copy_s": copying})
     result = {
         "rows": rows,
-        "versions": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "torch": torch.__version__,
-            "xxhash": xxhash.VERSION,
-            "queuetune": queuetune.__version__,
-        },
+        "versions": package_versions("numpy", "torch", "xxhash", "queuetune"),
         "machine": machine(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": time.perf_counter() - began,

@@ -50,7 +50,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -69,8 +68,16 @@ os.environ.update(DRIVER_ENV)
 import numpy as np
 import ray
 
-import queuetune
-from common import interleaved_comparison, machine, mib, preamble, target_lines, throughput_ratios, throughput_target
+from common import (
+    interleaved_comparison,
+    machine,
+    mib,
+    package_versions,
+    preamble,
+    target_lines,
+    throughput_ratios,
+    throughput_target,
+)
 from queuetune.render.explain import explain
 from queuetune.tune import Job, run_trial, tune
 
@@ -275,20 +282,6 @@ def run_workload(workload: Workload, tune_rounds: int, rounds: int, log: Callabl
     }
 
 
-def versions() -> dict[str, str]:
-    import PIL
-    import pyarrow
-
-    return {
-        "python": platform.python_version(),
-        "ray": ray.__version__,
-        "pyarrow": pyarrow.__version__,
-        "numpy": np.__version__,
-        "pillow": PIL.__version__,
-        "queuetune": queuetune.__version__,
-    }
-
-
 def targets(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     checks = [throughput_target(name, entry["comparison"]) for name, entry in entries.items()]
     for name in ("pause", "pause-training"):
@@ -400,7 +393,7 @@ def main() -> int:
         "rounds": args.rounds,
         "tune_rounds": args.tune_rounds,
         "scale": args.scale,
-        "versions": versions(),
+        "versions": package_versions("ray", "pyarrow", "numpy", "pillow", "queuetune"),
         "machine": machine(),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "seconds": time.perf_counter() - started,

@@ -18,7 +18,6 @@ Run: .venv/bin/python benchmarks/run_overhead.py [--images 2000] [--steps 100]
 from __future__ import annotations
 
 import argparse
-import platform
 import re
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import machine, preamble, publish, rotated
+from common import machine, package_versions, preamble, publish, rotated
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_torchvision.py"
@@ -51,22 +50,6 @@ def measure(variant: str, images: Path, steps: int, out: Path, stream: bool) -> 
     found = re.search(r"in ([\d.]+) s: ([\d.]+) images/s", done.stdout)
     assert found, done.stdout
     return {"wall_s": wall, "loop_s": float(found.group(1)), "images_per_s": float(found.group(2))}
-
-
-def versions() -> dict[str, str]:
-    import numpy
-    import PIL
-    import torch
-
-    import queuetune
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "pillow": PIL.__version__,
-        "queuetune": queuetune.__version__,
-    }
 
 
 def main() -> None:
@@ -101,7 +84,7 @@ def main() -> None:
         "runs": runs,
         "ratios": ratios,
         "median_ratios": {k: statistics.median(v) for k, v in ratios.items()},
-        "versions": versions(),
+        "versions": package_versions("torch", "numpy", "pillow", "queuetune"),
         "machine": machine(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": time.perf_counter() - began,
