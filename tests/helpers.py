@@ -58,3 +58,18 @@ _ARTICLE_TABLE = """
 65536 | 0.75 | 3 | 12 | 48 | 192 | 768
 """
 ARTICLE_ROWS = [[cell.strip() for cell in line.split("|")] for line in _ARTICLE_TABLE.strip().splitlines()]
+
+
+def block_import(monkeypatch: pytest.MonkeyPatch, package: str, message: str) -> None:
+    """Make every import of ``package`` (and its modules) raise ImportError(message)
+    for the rest of the test, as if it were not installed."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def blocked(name: str, *args: object, **kwargs: object) -> object:
+        if name == package or name.startswith(package + "."):
+            raise ImportError(message)
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", blocked)

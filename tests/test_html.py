@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import block_import
 from queuetune.analysis import analyze
 from queuetune.cli import main
 from queuetune.render.html import Section, html_report
@@ -49,16 +50,7 @@ def test_the_page_has_a_section_per_loader_with_its_figures_and_no_external_refe
 
 
 def test_the_page_says_when_figures_cannot_be_drawn(monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_matplotlib(name, *args, **kwargs):
-        if name.startswith("matplotlib"):
-            raise ImportError("no matplotlib here")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    block_import(monkeypatch, "matplotlib", "no matplotlib here")
     trace = sample_trace()
     page = html_report([Section("a", trace, analyze(trace))])
     assert "<svg" not in page and "pip install 'queuetune[plot]'" in page.replace("&#x27;", "'")

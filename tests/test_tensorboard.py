@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from helpers import block_import
 from queuetune.cli import main
 
 
@@ -96,16 +97,7 @@ def test_a_logdir_that_cannot_be_written_or_a_missing_tensorboard_is_exit_2(tmp_
     if importlib.util.find_spec("tensorboard") is not None:
         assert main(["run", "--tensorboard", str(blocker / "logs"), str(job)]) == 2
         assert "cannot write TensorBoard scalars to" in capsys.readouterr().err
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_tensorboard(name, *args, **kwargs):
-        if name.startswith("tensorboard"):
-            raise ImportError("No module named 'tensorboard'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    block_import(monkeypatch, "tensorboard", "No module named 'tensorboard'")
     assert main(["run", "--tensorboard", str(tmp_path / "logs"), str(job)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("queuetune: error: TensorBoard scalars need tensorboard") and len(err.splitlines()) == 1
