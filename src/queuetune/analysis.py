@@ -623,6 +623,12 @@ def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
     built_by: dict[tuple[int, int], dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     unkeyed: Counter[tuple[int, int]] = Counter()
     unit = None
+
+    def keyed(epoch: tuple[int, int], built: Produced, samples: list[int]) -> None:
+        by_epoch[epoch].extend(samples)
+        for key in samples:
+            built_by[epoch][key].append(built.worker)
+
     if trace.meta.match == "rows":
         # Batches cut from blocks by rows: each block's rows count once, in the
         # epoch of the batch that takes its first row.
@@ -630,10 +636,7 @@ def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
             block = trace.produced[p]
             if first and block.samples is not None:
                 unit = "sample key"
-                epoch = (trace.consumed[taker].run, trace.consumed[taker].epoch)
-                by_epoch[epoch].extend(block.samples)
-                for key in block.samples:
-                    built_by[epoch][key].append(block.worker)
+                keyed((trace.consumed[taker].run, trace.consumed[taker].epoch), block, block.samples)
         return EpochItems(unit, dict(by_epoch), {k: dict(v) for k, v in built_by.items()}, unkeyed)
     for c, j in zip(trace.consumed, matches):
         epoch = (c.run, c.epoch)
@@ -643,9 +646,7 @@ def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
             by_epoch[epoch].extend(c.samples)
         elif built is not None and built.samples is not None:
             unit = "sample key"
-            by_epoch[epoch].extend(built.samples)
-            for key in built.samples:
-                built_by[epoch][key].append(built.worker)
+            keyed(epoch, built, built.samples)
         elif built is not None and built.index is not None:
             unit = unit or "batch"
             by_epoch[epoch].append(built.index)

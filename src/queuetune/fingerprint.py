@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 import struct
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -113,6 +114,8 @@ class KeyBudget:
         self.keyer = keyer
         self.costs: deque[float] = deque(maxlen=BUDGET_BATCHES)
         self.samples = 0
+        #: The budget said no: no more batches are to be keyed.
+        self.spent = False
 
     def batch_keyed(self, cpu_seconds: float, samples: int) -> bool:
         """A batch's ``samples`` took ``cpu_seconds`` to key: may the next be keyed?"""
@@ -120,7 +123,18 @@ class KeyBudget:
         self.samples += samples
         if self.keyer.key is not None or self.samples < BUDGET_TRIAL or len(self.costs) < BUDGET_BATCHES:
             return True
-        return not statistics.median(self.costs) > BUDGET_SHARE * self.keyer.step_seconds() > 0
+        self.spent = statistics.median(self.costs) > BUDGET_SHARE * self.keyer.step_seconds() > 0
+        return not self.spent
+
+    def row_keys(self, batch: Any) -> tuple[int, ...] | None:
+        """:func:`row_keys` of ``batch``, timed in CPU time (being descheduled
+        does not count) against the budget; None once it is spent."""
+        if self.spent:
+            return None
+        began = time.thread_time()
+        keys = row_keys(batch, self.keyer)
+        self.batch_keyed(time.thread_time() - began, len(keys))
+        return keys
 
 
 def row_keys(batch: Any, keyer: SampleKey) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .analysis import MODERATE, Report, analyze, epoch_items, match
+from .analysis import MODERATE, EpochItems, Report, analyze, epoch_items, match
 from .jsonio import dumps
 from .trace import Trace
 
@@ -167,7 +167,9 @@ def _merge(name: str, members: list[tuple[int, Trace, Report]], world: int) -> R
     ranks = sorted(r for r, _, _ in members)
     if len(ranks) != len(set(ranks)):
         notes.append(f"several traces of {name} on one rank: each is counted")
-    return RanksLoader(name, straggler(name, members), _coverage(members), _same_order(members), notes)
+    # Each rank's items, epoch by epoch: matched once, read by both checks.
+    found = [(rank, epoch_items(trace, match(trace).consumed)) for rank, trace, _ in members]
+    return RanksLoader(name, straggler(name, members), _coverage(found), _same_order(found), notes)
 
 
 def straggler(name: str, members: list[tuple[int, Trace, Report]]) -> Straggler | None:
@@ -207,11 +209,10 @@ def straggler(name: str, members: list[tuple[int, Trace, Report]]) -> Straggler 
     return Straggler(name, rank, "step time", steps[rank], middle, cost, text)
 
 
-def _coverage(members: list[tuple[int, Trace, Report]]) -> list[RanksCoverage]:
+def _coverage(members: list[tuple[int, EpochItems]]) -> list[RanksCoverage]:
     per_epoch: dict[tuple[int, int], dict[int, list[int]]] = defaultdict(dict)
     unit = None
-    for rank, trace, _ in members:
-        found = epoch_items(trace, match(trace).consumed)
+    for rank, found in members:
         if found.unit is None:
             continue
         unit = unit or found.unit
@@ -219,7 +220,7 @@ def _coverage(members: list[tuple[int, Trace, Report]]) -> list[RanksCoverage]:
             per_epoch[epoch].setdefault(rank, []).extend(items)
     if unit is None or unit == "batch":
         return []
-    world = len({r for r, _, _ in members})
+    world = len({r for r, _ in members})
     result = []
     for (run, epoch_), by_rank in sorted(per_epoch.items()):
         readers: Counter[int] = Counter()
@@ -251,12 +252,11 @@ def _ranks_cause(readers: Counter[int], several: list[int], per_rank: dict[int, 
     return f"{len(several)} samples came to more than one rank in this epoch"
 
 
-def _same_order(members: list[tuple[int, Trace, Report]]) -> list[int]:
+def _same_order(members: list[tuple[int, EpochItems]]) -> list[int]:
     """Ranks whose every epoch came in the same, shuffled order: a
     DistributedSampler whose ``set_epoch`` was never called."""
     flagged = []
-    for rank, trace, _ in members:
-        found = epoch_items(trace, match(trace).consumed)
+    for rank, found in members:
         if found.unit != "sample":
             continue
         orders = [tuple(items) for _, items in sorted(found.items.items())]

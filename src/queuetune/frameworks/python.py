@@ -4,13 +4,12 @@ nothing ahead."""
 
 from __future__ import annotations
 
-import time
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..fingerprint import KeyBudget, SampleKey, row_keys
+from ..fingerprint import KeyBudget, SampleKey
 from ..nbytes import nbytes
 from ..recorder import Recorder, clock, recorded
 from ..trace import TraceMeta
@@ -93,16 +92,13 @@ def watched_generator(source: Iterator[Any], recorder: Recorder, keyer: SampleKe
     handed: float | None = None
 
     def record(asked: float, got: float, batch: Any) -> None:
-        nonlocal seq, budget, handed
+        nonlocal seq, handed
         size = nbytes(batch)
         samples = None
         if budget is not None:
             if handed is not None:
                 budget.keyer.note_step(asked - handed)
-            began = time.thread_time()
-            samples = row_keys(batch, budget.keyer)
-            if not budget.batch_keyed(time.thread_time() - began, len(samples)):
-                budget = None
+            samples = budget.row_keys(batch)
         recorder.produced(asked, got, size, None, seq, samples)
         if recorder.consumer == "iterator":
             recorder.consumed(asked, got, nbytes=size, key=seq)

@@ -17,7 +17,7 @@ require("ray.data", "ray")
 import ray  # noqa: E402
 import ray.data  # noqa: E402
 
-from ...fingerprint import KeyBudget, SampleKey, row_keys  # noqa: E402
+from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Recorder, clock, recorded  # noqa: E402
 from ...trace import Produced, Trace, TraceMeta  # noqa: E402
@@ -32,7 +32,6 @@ _MAP_OPERATORS = ("MapBatches", "MapRows", "Filter", "FlatMap", "Read", "Project
 # whether keying its rows still keeps to its budget.
 _LAST_DONE: dict[str, float] = {}
 _BUDGETS: dict[str, KeyBudget] = {}
-_SPENT = KeyBudget(SampleKey())
 
 
 @ray.remote(num_cpus=0)
@@ -95,14 +94,10 @@ class CountBlocks:
         if self.keyer is None:
             return None
         budget = _BUDGETS.setdefault(self.token, KeyBudget(SampleKey(self.keyer.key)))
-        if budget is _SPENT:
+        if budget.spent:
             return None
         budget.keyer.note_step(built)
-        began = time.thread_time()
-        keys = row_keys(accessor.to_batch_format("numpy"), budget.keyer)
-        if not budget.batch_keyed(time.thread_time() - began, len(keys)):
-            _BUDGETS[self.token] = _SPENT
-        return keys
+        return budget.row_keys(accessor.to_batch_format("numpy"))
 
 
 def fusing_arguments(dataset: Any) -> dict[str, Any]:
