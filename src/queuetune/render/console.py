@@ -141,6 +141,17 @@ def _coverage(cov: Coverage) -> str:
     return text
 
 
+def worker_name(worker: str) -> str:
+    """A trace's worker in words: ``thread-7`` is thread 7, a pid a process.
+
+    >>> worker_name("thread-7"), worker_name("4121"), worker_name("")
+    ('thread 7', 'process 4121', "the consumer's thread")
+    """
+    if worker.startswith("thread-"):
+        return f"thread {worker[7:]}"
+    return f"process {worker}" if worker else "the consumer's thread"
+
+
 def _key(item: int) -> str:
     """A sample's key: small integers as they are (a user's ids), fingerprints in hex."""
     return str(item) if abs(item) < 2**31 else f"{item % 2**64:016x}"

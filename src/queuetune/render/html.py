@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..units import format_bytes
-from .console import report_rows
+from .console import report_rows, worker_name
 
 if TYPE_CHECKING:
     from ..analysis import Report
@@ -197,18 +197,12 @@ def _draw_lanes(axes: Any, trace: Trace, lanes: list[str]) -> None:
     ]
     axes.broken_barh(steps, (-0.4, 0.8), color="tab:green", rasterized=raster)
     axes.broken_barh(waits, (-0.4, 0.8), color="tab:red", rasterized=raster)
-    labels = ["consumer (green: step, red: wait)", *[_worker_name(w) for w in shown]]
+    labels = ["consumer (green: step, red: wait)", *[worker_name(w) for w in shown]]
     if extra:
         labels.append(f"{extra + 1} more workers")
     axes.set_yticks(range(len(labels)), labels, fontsize=8)
     axes.set_ylim(len(labels) - 0.5, -0.5)
     axes.set_title("builds per worker (blue) and the consumer", fontsize=10, loc="left")
-
-
-def _worker_name(worker: str) -> str:
-    if worker.startswith("thread-"):
-        return f"thread {worker[7:]}"
-    return f"process {worker}" if worker else "the consumer's thread"
 
 
 def _draw_in_flight(axes: Any, trace: Trace, report: Report) -> None:

@@ -9,6 +9,8 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from .console import worker_name
+
 if TYPE_CHECKING:
     from ..analysis import Report
     from ..trace import Trace
@@ -104,6 +106,4 @@ def _span(
 
 
 def _name(worker: str) -> str:
-    if worker.startswith("thread-"):
-        return f"worker thread {worker[7:]}"
-    return f"worker process {worker}" if worker else "the consumer's thread"
+    return f"worker {worker_name(worker)}" if worker else worker_name(worker)
