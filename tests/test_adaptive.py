@@ -194,6 +194,25 @@ def test_a_wait_after_time_lost_to_the_depth_deepens_by_one():
     assert c.observe(waited=True, full=False, lost=True, limit=6) is None  # the budget holds no more
 
 
+def test_time_lost_in_the_first_requests_is_the_start_s_and_does_not_deepen():
+    c = DepthController(depth=5, start=3, grow_after=4)  # no deepening for waits alone here
+    assert c.observe(waited=True, full=False, lost=True, short=4.0) is None
+    assert c.observe(waited=False, full=False) is None
+    assert c.observe(waited=True, full=False, lost=True, short=4.0) is None  # the third request: still the start
+    assert c.observe(waited=True, full=False, lost=True, short=4.0) == 9
+    # the rules that go to what the workers need, or cover a stall, hold in the start too
+    c = DepthController(depth=1, start=16)
+    assert c.observe(waited=True, full=False, needed=5) == 5
+    assert c.observe(waited=True, full=False, wait=0.100, step=0.003) == 5 + 34
+
+
+def test_the_start_is_a_count_of_requests():
+    with pytest.raises(ValueError, match="start"):
+        DepthController(start=-1)
+    with pytest.raises(TypeError, match="start"):
+        DepthController(start=1.5)  # type: ignore[arg-type]
+
+
 def test_waits_that_cost_less_than_the_slack_do_not_deepen_one_batch_at_a_time():
     c = DepthController(depth=5)
     t = 100.0

@@ -7,7 +7,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..units import positive_int
+from ..units import nonnegative_int, positive_int
 
 
 @dataclass
@@ -25,7 +25,10 @@ class DepthController:
       since the last wait (``lost``; see :meth:`.Schedule.held_back`): deeper by
       the batches the wait left the consumer short of (``short``, at least one;
       see :meth:`.Schedule.short`). A consumer whose steps come in bursts drains
-      what a deeper queue would have built meanwhile.
+      what a deeper queue would have built meanwhile. Not in the first ``start``
+      requests: the workers' first builds end unevenly (threads starting, pages
+      touched for the first time), so a worker idle then is the start's, not a
+      depth too small.
     - One wait of at least ``long_wait`` typical consumer steps (a stall: one long
       wait, then ready batches): deeper at once by about the steps the wait cost
       (``ceil(wait / step)``), so that as many more batches are under way when the
@@ -59,6 +62,7 @@ class DepthController:
     long_wait: float = 4.0
     floor: int = 1
     slack: float = 0.005
+    start: int = 0
     _recent: deque[bool] = field(default_factory=deque, repr=False)
     # When the depth last changed (or the first request asked), the seconds waited
     # since, and the time of the latest request.
@@ -67,6 +71,7 @@ class DepthController:
     _now: float | None = field(default=None, repr=False)
     _calm: int = field(default=0, repr=False)
     _since_shrink: int | None = field(default=None, repr=False)
+    _requests: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         self.depth = positive_int(self.depth, "depth")
@@ -74,6 +79,7 @@ class DepthController:
         self.grow_after = positive_int(self.grow_after, "grow_after")
         self.shrink_after = positive_int(self.shrink_after, "shrink_after")
         self.window = positive_int(self.window, "window")
+        self.start = nonnegative_int(self.start, "start")
         if self.grow_after > self.window:
             raise ValueError(f"grow_after {self.grow_after} is above window {self.window}")
         self._recent = deque(maxlen=self.window)
@@ -112,6 +118,8 @@ class DepthController:
         clock's seconds, given with every request), for the slack rule; without
         them, that rule is off.
         """
+        self._requests += 1
+        lost = lost and self._requests > self.start
         if now is not None:
             self._now = now
             if self._since is None:
