@@ -1,7 +1,7 @@
 """queuetune.Prefetcher(workers="auto") against every fixed worker count, on the
 Prefetcher benchmark's workloads.
 
-Run: .venv/bin/python benchmarks/workers.py [--rounds 3] [--scale 1.0] [--only NAME ...]
+Run: .venv/bin/python benchmarks/workers.py [--rounds 5] [--scale 1.0] [--only NAME ...]
          [--counts 1,2,...] [--json] [--out benchmarks/results]
 
 What is measured, and how (one process, interleaved: auto, 1, 2, ..., auto, 1,
@@ -21,7 +21,9 @@ configuration later, so that none always runs first):
   default: 8 to 32 threads, one process per core), or ``--counts``.
 - Target (issue 16): auto's throughput >= 0.98 x the best fixed count's
   (medians over the rounds; the best of several noisy medians is itself
-  biased upward, so this is the harder reading). Also shown: the paired
+  biased upward, so this is the harder reading; 5 rounds by default, since
+  with 3 the best of nine medians of a 1 ms-step workload moved by 2-3 % from
+  run to run). Also shown: the paired
   ratio (each round's auto run over that round's best fixed run, median).
 """
 
@@ -114,7 +116,7 @@ def table(data: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--counts", type=lambda s: [int(x) for x in s.split(",")], default=None)
