@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import prefetcher as pf
-from common import machine, package_versions, publish
+from common import machine, package_versions, publish, rotated
 
 STEPS = (0.003, 0.0035, 0.0025)
-LEAN = "prefetcher max_bytes=10 b"
+# The Prefetcher at torchdata.nodes' bytes, and nodes: prefetcher.py's runners.
+LOADERS = [pf.LEAN, pf.NODES]
 
 
 def main() -> int:
@@ -42,13 +43,10 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for step in STEPS:
         w = pf.Workload("jittery", 0.003, step, 600, 30, stall=0.100, p=0.04)
-        runs: dict[str, list[dict[str, Any]]] = {LEAN: [], pf.NODES: []}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LOADERS}
         for r in range(args.rounds):
-            for name in list(runs) if r % 2 == 0 else list(runs)[::-1]:
-                if name == pf.NODES:
-                    runs[name].append(pf.run_nodes(w))
-                else:
-                    runs[name].append(pf.run_prefetcher(w, max_bytes=pf.LEAN_BUDGET_BATCHES * w.batch_bytes, name=LEAN))
+            for name in rotated(LOADERS, r):
+                runs[name].append(pf.RUNNERS[name](w))
         medians = {name: statistics.median(x["throughput"] for x in rs) for name, rs in runs.items()}
         rows.append(
             {
@@ -56,7 +54,7 @@ def main() -> int:
                 "medians": medians,
                 "rounds": {name: [x["throughput"] for x in rs] for name, rs in runs.items()},
                 "peaks": {name: max(x["peak_started_batches"] for x in rs) for name, rs in runs.items()},
-                "ratio": medians[LEAN] / medians[pf.NODES],
+                "ratio": medians[pf.LEAN] / medians[pf.NODES],
             }
         )
     data = {
@@ -77,7 +75,7 @@ def main() -> int:
     for row in rows:
         cells = [
             f"{row['medians'][n]:.1f} ({', '.join(f'{t:.1f}' for t in row['rounds'][n])}) {row['peaks'][n]} b"
-            for n in (LEAN, pf.NODES)
+            for n in LOADERS
         ]
         lines.append(f"{row['step'] * 1000:5.1f} ms {cells[0]:>30} {cells[1]:>30} {row['ratio']:6.3f}")
     publish(data, "\n".join(lines), "jittery_phase", args.json, args.out)
