@@ -30,8 +30,24 @@ def feed(c, now, requests, *, step, wait=0.0, all_busy=True, build=0.010, share=
 
 def test_a_wait_with_every_worker_busy_goes_at_once_to_the_workers_the_pace_needs():
     c = WorkerController(workers=1, max_workers=16, cores=2)
-    changes, _ = feed(c, 0.0, 1, step=0.002, wait=0.008, build=0.0095)
+    changes, now = feed(c, 0.0, 3, step=0.002, all_busy=False, build=0.0095)
+    assert changes == []
+    changes, _ = feed(c, now, 1, step=0.002, wait=0.008, build=0.0095)
     assert changes == [6]  # ceil(9.5 ms / 2 ms x 1.2 headroom)
+
+
+@pytest.mark.parametrize(("known", "expected"), [(0, [7]), (1, [7]), (2, [6]), (30, [6])])
+def test_a_need_read_from_the_first_two_steps_gets_one_worker_more(known, expected):
+    c = WorkerController(workers=1, max_workers=16, cores=2)
+    changes, now = feed(c, 0.0, known, step=0.002, all_busy=False, build=0.0095)
+    changes, _ = feed(c, now, 1, step=0.002, wait=0.008, build=0.0095)
+    assert changes == expected  # steps known at the wait: known + 1
+
+
+def test_a_first_need_already_met_adds_none():
+    c = WorkerController(workers=6, max_workers=16, cores=2)
+    changes, _ = feed(c, 0.0, 1, step=0.002, wait=0.008, build=0.0095)  # ceil(4.75 x 1.2) = 6 workers
+    assert changes == []
 
 
 def test_a_wait_while_a_worker_is_idle_adds_none():
@@ -129,7 +145,7 @@ def test_the_epochs_end_adds_no_worker():
     c = WorkerController(workers=1, max_workers=8, cores=8)
     facts = lambda: Facts(build=0.010, cpu_share=0.05, idle_cores=None)  # noqa: E731
     assert c.observe(1.0, step=0.002, waited=0.008, all_busy=True, facts=facts, can_start=False) is None
-    assert c.observe(1.1, step=0.002, waited=0.008, all_busy=True, facts=facts) == 6
+    assert c.observe(1.1, step=0.002, waited=0.008, all_busy=True, facts=facts) == 7  # 6, and 1 for two steps
 
 
 @pytest.mark.parametrize(

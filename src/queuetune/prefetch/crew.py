@@ -16,6 +16,8 @@ from ..units import positive_int
 
 # Standard errors of its waits by which a window's rate may be read higher or lower.
 ERRORS = 2.0
+# A need read from fewer of the consumer's steps than this gets one worker more.
+FEW_STEPS = 3
 
 
 class Facts(NamedTuple):
@@ -82,7 +84,10 @@ class WorkerController:
     - **More at once**: a request that waited while every worker was building,
       when ``workers`` are fewer than the pace needs with ``headroom``
       (``need``: the mean build, stalls and all, over the consumer's typical
-      step), goes at once to ``ceil(need * headroom)`` workers. **One more**: a
+      step), goes at once to ``ceil(need * headroom)`` workers; one more when
+      fewer than ``FEW_STEPS`` steps are known (a run's first steps are its
+      slowest, so the need read from them is low, and a worker too few costs
+      throughput until a window shows it, half a second). **One more**: a
       window in which the consumer waited more than ``slack`` of its time, most
       of its waits with every worker building (a stall, a slow build: more
       workers start the batches behind it sooner).
@@ -113,10 +118,10 @@ class WorkerController:
     >>> c = WorkerController(workers=1, max_workers=8, cores=2)
     >>> facts = lambda: Facts(build=0.009, cpu_share=0.05, idle_cores=None)
     >>> c.observe(0.010, step=0.002, waited=0.006, all_busy=True, facts=facts)
-    6
+    7
     >>> c.observe(0.012, step=0.002, waited=0.001, all_busy=True, facts=facts)
     >>> c.workers
-    6
+    7
     """
 
     workers: int = 1
@@ -192,7 +197,10 @@ class WorkerController:
                 known = self._learn(facts())
                 need = self._need(known.build)
                 if need is not None:
-                    target = self._addable(math.ceil(need * self.headroom - 1e-9), now, known)
+                    want = math.ceil(need * self.headroom - 1e-9)
+                    if want > self.workers and len(self._steps) < FEW_STEPS:
+                        want += 1
+                    target = self._addable(want, now, known)
                     if target > self.workers:
                         return self._change(target, now)
         if now - window.start < self._length or window.batches < self.window_batches:
