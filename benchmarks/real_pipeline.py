@@ -32,6 +32,7 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--images 
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import statistics
 import sys
@@ -171,6 +172,8 @@ def main() -> int:
         for round_ in range(args.rounds):
             for name in rotated(list(LOADERS), round_):
                 row = run(name, data, args)
+                # The loader's objects, now, here: not in a worker process forked from this one later.
+                gc.collect()
                 runs[name].append(row)
                 print(
                     f"round {round_ + 1} {name}: {row['images_per_s']:.1f} images/s, "
