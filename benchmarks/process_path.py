@@ -1,7 +1,7 @@
 """Large batches from worker processes: the Prefetcher's process path against torch's
 DataLoader, and both against one plain copy of the same bytes.
 
-Run: .venv/bin/python benchmarks/process_path.py [--rounds 5] [--batches 60] [--json] [--out DIR]
+Run: .venv/bin/python benchmarks/process_path.py [--rounds 5] [--batches 300] [--json] [--out DIR]
 
 - The data: a map-style dataset of samples 3x224x224 float32 (588 KiB), each a
   slice of one array made at start, so building a sample costs nothing and the
@@ -14,9 +14,12 @@ Run: .venv/bin/python benchmarks/process_path.py [--rounds 5] [--batches 60] [--
   samples and with torch tensor samples.
 - The consumer touches every 4 KiB page of each batch (one float a page), so a
   batch whose pages are not yet mapped in the consumer pays for it here.
-- Throughput: batches per second after the first 5, in one process, the
-  configurations interleaved for ``--rounds`` rounds (each round one run of each,
-  starting one later each round); the median over rounds, and GB/s.
+- Throughput: batches per second in two spans of each run: the start (batches
+  5 to 60, while the Prefetcher's shared-memory segments are used for the first
+  time and their pages fault in both processes) and the steady state (batch 60
+  to the end); in one process, the configurations interleaved for ``--rounds``
+  rounds (each round one run of each, starting one later each round); the
+  median over rounds, and GB/s.
 - The reference: ``np.copyto`` of the same 38.5 MB into a buffer already written
   once (one copy, no page faults), the median of 20.
 """
@@ -42,6 +45,7 @@ BATCH = 64
 WORKERS = 2
 DEPTH = 8
 WARMUP = 5
+STEADY_FROM = 60
 
 
 class Samples:
@@ -71,7 +75,7 @@ def touch(batch: Any) -> float:
     return float(array.reshape(-1)[::1024].sum())
 
 
-def run(loader_name: str, kind: str, batches: int) -> float:
+def run(loader_name: str, kind: str, batches: int) -> dict[str, float]:
     import torch
     from torch.utils.data import DataLoader
 
@@ -98,8 +102,12 @@ def run(loader_name: str, kind: str, batches: int) -> float:
             times.append(time.perf_counter())
     if loader_name == "prefetcher":
         loader.close()
-    counted = times[WARMUP:]
-    return (len(counted) - 1) / (counted[-1] - counted[0])
+    return {"start": rate(times[WARMUP : STEADY_FROM + 1]), "steady": rate(times[STEADY_FROM:])}
+
+
+def rate(times: list[float]) -> float:
+    """Batches per second between the first and the last of ``times``."""
+    return (len(times) - 1) / (times[-1] - times[0])
 
 
 def memcpy_gbps(nbytes: int) -> float:
@@ -117,21 +125,27 @@ def memcpy_gbps(nbytes: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="write process_path.json and .txt into this folder")
     args = parser.parse_args()
+    if args.batches < STEADY_FROM + 2:
+        parser.error(f"--batches must be at least {STEADY_FROM + 2}: the steady state counts from batch {STEADY_FROM}")
     import torch
 
     import queuetune
 
     configs = [(loader, kind) for kind in ("numpy", "torch") for loader in ("prefetcher", "torch")]
-    runs: dict[str, list[float]] = {f"{loader}/{kind}": [] for loader, kind in configs}
+    runs: dict[str, list[dict[str, float]]] = {f"{loader}/{kind}": [] for loader, kind in configs}
     for round_ in range(args.rounds):
         for loader, kind in rotated(configs, round_):
-            rate = run(loader, kind, args.batches)
-            runs[f"{loader}/{kind}"].append(rate)
-            print(f"round {round_}: {loader}/{kind} {rate:.1f} batches/s", file=sys.stderr, flush=True)
+            rates = run(loader, kind, args.batches)
+            runs[f"{loader}/{kind}"].append(rates)
+            print(
+                f"round {round_}: {loader}/{kind} start {rates['start']:.1f}, steady {rates['steady']:.1f} batches/s",
+                file=sys.stderr,
+                flush=True,
+            )
     nbytes = BATCH * int(np.prod(SAMPLE)) * 4
     result = {
         "benchmark": "process_path",
@@ -147,7 +161,9 @@ def main() -> int:
         "batches": args.batches,
         "memcpy_gbps": memcpy_gbps(nbytes),
         "runs": runs,
-        "median": {k: statistics.median(v) for k, v in runs.items()},
+        "median": {
+            k: {span: statistics.median(r[span] for r in v) for span in ("start", "steady")} for k, v in runs.items()
+        },
     }
     text = render(result)
     if args.out:
@@ -159,22 +175,27 @@ def main() -> int:
 
 def render(result: dict[str, Any]) -> str:
     nbytes = result["batch_bytes"]
+    memcpy = result["memcpy_gbps"]
     lines = [
         f"Large batches from worker processes ({nbytes / 1e6:.1f} MB a batch, {WORKERS} workers, depth {DEPTH}), "
         f"{result['rounds']} interleaved rounds of {result['batches']} batches",
         f"machine: {result['machine']}; versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()),
-        f"one copy of the batch (np.copyto into a written buffer): {result['memcpy_gbps']:.2f} GB/s",
+        f"one copy of the batch (np.copyto into a written buffer): {memcpy:.2f} GB/s",
+        f"start: batches {WARMUP}-{STEADY_FROM}; steady state: batch {STEADY_FROM} to the end",
         "",
-        f"{'samples':<8} {'loader':<12} {'batches/s':>10} {'GB/s':>6} {'x torch':>8}  rounds",
+        f"{'samples':<8} {'loader':<12} {'start b/s':>10} {'steady b/s':>11} {'GB/s':>6} {'x torch':>8} "
+        f"{'x memcpy':>9}  steady rounds",
     ]
     for kind in ("numpy", "torch"):
-        base = result["median"][f"torch/{kind}"]
+        base = result["median"][f"torch/{kind}"]["steady"]
         for loader in ("prefetcher", "torch"):
             key = f"{loader}/{kind}"
-            rate = result["median"][key]
-            rounds = ", ".join(f"{r:.1f}" for r in result["runs"][key])
+            start, steady = result["median"][key]["start"], result["median"][key]["steady"]
+            gbps = steady * nbytes / 1e9
+            rounds = ", ".join(f"{r['steady']:.1f}" for r in result["runs"][key])
             lines.append(
-                f"{kind:<8} {loader:<12} {rate:>10.1f} {rate * nbytes / 1e9:>6.2f} {rate / base:>8.2f}  {rounds}"
+                f"{kind:<8} {loader:<12} {start:>10.1f} {steady:>11.1f} {gbps:>6.2f} {steady / base:>8.2f} "
+                f"{gbps / memcpy:>9.2f}  {rounds}"
             )
     return "\n".join(lines)
 
