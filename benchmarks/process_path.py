@@ -27,7 +27,6 @@ Run: .venv/bin/python benchmarks/process_path.py [--rounds 5] [--batches 300] [-
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, rotated
+from common import machine, publish, rotated
 
 SAMPLE = (3, 224, 224)
 BATCH = 64
@@ -127,7 +126,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", help="write process_path.json and .txt into this folder")
+    parser.add_argument("--out", type=Path, help="write process_path.json and .txt into this folder")
     args = parser.parse_args()
     if args.batches < STEADY_FROM + 2:
         parser.error(f"--batches must be at least {STEADY_FROM + 2}: the steady state counts from batch {STEADY_FROM}")
@@ -165,11 +164,7 @@ def main() -> int:
             k: {span: statistics.median(r[span] for r in v) for span in ("start", "steady")} for k, v in runs.items()
         },
     }
-    text = render(result)
-    if args.out:
-        Path(args.out, "process_path.json").write_text(json.dumps(result, indent=2))
-        Path(args.out, "process_path.txt").write_text(text)
-    print(json.dumps(result, indent=2) if args.json else text)
+    publish(result, render(result), "process_path", args.json, args.out)
     return 0
 
 
