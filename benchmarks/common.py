@@ -11,6 +11,38 @@ from pathlib import Path
 from typing import Any
 
 
+class Counted:
+    """Items started in a load function and not yet released by the consumer,
+    and their peak: how the loaders queuetune cannot watch are measured. Shared
+    with worker processes forked after it is made.
+
+    >>> counted = Counted()
+    >>> counted.start(); counted.start(3); counted.release(2)
+    >>> counted.now.value, counted.peak
+    (2, 4)
+    """
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork")
+        self.now = context.Value("i", 0)
+        self.top = context.RawValue("i", 0)
+
+    def start(self, count: int = 1) -> None:
+        with self.now.get_lock():
+            self.now.value += count
+            self.top.value = max(self.top.value, self.now.value)
+
+    def release(self, count: int = 1) -> None:
+        with self.now.get_lock():
+            self.now.value -= count
+
+    @property
+    def peak(self) -> int:
+        return int(self.top.value)
+
+
 def machine() -> str:
     """Architecture, cores and processor model."""
     model = ""

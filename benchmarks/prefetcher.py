@@ -86,7 +86,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import queuetune
-from common import machine, publish, stop_nodes
+from common import Counted, machine, publish, stop_nodes
 from queuetune.analysis import match
 from queuetune.tune import throughput
 
@@ -288,32 +288,6 @@ def make_step(w: Workload):
             time.sleep(w.pause)
 
     return step
-
-
-class Counted:
-    """Batches started in the load function and not yet released by the consumer,
-    and their peak: how the loaders queuetune cannot watch are measured. Shared
-    with forked worker processes."""
-
-    def __init__(self) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("fork")
-        self.now = context.Value("i", 0)
-        self.top = context.RawValue("i", 0)
-
-    def start(self) -> None:
-        with self.now.get_lock():
-            self.now.value += 1
-            self.top.value = max(self.top.value, self.now.value)
-
-    def release(self) -> None:
-        with self.now.get_lock():
-            self.now.value -= 1
-
-    @property
-    def peak(self) -> int:
-        return int(self.top.value)
 
 
 # What load_counted reads: set before a peer's workers start, so forked workers have them too.

@@ -27,6 +27,14 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--images 
   own warm-up included in those), the loaders interleaved for ``--rounds``
   rounds, the median over rounds; the fraction of the time the step loop waited
   for its next batch.
+- Memory: the most samples started (counted as each sample's load begins, in
+  the worker) and not yet released (the step loop releases a batch's samples
+  once its step is done), the same way for all three loaders; shown as batches
+  (samples / batch) and as the bytes of those decoded samples, the highest over
+  rounds.
+- Targets (issue 15): the Prefetcher's images/s >= 0.99 x the best loader's,
+  and its peak no more than the smallest peak among the loaders that reach
+  >= 0.98 x the best.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import machine, publish, rotated, stop_nodes
+from common import Counted, machine, mib, publish, rotated, stop_nodes, target_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from images import ImageFolder, make_images, resnet18, train_transform
@@ -50,10 +58,25 @@ WARMUP = 4
 LOADERS = ("torch", "prefetcher", "torchdata.nodes")
 
 
+class CountedImages:
+    """The images, each sample's load counted as it begins (in whichever process
+    loads it: the counter is shared with forked workers)."""
+
+    def __init__(self, data: ImageFolder, counted: Counted) -> None:
+        self.data, self.counted = data, counted
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> Any:
+        self.counted.start()
+        return self.data[i]
+
+
 class Collated:
     """torchdata.nodes' map function: the batch of samples at a list of indices, collated."""
 
-    def __init__(self, data: ImageFolder) -> None:
+    def __init__(self, data: CountedImages) -> None:
         self.data = data
 
     def __call__(self, indices: list[int]) -> Any:
@@ -62,7 +85,7 @@ class Collated:
         return default_collate([self.data[i] for i in indices])
 
 
-def loader_for(name: str, data: ImageFolder, args: argparse.Namespace, steps: int) -> tuple[Any, Any]:
+def loader_for(name: str, data: CountedImages, args: argparse.Namespace, steps: int) -> tuple[Any, Any]:
     """The loader, and what closes it."""
     import torch
 
@@ -119,7 +142,8 @@ def run(name: str, data: ImageFolder, args: argparse.Namespace) -> dict[str, Any
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     steps = min(args.steps, len(data) // args.batch)
-    loader, close = loader_for(name, data, args, steps)
+    counted = Counted()
+    loader, close = loader_for(name, CountedImages(data, counted), args, steps)
     arrived, waited = [], []
     try:
         iterator = iter(loader)
@@ -138,15 +162,38 @@ def run(name: str, data: ImageFolder, args: argparse.Namespace) -> dict[str, Any
             arrived.append(got)
             waited.append(got - asked)
             del x, y
+            counted.release(args.batch)
         del iterator
     finally:
         close()
-    counted = arrived[WARMUP:]
-    span = counted[-1] - counted[0]
+    timed = arrived[WARMUP:]
+    span = timed[-1] - timed[0]
     return {
-        "images_per_s": (len(counted) - 1) * args.batch / span,
+        "images_per_s": (len(timed) - 1) * args.batch / span,
         "input_wait_fraction": sum(waited[WARMUP + 1 :]) / span,
+        "peak_started_samples": counted.peak,
     }
+
+
+def targets(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 15's two checks of the Prefetcher: its throughput against the best
+    loader's, and its peak against the leanest loader within 0.98 x the best."""
+    ours = summary["prefetcher"]
+    best = max(s["images_per_s"] for s in summary.values())
+    close = [s["peak_started_samples"] for s in summary.values() if s["images_per_s"] >= 0.98 * best]
+    leanest = min(close)
+    return [
+        {
+            "target": "prefetcher images/s >= 0.99 x the best loader's",
+            "value": ours["images_per_s"] / best,
+            "met": ours["images_per_s"] >= 0.99 * best,
+        },
+        {
+            "target": "prefetcher peak started samples <= the least of the loaders at >= 0.98 x the best",
+            "value": f"{ours['peak_started_samples']} vs {leanest}",
+            "met": ours["peak_started_samples"] <= leanest,
+        },
+    ]
 
 
 def main() -> int:
@@ -169,6 +216,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="queuetune-jpegs-") as folder:
         make_images(Path(folder), args.images)
         data = ImageFolder(folder, train_transform())
+        sample_bytes = int(data[0][0].nbytes) + 8  # the image tensor and its label, collated as int64
         for round_ in range(args.rounds):
             for name in rotated(list(LOADERS), round_):
                 row = run(name, data, args)
@@ -188,12 +236,15 @@ def main() -> int:
             "images_per_s": statistics.median(r["images_per_s"] for r in rs),
             "rounds": [round(r["images_per_s"], 1) for r in rs],
             "input_wait_fraction": statistics.median(r["input_wait_fraction"] for r in rs),
+            "peak_started_samples": max(r["peak_started_samples"] for r in rs),
         }
         for name, rs in runs.items()
     }
     best = max(s["images_per_s"] for s in summary.values())
     for s in summary.values():
         s["x_best"] = s["images_per_s"] / best
+        s["peak_started_batches"] = s["peak_started_samples"] / args.batch
+        s["peak_started_bytes"] = s["peak_started_samples"] * sample_bytes
     device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
     result = {
         "benchmark": "real_pipeline",
@@ -209,6 +260,8 @@ def main() -> int:
         "settings": {k: getattr(args, k) for k in ("images", "batch", "workers", "steps", "rounds")},
         "seconds": time.monotonic() - started,
         "loaders": summary,
+        "sample_bytes": sample_bytes,
+        "targets": targets(summary),
     }
     lines = [
         f"JPEG 320x240 -> RandomResizedCrop(224), flip, ToTensor, Normalize -> ResNet-18 training on {device}",
@@ -216,13 +269,15 @@ def main() -> int:
         f"batch {args.batch}, {args.workers} worker processes, {args.steps} steps (first {WARMUP} not counted), "
         f"{args.rounds} interleaved rounds; wall {result['seconds']:.0f} s",
         "",
-        f"{'loader':<16} {'images/s':>9} {'x best':>7} {'input wait':>11}  rounds",
+        f"{'loader':<16} {'images/s':>9} {'x best':>7} {'input wait':>11} {'peak started':>22}  rounds",
     ]
     for name, s in summary.items():
+        peak = f"{s['peak_started_batches']:.2f} b, {mib(s['peak_started_bytes'])}"
         lines.append(
-            f"{name:<16} {s['images_per_s']:>9.1f} {s['x_best']:>7.3f} {s['input_wait_fraction']:>10.1%}  "
+            f"{name:<16} {s['images_per_s']:>9.1f} {s['x_best']:>7.3f} {s['input_wait_fraction']:>10.1%} {peak:>22}  "
             + ", ".join(map(str, s["rounds"]))
         )
+    lines += ["", *target_lines(result["targets"])]
     stem = "real_pipeline" if args.device == "cpu" else f"real_pipeline_{args.device}"
     publish(result, "\n".join(lines), stem, args.json, args.out)
     return 0
