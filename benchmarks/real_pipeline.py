@@ -20,7 +20,8 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--images 
   ``torch.utils.data.DataLoader(dataset, batch_size, shuffle=True, num_workers,
   pin_memory=cuda, persistent_workers=False)`` (prefetch_factor 2);
   ``queuetune.Prefetcher(dataset, batch_size, shuffle=True, mode="process",
-  workers, max_bytes="2GiB")`` with its defaults (adaptive depth, in order);
+  workers, max_bytes="2GiB", sample_memory=False)`` with its other defaults
+  (adaptive depth, in order; no memory sampling, which the other two lack);
   torchdata.nodes: ``ParallelMapper(batches of indices, map_fn=load and collate,
   num_workers, in_order=True, method="process")`` -> ``Prefetcher(2)`` -> ``Loader``.
 - Throughput: images per second over the steps after the first 4 (the model's

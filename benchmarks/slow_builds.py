@@ -20,7 +20,8 @@ Run: .venv/bin/python benchmarks/slow_builds.py [--rounds 3] [--steps 300]
 - The loaders, ``--workers`` worker processes each (fork):
   ``DataLoader(dataset, batch_size, num_workers, prefetch_factor=2)`` and
   ``queuetune.Prefetcher(dataset, batch_size, mode="process", workers,
-  max_bytes="2GiB")`` with its defaults (adaptive depth, in order). The
+  max_bytes="2GiB")`` with its defaults (adaptive depth, in order, its
+  memory sampled for the report). The
   newest peers are left out: torchdata.nodes' and SPDL's process variants
   pickle each batch through a pipe, 9.0 and 11.0 batches/s against torch's
   39.4 in one trial of the ``batches`` shape on this machine.
@@ -102,7 +103,7 @@ def run(loader_name: str, shape: str, args: argparse.Namespace) -> dict[str, Any
         data, batch_size = Batches(args.build, counted), None
     if loader_name == "prefetcher":
         loader: Any = queuetune.Prefetcher(
-            data, batch_size=batch_size, mode="process", workers=args.workers, max_bytes="2GiB", sample_memory=False
+            data, batch_size=batch_size, mode="process", workers=args.workers, max_bytes="2GiB"
         )
     else:
         loader = DataLoader(data, batch_size=batch_size, num_workers=args.workers, prefetch_factor=2)
