@@ -27,7 +27,6 @@ Run: .venv/bin/python benchmarks/process_path.py [--rounds 5] [--batches 300] [-
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, publish, rotated
+from common import machine, package_versions, publish, rotated
 
 SAMPLE = (3, 224, 224)
 BATCH = 64
@@ -130,9 +129,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.batches < STEADY_FROM + 2:
         parser.error(f"--batches must be at least {STEADY_FROM + 2}: the steady state counts from batch {STEADY_FROM}")
-    import torch
-
-    import queuetune
 
     configs = [(loader, kind) for kind in ("numpy", "torch") for loader in ("prefetcher", "torch")]
     runs: dict[str, list[dict[str, float]]] = {f"{loader}/{kind}": [] for loader, kind in configs}
@@ -149,12 +145,7 @@ def main() -> int:
     result = {
         "benchmark": "process_path",
         "machine": machine(),
-        "versions": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "torch": torch.__version__,
-            "queuetune": queuetune.__version__,
-        },
+        "versions": package_versions("numpy", "torch", "queuetune"),
         "batch_bytes": nbytes,
         "rounds": args.rounds,
         "batches": args.batches,

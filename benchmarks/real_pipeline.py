@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import platform
 import statistics
 import sys
 import tempfile
@@ -50,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Counted, machine, mib, publish, rotated, stop_nodes, target_lines
+from common import Counted, machine, mib, package_versions, publish, rotated, stop_nodes, target_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from images import ImageFolder, make_images, resnet18, train_transform
@@ -210,8 +209,6 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    import queuetune
-
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LOADERS}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="queuetune-jpegs-") as folder:
@@ -230,8 +227,6 @@ def main() -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-    from importlib.metadata import version
-
     summary = {
         name: {
             "images_per_s": statistics.median(r["images_per_s"] for r in rs),
@@ -251,13 +246,7 @@ def main() -> int:
         "benchmark": "real_pipeline",
         "machine": machine(),
         "device": device,
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torchdata": version("torchdata"),
-            "pillow": version("pillow"),
-            "queuetune": queuetune.__version__,
-        },
+        "versions": package_versions("torch", "torchdata", "pillow", "queuetune"),
         "settings": {k: getattr(args, k) for k in ("images", "batch", "workers", "steps", "rounds")},
         "seconds": time.monotonic() - started,
         "loaders": summary,

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import platform
 import statistics
 import sys
 import time
@@ -47,7 +46,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Counted, machine, publish, rotated, target_lines
+from common import Counted, machine, package_versions, publish, rotated, target_lines
 
 SAMPLE = (3, 224, 224)
 BATCH = 64
@@ -150,9 +149,6 @@ def main() -> int:
         parser.error(f"--steps must be at least {WARMUP + 2}: the first {WARMUP} are not counted")
     if args.workers < 1 or args.rounds < 1 or args.build <= 0 or args.step < 0:
         parser.error("--workers and --rounds must be at least 1, --build above 0 and --step not below 0")
-    import torch
-
-    import queuetune
 
     configs = [(loader, shape) for shape in SHAPES for loader in LOADERS]
     runs: dict[str, list[dict[str, Any]]] = {f"{loader}/{shape}": [] for loader, shape in configs}
@@ -181,12 +177,7 @@ def main() -> int:
     result = {
         "benchmark": "slow_builds",
         "machine": machine(),
-        "versions": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "torch": torch.__version__,
-            "queuetune": queuetune.__version__,
-        },
+        "versions": package_versions("numpy", "torch", "queuetune"),
         "settings": {k: getattr(args, k) for k in ("rounds", "steps", "workers", "build", "step")},
         "batch_bytes": BATCH * (int(np.prod(SAMPLE)) * 4 + 8),
         "ceiling_batches_per_s": args.workers / args.build,
