@@ -18,6 +18,7 @@ import pytest
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher, WorkerDied
 from queuetune.prefetch import shm
+from queuetune.prefetch.workers import BEHIND
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,8 +30,8 @@ ITEM = 300_000
 class Numbered:
     """Picklable, for spawn and forkserver: batch i holds i, and the pid that built it."""
 
-    def __init__(self, n: int, fail_at: int | None = None, delay: float = 0.0) -> None:
-        self.n, self.fail_at, self.delay = n, fail_at, delay
+    def __init__(self, n: int, fail_at: int | None = None, delay: float = 0.0, item: int = ITEM) -> None:
+        self.n, self.fail_at, self.delay, self.item = n, fail_at, delay, item
 
     def __len__(self) -> int:
         return self.n
@@ -42,7 +43,7 @@ class Numbered:
             raise KeyError(f"record {i} is corrupt")
         if self.delay:
             threading.Event().wait(self.delay)
-        return {"i": i, "x": np.full(ITEM, i % 251, np.uint8), "pid": os.getpid()}
+        return {"i": i, "x": np.full(self.item, i % 251, np.uint8), "pid": os.getpid()}
 
 
 def started_as(pid: int) -> str:
@@ -56,10 +57,17 @@ def started_as(pid: int) -> str:
     return "fork" if process.ppid() == os.getpid() else "unknown"
 
 
+# Small items are copied into shared memory as they are built; large ones behind the next build.
+@pytest.mark.parametrize("item", [ITEM, 2 * BEHIND])
 @pytest.mark.parametrize("method", METHODS)
-def test_every_batch_once_in_order_under_each_start_method(method):
+def test_every_batch_once_in_order_under_each_start_method(method, item):
     p = Prefetcher(
-        Numbered(12), max_bytes="8MiB", workers=2, mode="process", multiprocessing_context=method, sample_memory=False
+        Numbered(12, item=item),
+        max_bytes="64MiB",
+        workers=2,
+        mode="process",
+        multiprocessing_context=method,
+        sample_memory=False,
     )
     with p:
         for _ in range(2):  # each epoch starts new workers
@@ -69,7 +77,7 @@ def test_every_batch_once_in_order_under_each_start_method(method):
                     assert started_as(int(batch["pid"])) == method
                 seen.append(batch)
             assert [int(b["i"]) for b in seen] == list(range(12))
-            assert all(int(b["x"][0]) == i % 251 and b["x"].shape == (ITEM,) for i, b in enumerate(seen))
+            assert all((b["x"] == i % 251).all() and b["x"].shape == (item,) for i, b in enumerate(seen))
             assert all(isinstance(b["x"].base, ctypes.Array) for b in seen)  # mapped, not unpickled
             assert os.getpid() not in {int(b["pid"]) for b in seen}
         trace = p.trace()

@@ -6,13 +6,17 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher
-from queuetune.prefetch import shm
+from queuetune.prefetch import shm, workers
+from queuetune.prefetch.errors import WorkerDied
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
 
@@ -185,4 +189,121 @@ def test_closing_one_prefetcher_leaves_another_ones_segments_alone():
         second.close()
     assert got == [list(range(i, i + 4)) for i in range(0, 48, 4)]
     assert files() == []
+    assert_nothing_left_running()
+
+
+# --- copies made behind the worker's next build ---------------------------------------------
+
+WHOLE = 2 * workers.BEHIND // 4  # float32 values: a whole batch of 2 MiB, copied behind the next build
+
+
+class Whole:
+    """Item i: a whole batch, a new array of WHOLE values all i (``grow``: 1 to 3
+    times as many, so that some spill past the lent segment into a new one), and i."""
+
+    def __init__(self, n: int, grow: bool = False) -> None:
+        self.n, self.grow = n, grow
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return np.full(WHOLE * (1 + i % 3 if self.grow else 1), float(i), dtype=np.float32), i
+
+
+def copy_in_ship_thread(monkeypatch, then):
+    """Make every copy in a forked worker's ship thread call ``then(copies)`` first."""
+    original = shm.copy
+
+    def copy(copies):
+        if threading.current_thread().name == "queuetune-ship":
+            then(copies)
+        original(copies)
+
+    monkeypatch.setattr(shm, "copy", copy)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("ordered", "grow"), [(True, False), (False, False), (True, True)])
+def test_a_copy_made_behind_the_next_build_is_waited_for_before_the_batch_is_opened(monkeypatch, ordered, grow):
+    copy_in_ship_thread(monkeypatch, lambda copies: time.sleep(0.05))  # slow: the batch arrives first
+    seen = []
+    finish = workers.ProcessWorkers.finish
+
+    def spy(self, batch):
+        seen.append(batch.pending)
+        return finish(self, batch)
+
+    monkeypatch.setattr(workers.ProcessWorkers, "finish", spy)
+    n = 24
+    with Prefetcher(
+        Whole(n, grow),
+        mode="process",
+        workers=2,
+        adaptive=False,
+        depth=4,
+        ordered=ordered,
+        max_bytes="256MiB",
+        multiprocessing_context="fork",
+    ) as p:
+        got, sizes = [], []
+        for x, i in p:
+            got.append((i, float(x.min()), float(x.max())))
+            sizes.append((i, x.size))
+    assert sorted(got) == [(i, float(i), float(i)) for i in range(n)]
+    assert all(size == WHOLE * (1 + i % 3 if grow else 1) for i, size in sizes)
+    if ordered:
+        assert [i for i, _, _ in got] == list(range(n))
+    # Every batch but the first (its size unknown, no segment lent) was copied behind a build,
+    # each worker numbering its copies from 0 in the order it made them.
+    pending = [seen_ for seen_ in seen if seen_ is not None]
+    assert len(pending) >= n - 2
+    for slot in {slot for slot, _ in pending}:
+        numbers = sorted(number for s, number in pending if s == slot)
+        assert numbers == list(range(len(numbers)))
+    assert files() == []
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["killed", "raises"])
+def test_a_worker_that_dies_while_copying_behind_a_build_is_a_clear_error(monkeypatch, how):
+    def die(copies):
+        if how == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise MemoryError("no room for the copy")
+
+    copy_in_ship_thread(monkeypatch, die)
+    with Prefetcher(
+        Whole(12), mode="process", workers=1, max_bytes="256MiB", multiprocessing_context="fork", sample_memory=False
+    ) as p:
+        with pytest.raises(WorkerDied, match="killed by SIGKILL" if how == "killed" else "exit code 1"):
+            list(p)
+    assert files() == []
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_only_a_large_copy_of_a_sendable_batch_goes_behind_the_next_build():
+    done = threading.Semaphore(0)
+    shipper = workers.Shipper(3, done)
+    try:
+        small = np.zeros(workers.BEHIND // 8 - 1)
+        shipped = shm.Shipped(None, None, {}, small.nbytes)
+        shipper.send(shipped, [(small, np.ones(small.size))])
+        assert shipped.pending is None and float(small.sum()) == small.size  # made at once
+        large = np.zeros(workers.BEHIND // 8)
+        unsendable = shm.Shipped(threading.Lock(), None, {}, large.nbytes)
+        shipper.send(unsendable, [(large, np.ones(large.size))])
+        assert unsendable.pending is None and float(large.sum()) == large.size  # the pool sends an error
+        for number in range(3):
+            large[...] = 0
+            shipped = shm.Shipped(None, None, {}, large.nbytes)
+            shipper.send(shipped, [(large, np.full(large.size, 2.0))])
+            assert shipped.pending == (3, number)
+            assert done.acquire(timeout=10) and float(large.sum()) == 2 * large.size
+        assert not done.acquire(blocking=False)
+        assert workers.Shipper(None, None).slot is None
+    finally:
+        shipper.close()
     assert_nothing_left_running()

@@ -219,6 +219,11 @@ class Epoch:
         """``task``'s batch (its build settled), handed over: a worker's fault is
         raised as its clearer error."""
         schedule = self.schedule
+        # Settled, so its batch is set (only this thread takes it); not under the
+        # lock, so that finished builds' callbacks go on while a copy is awaited.
+        batch = task.batch
+        if batch is not None and not self.workers.finish(batch):
+            raise faults.worker_died(task, self.workers.deaths())
         with schedule.lock:
             if schedule.stopped or task.cancelled:
                 raise self._closed_error()

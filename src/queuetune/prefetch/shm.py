@@ -6,6 +6,9 @@ segment as large as the largest batch so far (a :class:`Lease`). The worker maps
 the segment once and keeps it mapped, collates straight into it where it can
 (:func:`allocate`, used by :func:`.collate.default_collate`) or copies the
 batch's large arrays into it, and sends back only descriptors (:class:`Piece`).
+A large copy may be made behind the worker's next build (see
+:class:`.workers.Shipper`): then the batch says so (``pending``) and the
+receiver waits for the worker's word before opening it.
 The receiver hands out arrays over its own mapping: no copy, and once a segment
 has been used no new page either. The segment comes back to the pool when the
 last view of its batch is gone; a few spare ones are kept, the rest removed.
@@ -75,9 +78,12 @@ class Piece:
 class Shipped:
     """A batch as a worker sends it: its large arrays replaced by pieces; the
     segment it was lent, the segments it made (name and size), and its bytes;
-    ``spent``: the CPU seconds and the seconds its build took, once known."""
+    ``spent``: the CPU seconds and the seconds its build took, once known;
+    ``pending``: None once its arrays are all in place, else the worker's slot
+    and the number of the copy still being made into them (see
+    :class:`.workers.Shipper`)."""
 
-    __slots__ = ("batch", "lent", "made", "nbytes", "spent")
+    __slots__ = ("batch", "lent", "made", "nbytes", "pending", "spent")
 
     def __init__(
         self,
@@ -86,11 +92,13 @@ class Shipped:
         made: dict[str, int],
         nbytes: int,
         spent: tuple[float, float] | None = None,
+        pending: tuple[int, int] | None = None,
     ) -> None:
         self.batch, self.lent, self.made, self.nbytes, self.spent = batch, lent, made, nbytes, spent
+        self.pending = pending
 
     def __reduce__(self) -> tuple:
-        return (Shipped, (self.batch, self.lent, self.made, self.nbytes, self.spent))
+        return (Shipped, (self.batch, self.lent, self.made, self.nbytes, self.spent, self.pending))
 
     def segments(self) -> set[str]:
         """The segments the batch's pieces lie in."""
@@ -303,7 +311,27 @@ class Arena:
 
     def ship(self, batch: Any) -> Shipped:
         """``batch`` with its large arrays in shared memory, as descriptors."""
+        shipped, copies = self.plan(batch)
+        copy(copies)
+        return shipped
+
+    def plan(self, batch: Any) -> tuple[Shipped, list[Copy]]:
+        """``batch`` as descriptors of where its large arrays go in shared
+        memory, and the copies that put them there (none for an array built in
+        place): until they are made, the descriptors point at unwritten bytes.
+
+        >>> pool = Pool(os.getpid())
+        >>> lease = pool.lend(1_000_000)
+        >>> shipped, copies = Arena(lease).plan((np.ones(100_000), 7))
+        >>> len(copies), shipped.nbytes, shipped.batch[1]
+        (1, 800000, 7)
+        >>> copy(copies); pool.settle(shipped, lease)
+        >>> float(pool.open(shipped)[0].sum())
+        100000.0
+        >>> pool.close()
+        """
         overflow: list[tuple[np.ndarray, Piece]] = []
+        copies: list[Copy] = []
         size = 0
 
         def place(obj: Any) -> Any:
@@ -320,13 +348,13 @@ class Arena:
                     piece = Piece("", 0, array.shape, array.dtype.str, kind)
                     overflow.append((array, piece))
                     return piece
-                np.ndarray(array.shape, array.dtype, buffer=self.buffer, offset=offset)[...] = array
+                copies.append((np.ndarray(array.shape, array.dtype, buffer=self.buffer, offset=offset), array))
             return Piece(self.lease.name or "", offset, array.shape, array.dtype.str, kind)
 
         shipped = _replace(batch, place)
         if overflow:
-            self._spill(overflow)
-        return Shipped(shipped, self.lease.name, self.made, size)
+            copies.extend(self._spill(overflow))
+        return Shipped(shipped, self.lease.name, self.made, size), copies
 
     def _room(self, size: int) -> int | None:
         if size < MIN_BYTES:
@@ -343,19 +371,36 @@ class Arena:
             return None
         return offset
 
-    def _spill(self, overflow: list[tuple[np.ndarray, Piece]]) -> None:
-        """One new segment for the arrays that did not fit in the lent one."""
+    def _spill(self, overflow: list[tuple[np.ndarray, Piece]]) -> list[Copy]:
+        """One new segment for the arrays that did not fit in the lent one; the copies into it."""
         offsets, end = [], 0
         for array, _piece in overflow:
             offsets.append(_aligned(end))
             end = offsets[-1] + array.nbytes
         size = _round(end)
         name, mapped = _new_segment(self.lease.prefix, size)
+        copies = []
         for (array, piece), offset in zip(overflow, offsets):
-            np.ndarray(array.shape, array.dtype, buffer=mapped, offset=offset)[...] = array
+            copies.append((np.ndarray(array.shape, array.dtype, buffer=mapped, offset=offset), array))
             piece.name, piece.offset = name, offset
         _MAPPED.add(name, mapped)
         self.made[name] = size
+        return copies
+
+
+#: One copy into shared memory: the array over the segment, and the array to copy into it.
+Copy = tuple[np.ndarray, np.ndarray]
+
+
+def copy(copies: list[Copy]) -> None:
+    """Make ``copies`` (numpy lets go of the GIL while it copies).
+
+    >>> target = np.zeros(3)
+    >>> copy([(target, np.arange(3.0))]); target.tolist()
+    [0.0, 1.0, 2.0]
+    """
+    for target, array in copies:
+        target[...] = array
 
 
 def ship(batch: Any, lease: Lease) -> Shipped:
