@@ -284,7 +284,45 @@ def test_a_worker_that_dies_while_copying_behind_a_build_is_a_clear_error(monkey
 
 
 @pytest.mark.timeout(60)
-def test_only_a_large_copy_of_a_sendable_batch_goes_behind_the_next_build():
+def test_a_large_batch_that_cannot_be_sent_back_fails_clearly_and_its_segment_is_not_lent_again(monkeypatch):
+    """Its copy is under way when the pool fails to send it: the segment it is
+    copied into must not carry another batch meanwhile."""
+    copy_in_ship_thread(monkeypatch, lambda copies: time.sleep(0.2))
+    settled = []
+    settle = shm.Pool.settle
+
+    def spy(self, shipped, lease):
+        settled.append(lease.name)
+        return settle(self, shipped, lease)
+
+    monkeypatch.setattr(shm.Pool, "settle", spy)
+
+    class Locked(Whole):
+        def __getitem__(self, i: int):
+            x, i = super().__getitem__(i)
+            return x, threading.Lock() if i == 2 else i
+
+    got = []
+    with Prefetcher(
+        Locked(8),
+        mode="process",
+        workers=1,
+        depth=1,
+        adaptive=False,
+        max_bytes="256MiB",
+        multiprocessing_context="fork",
+    ) as p:
+        with pytest.raises(TypeError, match=r"batch 2 of the epoch .*could not be sent back"):
+            for x, i in p:
+                got.append((i, float(x.min()), float(x.max())))
+    assert got == [(0, 0.0, 0.0), (1, 1.0, 1.0)]
+    assert len(settled) == 2  # batches 0 and 1; batch 2's lease never came back
+    assert files() == []
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_only_a_large_copy_goes_behind_the_next_build():
     done = threading.Semaphore(0)
     shipper = workers.Shipper(3, done)
     try:
@@ -293,9 +331,6 @@ def test_only_a_large_copy_of_a_sendable_batch_goes_behind_the_next_build():
         shipper.send(shipped, [(small, np.ones(small.size))])
         assert shipped.pending is None and float(small.sum()) == small.size  # made at once
         large = np.zeros(workers.BEHIND // 8)
-        unsendable = shm.Shipped(threading.Lock(), None, {}, large.nbytes)
-        shipper.send(unsendable, [(large, np.ones(large.size))])
-        assert unsendable.pending is None and float(large.sum()) == large.size  # the pool sends an error
         for number in range(3):
             large[...] = 0
             shipped = shm.Shipped(None, None, {}, large.nbytes)

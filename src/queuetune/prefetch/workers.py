@@ -17,7 +17,6 @@ import traceback
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
-from multiprocessing.reduction import ForkingPickler
 from typing import Any, Protocol
 
 from ..frameworks.torch import in_worker_process
@@ -335,7 +334,12 @@ class ProcessWorkers:
         return future.result().spent
 
     def _settle(self, lease: shm.Lease, future: cf.Future) -> None:
-        done = not future.cancelled() and future.exception() is None
+        failure = None if future.cancelled() else future.exception()
+        if failure is not None and self.unsendable(failure):
+            # Built, but not sent: its copy may still be under way (see Shipper), so
+            # its segment is never lent again, and shutdown removes it.
+            return
+        done = not future.cancelled() and failure is None
         self.segments.settle(future.result() if done else None, lease)
 
     def size(self, batch: shm.Shipped) -> int:
@@ -479,7 +483,7 @@ class Shipper:
 
     def send(self, shipped: shm.Shipped, copies: list[shm.Copy]) -> None:
         """Make ``copies`` for ``shipped`` now, or start them and mark it pending."""
-        if self.slot is None or sum(array.nbytes for _, array in copies) < BEHIND or not _sendable(shipped):
+        if self.slot is None or sum(array.nbytes for _, array in copies) < BEHIND:
             shm.copy(copies)
             return
         self._idle.wait()
@@ -513,17 +517,6 @@ class Shipper:
             del copies
             self.done.release()
             self._idle.set()
-
-
-def _sendable(shipped: shm.Shipped) -> bool:
-    """Whether the pool can send ``shipped`` back: if not, it sends the error
-    instead, the receiver takes the segment back at once, and no copy may be
-    left writing into it."""
-    try:
-        ForkingPickler.dumps(shipped)
-    except Exception:
-        return False
-    return True
 
 
 _WORKER: dict[str, Any] = {}
