@@ -16,7 +16,7 @@ import pytest
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher
 from queuetune.prefetch import shm, workers
-from queuetune.prefetch.errors import WorkerDied
+from queuetune.prefetch.errors import PrefetcherClosed, WorkerDied
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
 
@@ -230,9 +230,9 @@ def test_a_copy_made_behind_the_next_build_is_waited_for_before_the_batch_is_ope
     seen = []
     finish = workers.ProcessWorkers.finish
 
-    def spy(self, batch):
+    def spy(self, batch, until=None):
         seen.append(batch.pending)
-        return finish(self, batch)
+        return finish(self, batch, until)
 
     monkeypatch.setattr(workers.ProcessWorkers, "finish", spy)
     n = 24
@@ -279,6 +279,56 @@ def test_a_worker_that_dies_while_copying_behind_a_build_is_a_clear_error(monkey
     ) as p:
         with pytest.raises(WorkerDied, match="killed by SIGKILL" if how == "killed" else "exit code 1"):
             list(p)
+    assert files() == []
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_a_copy_that_outlasts_the_timeout_is_a_timeout_error_and_nothing_is_left(monkeypatch):
+    """The timeout covers the whole request: the build and the copy behind it."""
+    copy_in_ship_thread(monkeypatch, lambda copies: time.sleep(3600))
+    with Prefetcher(
+        Whole(6),
+        mode="process",
+        workers=1,
+        max_bytes="256MiB",
+        timeout=1.0,
+        multiprocessing_context="fork",
+        sample_memory=False,
+    ) as p:
+        with pytest.raises(TimeoutError, match=r"batch 0 of the epoch \(index 0\) was not ready within timeout=1 s"):
+            next(iter(p))
+    assert files() == []
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_close_from_another_thread_wakes_a_consumer_waiting_for_a_copy(monkeypatch):
+    copy_in_ship_thread(monkeypatch, lambda copies: time.sleep(3600))
+    waiting = threading.Event()
+    finish = workers.ProcessWorkers.finish
+
+    def spy(self, batch, until=None):
+        waiting.set()
+        return finish(self, batch, until)
+
+    monkeypatch.setattr(workers.ProcessWorkers, "finish", spy)
+    p = Prefetcher(Whole(6), mode="process", workers=1, max_bytes="256MiB", multiprocessing_context="fork")
+    raised = []
+
+    def consume():
+        try:
+            next(iter(p))
+        except BaseException as exc:
+            raised.append(exc)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert waiting.wait(30)
+    p.close()
+    consumer.join(30)
+    assert not consumer.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], PrefetcherClosed), raised
     assert files() == []
     assert_nothing_left_running()
 

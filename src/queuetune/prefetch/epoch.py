@@ -93,11 +93,13 @@ class Epoch:
                 asked = clock()
                 if got is not None:
                     steps.append(asked - got)
-                found = self._next_task()
+                timeout = self.config.timeout
+                deadline = None if timeout is None else asked + timeout
+                found = self._next_task(deadline)
                 if found is None:
                     return
                 task, seen = found
-                batch = self._take(task)
+                batch = self._take(task, deadline)
                 if batch is END:
                     return
                 step = None if got is None else asked - got
@@ -173,7 +175,7 @@ class Epoch:
             now=got,
         )
 
-    def _next_task(self) -> tuple[Task, Seen] | None:
+    def _next_task(self, deadline: float | None) -> tuple[Task, Seen] | None:
         """The task to hand over next, and what the request found before waiting."""
         schedule = self.schedule
         with schedule.lock:
@@ -192,14 +194,13 @@ class Epoch:
                 if task.settled:
                     return task, schedule.seen(waited=False)
             seen = schedule.seen(waited=True)
-        return self._wait(pending), seen
+        return self._wait(pending, deadline), seen
 
-    def _wait(self, pending: list[Task]) -> Task:
-        """Wait until one of ``pending`` is built; a stop, the timeout or a dead
-        worker process ends the wait with its error."""
+    def _wait(self, pending: list[Task], deadline: float | None) -> Task:
+        """Wait until one of ``pending`` is built; a stop, the ``deadline`` (the
+        request's timeout) or a dead worker process ends the wait with its error."""
         schedule = self.schedule
         timeout = self.config.timeout
-        deadline = None if timeout is None else clock() + timeout
         poll = self.workers.poll
         while True:
             remaining = None if deadline is None else max(0.0, deadline - clock())
@@ -215,14 +216,20 @@ class Epoch:
             if self.workers.dead():
                 raise faults.worker_died(pending[0], self.workers.deaths())
 
-    def _take(self, task: Task) -> Any:
-        """``task``'s batch (its build settled), handed over: a worker's fault is
-        raised as its clearer error."""
+    def _take(self, task: Task, deadline: float | None) -> Any:
+        """``task``'s batch (its build settled), handed over once its copy is made
+        (by ``deadline``, the request's timeout): a worker's fault is raised as
+        its clearer error."""
         schedule = self.schedule
         # Settled, so its batch is set (only this thread takes it); not under the
         # lock, so that finished builds' callbacks go on while a copy is awaited.
         batch = task.batch
-        if batch is not None and not self.workers.finish(batch):
+        why = None if batch is None else self.workers.finish(batch, deadline)
+        if why is not None:
+            if schedule.stopped:
+                raise self._closed_error()
+            if why == "late":
+                raise faults.timed_out([task], self.config.timeout)  # type: ignore[arg-type]
             raise faults.worker_died(task, self.workers.deaths())
         with schedule.lock:
             if schedule.stopped or task.cancelled:

@@ -58,7 +58,8 @@ class Prefetcher:
     the epoch starts (forking later, with threads running, is not safe) and
     those not building idle; with ``spawn``/``forkserver`` they start as added.
 
-    ``timeout``: seconds the consumer waits for one batch before a ``TimeoutError``
+    ``timeout``: seconds the consumer waits for one batch (its build, and in
+    process mode its copy into shared memory) before a ``TimeoutError``
     naming the batch (the epoch then stops its workers; in thread mode a build
     that never returns keeps its thread until it does, so use ``mode="process"``
     for builds that can hang). ``close()`` from another thread wakes a waiting

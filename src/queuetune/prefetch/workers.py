@@ -76,9 +76,11 @@ class Workers(Protocol):
         """Bytes of a built batch as it arrives from a worker."""
         ...
 
-    def finish(self, batch: Any) -> bool:
+    def finish(self, batch: Any, until: float | None = None) -> str | None:
         """Wait until a built batch's arrays are all in place (a worker process
-        may still be copying them); False if its worker died first."""
+        may still be copying them): None once they are; else why not, "died" (a
+        worker died first) or "late" (``until``, a :func:`~queuetune.recorder.clock`
+        time, passed first)."""
         ...
 
     def adopt(self, batch: Any) -> Any:
@@ -172,8 +174,8 @@ class ThreadWorkers:
     def size(self, batch: Any) -> int:
         return nbytes(batch)
 
-    def finish(self, batch: Any) -> bool:
-        return True
+    def finish(self, batch: Any, until: float | None = None) -> str | None:
+        return None
 
     def adopt(self, batch: Any) -> Any:
         return batch
@@ -345,16 +347,19 @@ class ProcessWorkers:
     def size(self, batch: shm.Shipped) -> int:
         return batch.nbytes
 
-    def finish(self, batch: shm.Shipped) -> bool:
+    def finish(self, batch: shm.Shipped, until: float | None = None) -> str | None:
         if batch.pending is None:
-            return True
+            return None
         slot, number = batch.pending
         while self._copied[slot] <= number:
-            if self._done[slot].acquire(timeout=LIVENESS):
+            piece = LIVENESS if until is None else max(0.0, min(LIVENESS, until - clock()))
+            if self._done[slot].acquire(timeout=piece):
                 self._copied[slot] += 1
             elif self.dead():
-                return False
-        return True
+                return "died"
+            elif until is not None and clock() >= until:
+                return "late"
+        return None
 
     def adopt(self, batch: shm.Shipped) -> Any:
         return self.segments.open(batch)
