@@ -1,0 +1,108 @@
+"""What an ideal in-order loader could reach on a workload of ``benchmarks/prefetcher.py``:
+the ceiling that a depth allows, against which the loaders' figures are read.
+
+Run: .venv/bin/python benchmarks/ideal_in_order.py [--workload jittery] [--depths 10 16 49]
+         [--steps-ms 3.0 3.09 3.26] [--extra-ms 0.8] [--json] [--out benchmarks/results]
+
+A simulation, not a measurement. The workload's own loads (its seeded stalls
+included, as ``prefetcher.Batches`` draws them) and its consumer's steps (the
+bursts included), with nothing lost to hand-offs: ``workers`` workers take
+batches in order; batch ``i`` starts when a worker is free and fewer than
+``depth`` batches are started and not yet taken, that is once batch
+``i - depth`` is taken (so ``depth`` + 1 are started and not released, with
+the one in the step); it takes its load's sleep plus ``--extra-ms`` (the numpy
+pass over the batch); the consumer takes batch ``i`` when it is built and its
+step on batch ``i - 1`` has ended. Throughput counts from the workload's
+warm-up on, as the benchmark does. ``--steps-ms`` replaces a constant step
+(the consumer's sleep takes longer than asked on a busy machine; measure it to
+read a loader's ceiling at its own steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import sys
+from pathlib import Path
+from typing import Any
+
+import prefetcher as pf
+from common import publish
+
+
+def ceiling(loads: list[float], steps: list[float], depth: int, workers: int, warmup: int) -> float:
+    """Batches per second of an ideal in-order loader with ``depth`` (see the module).
+
+    >>> ceiling([0.01] * 200, [0.001] * 200, depth=4, workers=1, warmup=20)  # one 10 ms build at a time
+    100.0
+    >>> ceiling([0.001] * 200, [0.005] * 200, depth=4, workers=4, warmup=20)  # the consumer is slower
+    200.0
+    """
+    free = [0.0] * workers
+    taken: list[float] = []
+    for i, load in enumerate(loads):
+        start = max(heapq.heappop(free), taken[i - depth] if i >= depth else 0.0)
+        built = start + load
+        heapq.heappush(free, built)
+        taken.append(max(built, taken[-1] + steps[i - 1]) if taken else built)
+    return round((len(taken) - 1 - warmup) / (taken[-1] - taken[warmup]), 1)
+
+
+def simulate(w: pf.Workload, depths: list[int], steps_ms: list[float] | None, extra: float) -> dict[str, Any]:
+    loads = [float(s) + extra for s in pf.Batches(w).sleeps[: w.steps]]
+    if steps_ms:
+        cases = {f"step {ms:g} ms": [ms / 1000] * w.steps for ms in steps_ms}
+    else:
+        cases = {"the workload's steps": [w.step_at(n + 1) for n in range(w.steps)]}
+    return {
+        "workload": w.name,
+        "description": w.describe(),
+        "extra_ms": extra * 1000,
+        "ceilings": {
+            case: {str(d): ceiling(loads, steps, d, w.workers, w.warmup) for d in depths}
+            for case, steps in cases.items()
+        },
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    depths = list(next(iter(result["ceilings"].values())))
+    lines = [
+        f"Ideal in-order loader (a simulation): {result['workload']}: {result['description']}",
+        f"build = the load's sleep + {result['extra_ms']:g} ms; batches/s from the warm-up on; "
+        "depth d holds d + 1 batches started and not released",
+        "",
+        f"{'consumer':<22}" + "".join(f"{'depth ' + d:>11}" for d in depths),
+    ]
+    for case, row in result["ceilings"].items():
+        lines.append(f"{case:<22}" + "".join(f"{row[d]:>11.1f}" for d in depths))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="jittery")
+    parser.add_argument("--depths", type=int, nargs="+", default=[10, 12, 16, 20, 33, 49])
+    parser.add_argument("--steps-ms", type=float, nargs="*", default=None)
+    parser.add_argument("--extra-ms", type=float, default=0.8)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--out", type=Path, help="write ideal_in_order_<workload>.json and .txt here")
+    args = parser.parse_args()
+    found = [w for w in pf.workloads(1.0) if w.name == args.workload]
+    if not found:
+        names = ", ".join(w.name for w in pf.workloads(1.0))
+        print(f"ideal_in_order.py: no workload {args.workload!r} (one of: {names})", file=sys.stderr)
+        return 2
+    if any(d < 1 for d in args.depths):
+        print("ideal_in_order.py: depths must be 1 or more", file=sys.stderr)
+        return 2
+    if found[0].cpu:
+        print(f"ideal_in_order.py: {args.workload} has a pure-Python load, not a sleep to simulate", file=sys.stderr)
+        return 2
+    result = simulate(found[0], args.depths, args.steps_ms, args.extra_ms / 1000)
+    publish(result, table(result), f"ideal_in_order_{args.workload}", args.json, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
