@@ -48,7 +48,10 @@ rounds of each workload):
   allocations; a rise far above the peak in-flight bytes means batches
   outlive their release).
   Per workload: the median throughput over rounds and the highest peaks
-  (and highest mean in flight).
+  (and highest mean in flight). "step ms": the mean time the consumer's step
+  (a sleep) took after the warm-up, median over rounds, where the steps are
+  all the same: a sleep takes longer than asked when a build's CPU work lands
+  as it ends, which bounds the throughput (see ``ideal_in_order.py``).
 - Targets (from the issue), per workload: the prefetcher's throughput >=
   0.98 x the best of the others; its peak started bytes <= the smallest
   such peak among the others that reach >= 0.98 x that best ("n/a" when no
@@ -277,16 +280,30 @@ class Batches:
         return self.template + np.float32(index % 7), self.labels.copy()
 
 
+# How long each of the latest run's steps took (a sleep takes longer than asked on a busy machine).
+_TOOK: list[float] = []
+
+
 def make_step(w: Workload):
     count = [0]
+    _TOOK.clear()
 
     def step(batch: Any) -> None:
         count[0] += 1
+        started = time.perf_counter()
         time.sleep(w.step_at(count[0]))
+        _TOOK.append(time.perf_counter() - started)
         if w.pause and count[0] == w.steps // 2:
             time.sleep(w.pause)
 
     return step
+
+
+def mean_step_ms(w: Workload) -> float | None:
+    """The mean time the latest run's steps took after the warm-up, in ms
+    (where the consumer's steps are all the same)."""
+    took = _TOOK[w.warmup :]
+    return 1000 * statistics.fmean(took) if took and w.burst is None else None
 
 
 # What load_counted reads: set before a peer's workers start, so forked workers have them too.
@@ -394,6 +411,7 @@ def counted_result(loader: str, w: Workload, arrived: list[float], counted: Coun
         "peak_total_bytes": None,
         "rss_rise_bytes": None,
         "input_bound_fraction": None,
+        "mean_step_ms": mean_step_ms(w),
     }
 
 
@@ -413,6 +431,7 @@ def result(loader: str, trace: Any, report: Any, w: Workload, observable: bool =
         "peak_total_bytes": peak,
         "rss_rise_bytes": rise,
         "input_bound_fraction": report.input_bound_fraction,
+        "mean_step_ms": mean_step_ms(w),
     }
     depths = [m.value for m in trace.marks if m.kind == "depth"]
     if loader.startswith("prefetcher") and depths:
@@ -608,6 +627,9 @@ def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, A
             )
             if any(r["input_bound_fraction"] is not None for r in rs)
             else None,
+            "mean_step_ms": statistics.median(r["mean_step_ms"] for r in rs)
+            if all(r.get("mean_step_ms") is not None for r in rs)
+            else None,
         }
         if name.startswith("prefetcher"):
             rows[name]["depth_marks"] = [r.get("depth_marks", []) for r in rs]
@@ -733,7 +755,7 @@ def table(data: dict[str, Any]) -> str:
         width = max(len(name) for name in s["loaders"])
         lines.append(
             f"{'loader':<{width}} {'batches/s (median; per round)':<36} {'peak started':>20} {'peak built':>19} "
-            f"{'mean':>5} {'peak RSS+children':>18} {'RSS rise':>10} {'input-bound':>11}"
+            f"{'mean':>5} {'peak RSS+children':>18} {'RSS rise':>10} {'input-bound':>11} {'step ms':>8}"
         )
         order = [*LOADERS, *PROCESS_LOADERS]
         for name in [*dict.fromkeys(order), *(k for k in s["loaders"] if k not in order)]:
@@ -753,9 +775,10 @@ def table(data: dict[str, Any]) -> str:
             )
             mean = "" if r["mean_in_flight_batches"] is None else f"{r['mean_in_flight_batches']:.1f}"
             ib = "" if r["input_bound_fraction"] is None else f"{r['input_bound_fraction']:.2f}"
+            took = "" if r.get("mean_step_ms") is None else f"{r['mean_step_ms']:.2f}"
             lines.append(
                 f"{name:<{width}} {tp:<36} {started:>20} {built:>19} {mean:>5} "
-                f"{fmt_bytes(r['peak_total_bytes']):>18} {fmt_bytes(r['rss_rise_bytes']):>10} {ib:>11}"
+                f"{fmt_bytes(r['peak_total_bytes']):>18} {fmt_bytes(r['rss_rise_bytes']):>10} {ib:>11} {took:>8}"
             )
         for name, r in s["loaders"].items():
             marks = r.get("depth_marks")
