@@ -265,6 +265,114 @@ def test_a_copy_made_behind_the_next_build_is_waited_for_before_the_batch_is_ope
     assert_nothing_left_running()
 
 
+class Reused:
+    """Item i: a whole batch all i, written over memory the source keeps and
+    changes at its next item, in one of several ways (``how``)."""
+
+    def __init__(self, n: int, how: str) -> None:
+        self.n, self.how = n, how
+        self.array = np.zeros(WHOLE + 8, dtype=np.float32)
+        self.cached = (self.array, -1)
+        if how.startswith("tensor"):
+            import torch
+
+            self.tensor = torch.zeros(WHOLE + 8)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if self.how == "array":
+            self.array[:] = i
+            return self.array, i
+        if self.how == "cached tuple":  # held only through the tuple it returns
+            self.cached[0][:] = i
+            return self.cached
+        if self.how == "array view":
+            self.array[:] = i
+            return self.array[8:], i
+        import torch
+
+        if self.how == "tensor":
+            self.tensor.fill_(i)
+            return self.tensor, i
+        if self.how == "tensor view":
+            self.tensor.fill_(i)
+            return self.tensor[8:], i
+        assert self.how == "tensor over an array"
+        self.array[:] = i
+        return torch.from_numpy(self.array), i
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "how", ["array", "cached tuple", "array view", "tensor", "tensor view", "tensor over an array"]
+)
+def test_memory_the_source_keeps_is_copied_before_it_builds_again(monkeypatch, how):
+    """A source that reuses its output's memory changes it at its next item: a copy
+    from it cannot wait behind that build, however large."""
+    if how.startswith("tensor"):
+        pytest.importorskip("torch")
+    copy_in_ship_thread(monkeypatch, lambda copies: time.sleep(0.05))  # were one deferred, the next build would win
+    n = 16
+    with Prefetcher(
+        Reused(n, how),
+        mode="process",
+        workers=1,
+        adaptive=False,
+        depth=4,
+        max_bytes="256MiB",
+        multiprocessing_context="fork",
+        sample_memory=False,
+    ) as p:
+        got = [(float(x.min()), float(x.max())) for x, _ in p]
+    assert got == [(float(i), float(i)) for i in range(n)]
+    assert files() == []
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(120)
+def test_a_collate_fn_that_returns_part_of_the_stacked_batch_is_copied_before_its_segment_is_lent_again(
+    monkeypatch,
+):
+    """The view's memory lies in the segment lent for the batch, which goes back to
+    the pool once the batch is sent: another build may be stacked into it."""
+    torch = pytest.importorskip("torch")
+    from queuetune.frameworks.torch import collate
+
+    copy_in_ship_thread(monkeypatch, lambda copies: time.sleep(0.3))
+
+    class Samples:
+        def __len__(self) -> int:
+            return 128
+
+        def __getitem__(self, i: int):
+            return torch.full((256, 1024), float(i))  # 1 MiB
+
+    def tail(items):
+        stacked = collate(items, shm.allocate)  # into the lent segment
+        # Every other batch: its last 6 samples, 6 MiB that go to a new segment,
+        # while the plain batches between them let the lent one go to new builds.
+        return stacked[2:] if int(items[0][0, 0]) // 8 % 2 else stacked
+
+    with Prefetcher(
+        Samples(),
+        batch_size=8,
+        collate_fn=tail,
+        mode="process",
+        workers=2,
+        adaptive=False,
+        depth=4,
+        max_bytes="512MiB",
+        multiprocessing_context="fork",
+        sample_memory=False,
+    ) as p:
+        got = [x[:, 0, 0].tolist() for x in p]
+    assert got == [[float(8 * b + k) for k in range(2 if b % 2 else 0, 8)] for b in range(16)]
+    assert files() == []
+    assert_nothing_left_running()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("how", ["killed", "raises"])
 def test_a_worker_that_dies_while_copying_behind_a_build_is_a_clear_error(monkeypatch, how):
@@ -372,19 +480,54 @@ def test_a_large_batch_that_cannot_be_sent_back_fails_clearly_and_its_segment_is
 
 
 @pytest.mark.timeout(60)
+def test_a_ship_thread_that_cannot_start_leaves_nothing_numbered_or_awaited(monkeypatch):
+    done = threading.Semaphore(0)
+    shipper = workers.Shipper(0, done)
+    large = np.zeros(workers.BEHIND // 8)
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refuse)
+        shipped = shm.Shipped(None, None, {}, large.nbytes)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            shipper.send(shipped, [(large, np.ones(large.size))], behind=True)
+        assert shipped.pending is None and shipper.sent == 0
+    try:
+        shipped = shm.Shipped(None, None, {}, large.nbytes)
+        shipper.send(shipped, [(large, np.ones(large.size))], behind=True)  # neither blocks nor skips a number
+        assert shipped.pending == (0, 0)
+        assert done.acquire(timeout=10) and float(large.sum()) == large.size
+    finally:
+        shipper.close()
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_a_copy_the_source_may_change_is_made_at_once_however_large():
+    shipper = workers.Shipper(0, threading.Semaphore(0))
+    large = np.zeros(workers.BEHIND // 8)
+    shipped = shm.Shipped(None, None, {}, large.nbytes)
+    shipper.send(shipped, [(large, np.ones(large.size))], behind=False)
+    assert shipped.pending is None and float(large.sum()) == large.size
+    assert shipper._thread is None
+
+
+@pytest.mark.timeout(60)
 def test_only_a_large_copy_goes_behind_the_next_build():
     done = threading.Semaphore(0)
     shipper = workers.Shipper(3, done)
     try:
         small = np.zeros(workers.BEHIND // 8 - 1)
         shipped = shm.Shipped(None, None, {}, small.nbytes)
-        shipper.send(shipped, [(small, np.ones(small.size))])
+        shipper.send(shipped, [(small, np.ones(small.size))], behind=True)
         assert shipped.pending is None and float(small.sum()) == small.size  # made at once
         large = np.zeros(workers.BEHIND // 8)
         for number in range(3):
             large[...] = 0
             shipped = shm.Shipped(None, None, {}, large.nbytes)
-            shipper.send(shipped, [(large, np.full(large.size, 2.0))])
+            shipper.send(shipped, [(large, np.full(large.size, 2.0))], behind=True)
             assert shipped.pending == (3, number)
             assert done.acquire(timeout=10) and float(large.sum()) == 2 * large.size
         assert not done.acquire(blocking=False)

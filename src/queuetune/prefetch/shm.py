@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import mmap
 import os
+import sys
 import threading
 import uuid
 import weakref
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..frameworks.torch import as_array, from_array
+from ..frameworks.torch import as_array, from_array, owns_memory
 from ..nbytes import nbytes
 
 ROOT = Path("/dev/shm")
@@ -311,20 +312,24 @@ class Arena:
 
     def ship(self, batch: Any) -> Shipped:
         """``batch`` with its large arrays in shared memory, as descriptors."""
-        shipped, copies = self.plan(batch)
+        shipped, copies, _ = self.plan(batch)
         copy(copies)
         return shipped
 
-    def plan(self, batch: Any) -> tuple[Shipped, list[Copy]]:
+    def plan(self, batch: Any, unshared: set[int] | None = None) -> tuple[Shipped, list[Copy], bool]:
         """``batch`` as descriptors of where its large arrays go in shared
-        memory, and the copies that put them there (none for an array built in
-        place): until they are made, the descriptors point at unwritten bytes.
+        memory, the copies that put them there (none for an array built in
+        place; until they are made, the descriptors point at unwritten bytes),
+        and whether every copy's source is in ``unshared`` (ids from
+        :func:`unshared`), so that the copies may wait while the worker builds on.
 
         >>> pool = Pool(os.getpid())
         >>> lease = pool.lend(1_000_000)
-        >>> shipped, copies = Arena(lease).plan((np.ones(100_000), 7))
-        >>> len(copies), shipped.nbytes, shipped.batch[1]
-        (1, 800000, 7)
+        >>> batch = (np.ones(100_000), 7)
+        >>> refs = sys.getrefcount(batch)
+        >>> shipped, copies, alone = Arena(lease).plan(batch, unshared(batch, refs))
+        >>> len(copies), shipped.nbytes, shipped.batch[1], alone
+        (1, 800000, 7, True)
         >>> copy(copies); pool.settle(shipped, lease)
         >>> float(pool.open(shipped)[0].sum())
         100000.0
@@ -333,9 +338,10 @@ class Arena:
         overflow: list[tuple[np.ndarray, Piece]] = []
         copies: list[Copy] = []
         size = 0
+        alone = True
 
         def place(obj: Any) -> Any:
-            nonlocal size
+            nonlocal size, alone
             array, kind = _shareable(obj)
             if array is None:
                 size += nbytes(obj)
@@ -343,6 +349,7 @@ class Arena:
             size += array.nbytes
             offset = self._placed_at(array)
             if offset is None:
+                alone = alone and unshared is not None and id(obj) in unshared
                 offset = self._room(array.nbytes)
                 if offset is None or self.buffer is None:
                     piece = Piece("", 0, array.shape, array.dtype.str, kind)
@@ -354,7 +361,7 @@ class Arena:
         shipped = _replace(batch, place)
         if overflow:
             copies.extend(self._spill(overflow))
-        return Shipped(shipped, self.lease.name, self.made, size), copies
+        return Shipped(shipped, self.lease.name, self.made, size), copies, alone and bool(copies)
 
     def _room(self, size: int) -> int | None:
         if size < MIN_BYTES:
@@ -390,6 +397,62 @@ class Arena:
 
 #: One copy into shared memory: the array over the segment, and the array to copy into it.
 Copy = tuple[np.ndarray, np.ndarray]
+
+
+def _local_refs() -> int:
+    held = object()
+    return sys.getrefcount(held)
+
+
+def _item_refs() -> int:
+    held = [object()]
+    return sys.getrefcount(held[0])
+
+
+# What sys.getrefcount reads for an object held by one local of the caller only,
+# and for an item held by its container only (measured, since interpreters differ).
+LOCAL_REFS, ITEM_REFS = _local_refs(), _item_refs()
+
+
+def unshared(batch: Any, refs: int) -> set[int]:
+    """The ids of the large arrays and tensors of ``batch`` that nothing outside
+    it can reach: each owns its memory (not a view, not over another's buffer),
+    and it and every tuple, list and dict above it are held by their container
+    alone. ``refs``: ``sys.getrefcount(batch)`` where the caller holds it in one
+    local only, measured in a statement of its own (an expression around the
+    call would hold the batch as well). A source may keep and change what it
+    returned (a buffer it reuses): an array it can reach must be copied before
+    it builds again.
+
+    >>> batch = (np.ones(100_000), 7)
+    >>> refs = sys.getrefcount(batch)
+    >>> kept = np.ones(100_000)
+    >>> len(unshared(batch, refs)), len(unshared((kept, 7), LOCAL_REFS))
+    (1, 0)
+    >>> unshared(batch, refs + 1)  # the source holds the tuple too
+    set()
+    """
+    found: set[int] = set()
+    if refs <= LOCAL_REFS:
+        _unshared_items(batch, found)
+    return found
+
+
+def _unshared_items(container: Any, found: set[int]) -> None:
+    if type(container) in (tuple, list):
+        keys: Any = range(len(container))
+    elif type(container) is dict:
+        keys = list(container)
+    else:
+        return
+    for key in keys:
+        if sys.getrefcount(container[key]) > ITEM_REFS:
+            continue
+        item = container[key]
+        if type(item) in (tuple, list, dict):
+            _unshared_items(item, found)
+        elif (type(item) is np.ndarray and item.base is None and item.flags.owndata) or owns_memory(item):
+            found.add(id(item))
 
 
 def copy(copies: list[Copy]) -> None:

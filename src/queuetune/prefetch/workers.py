@@ -11,6 +11,7 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -461,17 +462,18 @@ BEHIND = 4 << 20
 
 class Shipper:
     """Makes a built batch's copies into shared memory in a worker process: at
-    once when small, else in a thread of its own while the worker builds its
-    next batch (numpy copies without the GIL), one batch at a time. The batch
-    is then sent marked ``pending`` with the worker's ``slot`` and the copy's
-    number; ``done`` (the slot's semaphore) is released as each copy ends, and
-    the receiver waits for it before opening the batch.
+    once when small or when the source may still reach what they copy from
+    (see :func:`.shm.unshared`), else in a thread of its own while the worker
+    builds its next batch (numpy copies without the GIL), one batch at a time.
+    The batch is then sent marked ``pending`` with the worker's ``slot`` and
+    the copy's number; ``done`` (the slot's semaphore) is released as each
+    copy ends, and the receiver waits for it before opening the batch.
 
     >>> import numpy as np
     >>> shipper = Shipper(0, threading.Semaphore(0))
     >>> target, array = np.zeros(BEHIND // 8), np.ones(BEHIND // 8)
     >>> shipped = shm.Shipped(None, None, {}, array.nbytes)
-    >>> shipper.send(shipped, [(target, array)]); shipped.pending
+    >>> shipper.send(shipped, [(target, array)], behind=True); shipped.pending
     (0, 0)
     >>> shipper.done.acquire(timeout=5), float(target.sum()) == array.size
     (True, True)
@@ -486,18 +488,20 @@ class Shipper:
         self._idle.set()
         self._thread: threading.Thread | None = None
 
-    def send(self, shipped: shm.Shipped, copies: list[shm.Copy]) -> None:
-        """Make ``copies`` for ``shipped`` now, or start them and mark it pending."""
-        if self.slot is None or sum(array.nbytes for _, array in copies) < BEHIND:
+    def send(self, shipped: shm.Shipped, copies: list[shm.Copy], behind: bool) -> None:
+        """Make ``copies`` for ``shipped`` now, or, where ``behind`` allows it,
+        start them and mark it pending."""
+        if not behind or self.slot is None or sum(array.nbytes for _, array in copies) < BEHIND:
             shm.copy(copies)
             return
+        if self._thread is None:
+            thread = threading.Thread(target=self._run, name="queuetune-ship", daemon=True)
+            thread.start()  # first: if it cannot start, no copy is numbered and the thread is not awaited
+            self._thread = thread
         self._idle.wait()
         self._idle.clear()
         shipped.pending = (self.slot, self.sent)
         self.sent += 1
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="queuetune-ship", daemon=True)
-            self._thread.start()
         self._jobs.put(copies)
 
     def close(self) -> None:
@@ -571,9 +575,10 @@ def _build_in_process(indices: Any, lease: shm.Lease) -> shm.Shipped:
     cpu, start = time.process_time(), time.perf_counter()
     with shm.building(lease) as arena:
         batch = build(w["source"], w["batch_size"], w["collate_fn"], w["channel"], indices)
-    shipped, copies = arena.plan(batch)
+    refs = sys.getrefcount(batch)  # alone on its line: an expression around it would hold the batch too
+    shipped, copies, alone = arena.plan(batch, shm.unshared(batch, refs))
     del batch
-    w["shipper"].send(shipped, copies)
+    w["shipper"].send(shipped, copies, behind=alone)
     shipped.spent = (time.process_time() - cpu, time.perf_counter() - start)
     return shipped
 

@@ -87,6 +87,30 @@ def as_array(obj: Any) -> Any:
         return None
 
 
+def owns_memory(obj: Any) -> bool:
+    """Whether ``obj`` is a plain CPU tensor whose memory no other tensor, array
+    or buffer can reach: not a view, its storage allocated by torch for it alone
+    (a storage over a numpy array or a buffer cannot be resized).
+
+    >>> import torch
+    >>> base = torch.zeros(4)
+    >>> owns_memory(torch.zeros(4)), owns_memory(base[1:]), owns_memory(torch.from_numpy(base.numpy()))
+    (True, False, False)
+    """
+    if not is_tensor(obj):
+        return False
+    import torch
+
+    if type(obj) is not torch.Tensor or obj.device.type != "cpu" or obj._base is not None:
+        return False
+    storage = obj.untyped_storage()
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if use_count is None or not storage.resizable():
+        return False
+    # Held by this tensor and by the ``storage`` object made just above: no other tensor shares it.
+    return bool(use_count(storage._cdata) <= 2)
+
+
 def from_array(array: Any) -> Any:
     """The tensor over a numpy array's memory (no copy), as :func:`as_array` undoes.
 
