@@ -199,16 +199,22 @@ WHOLE = 2 * workers.BEHIND // 4  # float32 values: a whole batch of 2 MiB, copie
 
 class Whole:
     """Item i: a whole batch, a new array of WHOLE values all i (``grow``: 1 to 3
-    times as many, so that some spill past the lent segment into a new one), and i."""
+    times as many, so that some spill past the lent segment into a new one;
+    ``tensor``: a new torch tensor), and i."""
 
-    def __init__(self, n: int, grow: bool = False) -> None:
-        self.n, self.grow = n, grow
+    def __init__(self, n: int, grow: bool = False, tensor: bool = False) -> None:
+        self.n, self.grow, self.tensor = n, grow, tensor
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int):
-        return np.full(WHOLE * (1 + i % 3 if self.grow else 1), float(i), dtype=np.float32), i
+        size = WHOLE * (1 + i % 3 if self.grow else 1)
+        if self.tensor:
+            import torch
+
+            return torch.full((size,), float(i)), i
+        return np.full(size, float(i), dtype=np.float32), i
 
 
 def copy_in_ship_thread(monkeypatch, then):
@@ -224,8 +230,13 @@ def copy_in_ship_thread(monkeypatch, then):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("ordered", "grow"), [(True, False), (False, False), (True, True)])
-def test_a_copy_made_behind_the_next_build_is_waited_for_before_the_batch_is_opened(monkeypatch, ordered, grow):
+@pytest.mark.parametrize(
+    ("ordered", "grow", "tensor"),
+    [(True, False, False), (False, False, False), (True, True, False), (True, False, True)],
+)
+def test_a_copy_made_behind_the_next_build_is_waited_for_before_the_batch_is_opened(monkeypatch, ordered, grow, tensor):
+    if tensor:
+        pytest.importorskip("torch")
     copy_in_ship_thread(monkeypatch, lambda copies: time.sleep(0.05))  # slow: the batch arrives first
     seen = []
     finish = workers.ProcessWorkers.finish
@@ -237,7 +248,7 @@ def test_a_copy_made_behind_the_next_build_is_waited_for_before_the_batch_is_ope
     monkeypatch.setattr(workers.ProcessWorkers, "finish", spy)
     n = 24
     with Prefetcher(
-        Whole(n, grow),
+        Whole(n, grow, tensor),
         mode="process",
         workers=2,
         adaptive=False,
@@ -249,7 +260,7 @@ def test_a_copy_made_behind_the_next_build_is_waited_for_before_the_batch_is_ope
         got, sizes = [], []
         for x, i in p:
             got.append((i, float(x.min()), float(x.max())))
-            sizes.append((i, x.size))
+            sizes.append((i, len(x)))
     assert sorted(got) == [(i, float(i), float(i)) for i in range(n)]
     assert all(size == WHOLE * (1 + i % 3 if grow else 1) for i, size in sizes)
     if ordered:
