@@ -7,6 +7,7 @@ import ctypes
 import gc
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -488,6 +489,32 @@ def test_a_large_batch_that_cannot_be_sent_back_fails_clearly_and_its_segment_is
     assert len(settled) == 2  # batches 0 and 1; batch 2's lease never came back
     assert files() == []
     assert_nothing_left_running()
+
+
+def test_unshared_names_only_memory_that_nothing_but_the_batch_reaches():
+    kept = np.ones(10)
+
+    def ids(make):
+        batch = make()
+        refs = sys.getrefcount(batch)
+        found = shm.unshared(batch, refs)
+        leaves = []
+        shm._replace(batch, lambda leaf: leaves.append(leaf) or leaf)
+        return [id(leaf) in found for leaf in leaves if isinstance(leaf, np.ndarray) or hasattr(leaf, "numel")]
+
+    assert ids(lambda: np.ones(10)) == [True]
+    assert ids(lambda: (np.ones(10), 7)) == [True]
+    assert ids(lambda: {"x": [np.ones(10), np.ones(3)[1:]], "y": kept}) == [True, False, False]
+    assert ids(lambda: (kept, np.ones(10))) == [False, True]
+    assert ids(lambda: kept) == [False]
+    assert ids(lambda: np.frombuffer(bytearray(80))) == [False]
+    twice = np.ones(10)
+    assert ids(lambda: (twice, twice)) == [False, False]
+    held = (np.ones(10), 1)
+    assert ids(lambda: held) == [False]
+    torch = pytest.importorskip("torch")
+    base = torch.zeros(10)
+    assert ids(lambda: (torch.zeros(10), base, base[2:], torch.from_numpy(np.ones(10)))) == [True, False, False, False]
 
 
 @pytest.mark.timeout(60)

@@ -433,8 +433,12 @@ def unshared(batch: Any, refs: int) -> set[int]:
     set()
     """
     found: set[int] = set()
-    if refs <= LOCAL_REFS:
+    if refs > LOCAL_REFS:
+        return found
+    if type(batch) in (tuple, list, dict):
         _unshared_items(batch, found)
+    elif _owns_memory(batch):
+        found.add(id(batch))
     return found
 
 
@@ -451,8 +455,15 @@ def _unshared_items(container: Any, found: set[int]) -> None:
         item = container[key]
         if type(item) in (tuple, list, dict):
             _unshared_items(item, found)
-        elif (type(item) is np.ndarray and item.base is None and item.flags.owndata) or owns_memory(item):
+        elif _owns_memory(item):
             found.add(id(item))
+
+
+def _owns_memory(obj: Any) -> bool:
+    """An array or tensor whose memory no other array, tensor or buffer reaches."""
+    if type(obj) is np.ndarray:
+        return obj.base is None and obj.flags.owndata
+    return owns_memory(obj)
 
 
 def copy(copies: list[Copy]) -> None:
