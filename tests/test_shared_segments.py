@@ -284,7 +284,7 @@ class Reused:
     def __init__(self, n: int, how: str) -> None:
         self.n, self.how = n, how
         self.array = np.zeros(WHOLE + 8, dtype=np.float32)
-        self.cached = (self.array, -1)
+        self.cached = (np.zeros(WHOLE, dtype=np.float32), -1)  # its array held through the tuple alone
         if how.startswith("tensor"):
             import torch
 
@@ -297,7 +297,7 @@ class Reused:
         if self.how == "array":
             self.array[:] = i
             return self.array, i
-        if self.how == "cached tuple":  # held only through the tuple it returns
+        if self.how == "cached tuple":
             self.cached[0][:] = i
             return self.cached
         if self.how == "array view":
