@@ -442,13 +442,8 @@ def unshared(batch: Any, refs: int) -> set[int]:
     return found
 
 
-def _unshared_items(container: Any, found: set[int]) -> None:
-    if type(container) in (tuple, list):
-        keys: Any = range(len(container))
-    elif type(container) is dict:
-        keys = list(container)
-    else:
-        return
+def _unshared_items(container: tuple | list | dict, found: set[int]) -> None:
+    keys: Any = list(container) if type(container) is dict else range(len(container))
     for key in keys:
         if sys.getrefcount(container[key]) > ITEM_REFS:
             continue

@@ -351,8 +351,8 @@ class ProcessWorkers:
     def finish(self, batch: shm.Shipped, until: float | None = None) -> str | None:
         if batch.pending is None:
             return None
-        slot, number = batch.pending
-        while self._copied[slot] <= number:
+        slot = batch.pending[0]
+        while self._copying(batch):
             piece = LIVENESS if until is None else max(0.0, min(LIVENESS, until - clock()))
             if self._done[slot].acquire(timeout=piece):
                 self._copied[slot] += 1
@@ -362,11 +362,16 @@ class ProcessWorkers:
                 return "late"
         return None
 
+    def _copying(self, batch: shm.Shipped) -> bool:
+        """Whether a copy made behind a build may still be filling ``batch``'s
+        segments: its worker's releases taken here do not yet reach its number."""
+        return batch.pending is not None and self._copied[batch.pending[0]] <= batch.pending[1]
+
     def adopt(self, batch: shm.Shipped) -> Any:
         return self.segments.open(batch)
 
     def discard(self, batch: shm.Shipped) -> None:
-        if batch.pending is not None and self._copied[batch.pending[0]] <= batch.pending[1]:
+        if self._copying(batch):
             # Its worker may still be copying into its segments: they are never
             # lent again, and shutdown removes them.
             return
