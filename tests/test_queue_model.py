@@ -633,3 +633,21 @@ def test_invariants(producer, consumer, workers, depth, ordered, batches, seed, 
     # build, plus one in progress per worker) or were waiting at its start (at most depth).
     if prod.minimum:
         assert counted <= workers * (wall / prod.minimum + 1) + depth + 1 + 1e-6
+
+
+@pytest.mark.parametrize("depth", [0, 1, 4])
+def test_warmup_leaves_out_the_batches_given(depth):
+    # 10 slow builds, then fast ones: left out, only the consumer's 20 ms steps remain
+    # (at depth 0 each step also builds its batch: 30 ms).
+    m = model(Distribution.replay([0.1] * 10 + [0.01] * 30), C(0.02), workers=2)
+    rate = 1 / (0.03 if depth == 0 else 0.02)
+    assert simulate(m, depth, batches=40, warmup=12).throughput == pytest.approx(rate)
+    assert simulate(m, depth, batches=40, warmup=0).throughput < 0.8 * rate
+    default = simulate(m, depth, batches=40, warmup=int(40 * WARMUP))
+    assert simulate(m, depth, batches=40).throughput == default.throughput
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (21, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_bad_warmups(bad, error):
+    with pytest.raises(error, match="warmup"):
+        simulate(model(C(0.01), C(0.01)), 1, batches=40, warmup=bad)

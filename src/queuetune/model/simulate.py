@@ -301,7 +301,12 @@ class _Simulation:
 
 
 def _simulate(
-    model: PipelineModel, depth: int, workers: int | None, batches: int, seed: int | None
+    model: PipelineModel,
+    depth: int,
+    workers: int | None,
+    batches: int,
+    seed: int | None,
+    warmup: int | None = None,
 ) -> tuple[Prediction, _Run]:
     depth = nonnegative_int(depth, "depth")
     workers = model.workers if workers is None else positive_int(workers, "workers")
@@ -310,14 +315,18 @@ def _simulate(
         raise ValueError(f"batches must be at least 10, got {batches}")
     if seed is not None:
         seed = nonnegative_int(seed, "seed")
+    if warmup is None:
+        warmup = int(batches * WARMUP)
+    elif nonnegative_int(warmup, "warmup") > batches // 2:
+        raise ValueError(f"warmup must leave at least half of the {batches} batches, got {warmup}")
     producer_seq, consumer_seq = np.random.SeedSequence(seed).spawn(2)
     if depth == 0:
-        return _synchronous(model, batches, producer_seq, consumer_seq)
+        return _synchronous(model, batches, producer_seq, consumer_seq, warmup)
     # At most depth batches are submitted and not taken (one more while the consumer
     # waits, with release at request), so the run never starts more than this.
     producer = _draw(model.producer, np.random.default_rng(producer_seq), batches + depth + 2)
     consumer = _draw(model.consumer, np.random.default_rng(consumer_seq), batches)
-    run = _Simulation(producer, consumer, depth, workers, int(batches * WARMUP), model).run()
+    run = _Simulation(producer, consumer, depth, workers, warmup, model).run()
     wall, counted = run.wall, run.counted
     wait = float(sum(run.waits))
     per_second = (lambda area: area / wall) if wall > 0 else (lambda area: 0.0)
@@ -347,12 +356,12 @@ def _synchronous(
     batches: int,
     producer_seq: np.random.SeedSequence,
     consumer_seq: np.random.SeedSequence,
+    start: int,
 ) -> tuple[Prediction, _Run]:
     """Depth 0: no read-ahead; the consumer builds each batch when it asks for it,
     so every step waits a whole build and one batch is held at a time."""
     producer = _draw(model.producer, np.random.default_rng(producer_seq), batches)
     consumer = _draw(model.consumer, np.random.default_rng(consumer_seq), batches)
-    start = int(batches * WARMUP)
     wait = float(sum(producer[start:]))
     wall = wait + float(sum(consumer[start:]))
     counted = batches - start
@@ -384,6 +393,7 @@ def simulate(
     workers: int | None = None,
     batches: int = 2000,
     seed: int | None = 0,
+    warmup: int | None = None,
 ) -> Prediction:
     """Simulate ``batches`` consumer steps at one depth (``workers`` defaults to the model's).
 
@@ -406,9 +416,13 @@ def simulate(
     Depth 0 is a loader with no read-ahead (Keras ``workers=1``, torch
     ``num_workers=0``): the consumer builds each batch itself.
 
-    The first 5 % of the batches are a warm-up left out of the rates and means.
-    The same seed gives every batch the same build and step times at any depth
-    and number of workers, so curves are compared on the same draws.
+    The first ``warmup`` batches (by default 5 % of them; at most half) are
+    left out of the rates and means. The same seed gives every batch the same
+    build and step times at any depth and number of workers, so curves are
+    compared on the same draws. To model one measured run as it was, give its
+    build times in their order (:meth:`Distribution.replay`), its length and
+    its warm-up: with round-robin assignment, batch ``i`` then goes to the
+    same worker as in the run.
 
     >>> model = PipelineModel(Distribution.constant(0.010), Distribution.constant(0.020), 1, 1e6)
     >>> p = simulate(model, depth=2, batches=200)
@@ -417,8 +431,11 @@ def simulate(
     >>> m = PipelineModel(Distribution.constant(0.02), Distribution.constant(0.002), 4, 1.0)
     >>> [round(simulate(m, d).throughput, 3) for d in (1, 2, 4, 8)]
     [50.0, 100.0, 200.0, 200.0]
+    >>> run = PipelineModel(Distribution.replay([0.1] * 5 + [0.01] * 15), Distribution.constant(0.02), 1, 1.0)
+    >>> [round(simulate(run, 1, batches=20, warmup=w).throughput, 3) for w in (10, None)]
+    [50.0, 27.143]
     """
-    return _simulate(model, depth, workers, batches, seed)[0]
+    return _simulate(model, depth, workers, batches, seed, warmup)[0]
 
 
 def predict_curve(
