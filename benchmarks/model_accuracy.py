@@ -65,10 +65,18 @@ What is measured, and how:
   round's measurement is shown too.
 - Replayed: the same model with its build times replaced by the items' own,
   in their order (plus the loader's measured overhead per build), as every
-  run built them. A run of a few hundred batches is one draw of where its
+  run built them, for a run of the same length and warm-up (so that, under
+  round-robin, each item goes to the worker that built it). A run of a few hundred batches is one draw of where its
   long builds fall; the model predicts the distribution's long run. Where the
   two differ, this column says how much of the error is that draw (it is
   small) and how much the model's rules.
+- Band: what the model gives for one run of this length: the 5th and 95th
+  percentiles of its throughput over ``BAND_DRAWS`` simulated runs of the
+  measured run's length and warm-up, each a different order
+  of the round's measured build times (medians of the rounds' bounds). Where
+  the band is wider than the 5 % target, a run of this length cannot tell the
+  model's error from the luck of where its long builds fell, and a measurement
+  inside the band is what the model expects.
 - Peaks: the model's ``peak_built_batches`` beside the highest measured
   ``peak_in_flight_batches`` of the rounds (batches built and not yet
   released by the step), after the warm-up and over the whole run (Keras
@@ -108,6 +116,7 @@ from queuetune.tune import after_warmup, run_trial
 
 ITEM_FLOATS = 16_384  # 64 KiB of float32 per batch
 CONSUMER_LOW, CONSUMER_HIGH = 0.006, 0.008
+BAND_DRAWS = 200  # simulated runs per setting for the band of one run's throughput
 TARGET = 0.05
 
 
@@ -418,6 +427,7 @@ def _entry(loader: Loader, workload: Workload, producer: np.ndarray) -> dict[str
             "replayed": [],
             "predicted_input_wait_fraction": [],
             "predicted_peak_built": [],
+            "band": [],
             "measured": [],
             "measured_peak_in_flight": [],
             "measured_steady_peak_in_flight": [],
@@ -437,7 +447,7 @@ def _entry(loader: Loader, workload: Workload, producer: np.ndarray) -> dict[str
 
 
 def _predict_round(
-    entry: dict[str, Any], trace: Trace, warmup: int, unbuffered: Trace | None, items: np.ndarray
+    entry: dict[str, Any], trace: Trace, warmup: int, unbuffered: Trace | None, items: np.ndarray, steps: int
 ) -> None:
     """The model of this round's baseline run (beside its run at the framework's
     model settings, for tf.data), and its prediction for every setting; and the
@@ -462,13 +472,20 @@ def _predict_round(
             "batch_bytes": model.batch_bytes,
         }
     )
-    sequence = items[warmup:]
-    overhead = model.producer.mean - float(np.mean(sequence))
-    replaying = dataclasses.replace(model, producer=Distribution.replay(np.maximum(sequence + overhead, 0.0)))
+    overhead = model.producer.mean - float(np.mean(items[warmup:]))
+    replaying = dataclasses.replace(model, producer=Distribution.replay(np.maximum(items + overhead, 0.0)))
+    # Runs as long as the measured one, with its warm-up: in the replay, batch i is
+    # built by the worker that built it in the run.
+    run = {"batches": steps, "warmup": warmup}
     for row in entry["rows"]:
         p = simulate(model, row["depth"], workers=row["workers"])
         row["predicted"].append(p.throughput)
-        row["replayed"].append(simulate(replaying, row["depth"], workers=row["workers"]).throughput)
+        runs = [
+            simulate(model, row["depth"], workers=row["workers"], seed=seed, **run).throughput
+            for seed in range(1, BAND_DRAWS + 1)
+        ]
+        row["band"].append([float(np.percentile(runs, 5)), float(np.percentile(runs, 95))])
+        row["replayed"].append(simulate(replaying, row["depth"], workers=row["workers"], **run).throughput)
         row["predicted_input_wait_fraction"].append(p.input_wait_fraction)
         row["predicted_peak_built"].append(p.peak_built_batches)
 
@@ -487,10 +504,15 @@ def _summarise(entry: dict[str, Any]) -> None:
         row["measured_peak_in_flight_batches"] = max(row["measured_peak_in_flight"])
         row["measured_steady_peak_in_flight_batches"] = max(row["measured_steady_peak_in_flight"])
         row["measured_spread"] = (max(row["measured"]) - min(row["measured"])) / measured if measured else None
+        row["band_low"] = statistics.median(low for low, _ in row["band"])
+        row["band_high"] = statistics.median(high for _, high in row["band"])
+        row["inside_band"] = row["band_low"] <= measured <= row["band_high"]
     entry["max_abs_error"] = max(abs(r["error"]) for r in entry["rows"] if r["error"] is not None)
     entry["within_target"] = entry["max_abs_error"] <= TARGET
     entry["max_abs_round_error"] = max(abs(e) for r in entry["rows"] for e in r["round_errors"])
     entry["max_abs_replay_error"] = max(abs(r["replay_error"]) for r in entry["rows"] if r["replay_error"] is not None)
+    entry["inside_band"] = sum(r["inside_band"] for r in entry["rows"])
+    entry["widest_band"] = max((r["band_high"] - r["band_low"]) / r["predicted_throughput"] for r in entry["rows"])
     models = entry["models"]
     entry["model"] = {  # the rounds' medians
         key: statistics.median(m[key] for m in models) if isinstance(value, float) else value
@@ -534,7 +556,7 @@ def run(
                 if row["settings"] == modelled:
                     kept["unbuffered"] = trace
             items = producers[entry["distribution"]] * loader.build_scale
-            _predict_round(entry, kept["baseline"], warmup, kept.get("unbuffered"), items)
+            _predict_round(entry, kept["baseline"], warmup, kept.get("unbuffered"), items, steps)
         log(f"round {round_ + 1}/{rounds} done ({time.perf_counter() - started:.0f} s)")
     for entry in entries:
         _summarise(entry)
@@ -586,7 +608,8 @@ def table(result: dict[str, Any]) -> str:
     lines.append("")
     header = (
         f"{'loader':<6} {'distribution':<13} {'settings':<12} {'depth':>5} {'predicted':>9} {'measured':>9} "
-        f"{'error':>7} {'rounds':>15} {'spread':>6} {'replayed':>8} {'peak pred':>9} {'peak meas':>10}"
+        f"{'error':>7} {'rounds':>15} {'spread':>6} {'replayed':>8} {'one run, 90 %':>15} {'peak pred':>9} "
+        f"{'peak meas':>10}"
     )
     lines += [header, "-" * len(header)]
     for entry in result["results"]:
@@ -594,10 +617,15 @@ def table(result: dict[str, Any]) -> str:
             peak = f"{row['measured_steady_peak_in_flight_batches']} ({row['measured_peak_in_flight_batches']})"
             rounds = f"{min(row['round_errors']):+.1%}..{max(row['round_errors']):+.1%}"
             replayed = f"{row['replay_error']:+.1%}" if row.get("replay_error") is not None else "-"
+            band = (
+                f"{row['band_low']:.1f}-{row['band_high']:.1f} {'in' if row['inside_band'] else 'OUT'}"
+                if "band_low" in row
+                else "-"
+            )
             lines.append(
                 f"{entry['loader']:<6} {entry['distribution']:<13} {_settings_text(row['settings']):<12} "
                 f"{row['depth']:>5} {row['predicted_throughput']:>9.1f} {row['measured_throughput']:>9.1f} "
-                f"{row['error']:>+7.1%} {rounds:>15} {row['measured_spread']:>6.1%} {replayed:>8} "
+                f"{row['error']:>+7.1%} {rounds:>15} {row['measured_spread']:>6.1%} {replayed:>8} {band:>15} "
                 f"{row['predicted_peak_built_batches']:>9} {peak:>10}"
             )
         m = entry["model"]
@@ -617,6 +645,12 @@ def table(result: dict[str, Any]) -> str:
                 else ""
             )
         )
+        if "inside_band" in entry:
+            lines.append(
+                f"{'':<6} measured inside the model's 90 % band for one run of {result['steps']} steps: "
+                f"{entry['inside_band']} of {len(entry['rows'])} settings; the widest band spans "
+                f"{entry['widest_band']:.1%} of the prediction"
+            )
         lines.append(
             f"{'':<6} model: producer mean {m['producer_mean_ms']:.1f} ms (median {m['producer_median_ms']:.1f}), "
             f"step mean {m['consumer_mean_ms']:.2f} ms incl. hand-over {m['handover_ms']:.2f} ms, "
@@ -630,7 +664,8 @@ def table(result: dict[str, Any]) -> str:
         "throughput in batches/s; error = predicted/measured - 1, both medians of the rounds; rounds = each "
         "round's prediction against that round's measurement;",
         "spread = (max - min)/median of the measured rounds; replayed = the model (median of the rounds') run on the "
-        "items' own build times in their order, against the measurement;",
+        "items' own build times in their order, against the measurement; one run, 90 % = the 5th-95th percentiles of "
+        "the model's throughput over simulated runs of this length (in: the measurement falls inside);",
         "peak pred = the model's peak_built_batches; peak meas = highest measured peak_in_flight_batches after "
         "the warm-up (over the whole run in brackets).",
     ]
