@@ -66,17 +66,17 @@ What is measured, and how:
 - Replayed: the same model with its build times replaced by the items' own,
   in their order (plus the loader's measured overhead per build), as every
   run built them, for a run of the same length and warm-up (so that, under
-  round-robin, each item goes to the worker that built it). A run of a few hundred batches is one draw of where its
-  long builds fall; the model predicts the distribution's long run. Where the
-  two differ, this column says how much of the error is that draw (it is
-  small) and how much the model's rules.
+  round-robin, each item goes to the worker that built it). A run of a few
+  hundred batches is one draw of where its long builds fall; the model
+  predicts the distribution's long run. Where the two differ, this column
+  says how much of the error is that draw and how much the model's rules.
 - Band: what the model gives for one run of this length: the 5th and 95th
   percentiles of its throughput over ``BAND_DRAWS`` simulated runs of the
-  measured run's length and warm-up, each a different order
-  of the round's measured build times (medians of the rounds' bounds). Where
-  the band is wider than the 5 % target, a run of this length cannot tell the
-  model's error from the luck of where its long builds fell, and a measurement
-  inside the band is what the model expects.
+  measured run's length and warm-up, each a different order of the round's
+  measured build times (medians of the rounds' bounds). Where the band is
+  wider than the 5 % target, a run of this length cannot tell the model's
+  error from the luck of where its long builds fell, and a measurement inside
+  the band is what the model expects.
 - Peaks: the model's ``peak_built_batches`` beside the highest measured
   ``peak_in_flight_batches`` of the rounds (batches built and not yet
   released by the step), after the warm-up and over the whole run (Keras

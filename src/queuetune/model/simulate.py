@@ -317,8 +317,10 @@ def _simulate(
         seed = nonnegative_int(seed, "seed")
     if warmup is None:
         warmup = int(batches * WARMUP)
-    elif nonnegative_int(warmup, "warmup") > batches // 2:
-        raise ValueError(f"warmup must leave at least half of the {batches} batches, got {warmup}")
+    else:
+        warmup = nonnegative_int(warmup, "warmup")
+        if warmup > batches // 2:
+            raise ValueError(f"warmup must leave at least half of the {batches} batches, got {warmup}")
     producer_seq, consumer_seq = np.random.SeedSequence(seed).spawn(2)
     if depth == 0:
         return _synchronous(model, batches, producer_seq, consumer_seq, warmup)
