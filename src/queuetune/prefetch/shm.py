@@ -433,25 +433,20 @@ def unshared(batch: Any, refs: int) -> set[int]:
     set()
     """
     found: set[int] = set()
-    if refs > LOCAL_REFS:
-        return found
-    if type(batch) in (tuple, list, dict):
-        _unshared_items(batch, found)
-    elif _owns_memory(batch):
-        found.add(id(batch))
+    if refs <= LOCAL_REFS:
+        _collect_unshared(batch, found)
     return found
 
 
-def _unshared_items(container: tuple | list | dict, found: set[int]) -> None:
-    keys: Any = list(container) if type(container) is dict else range(len(container))
-    for key in keys:
-        if sys.getrefcount(container[key]) > ITEM_REFS:
-            continue
-        item = container[key]
-        if type(item) in (tuple, list, dict):
-            _unshared_items(item, found)
-        elif _owns_memory(item):
-            found.add(id(item))
+def _collect_unshared(obj: Any, found: set[int]) -> None:
+    """Add to ``found`` what of ``obj`` (held by its container alone) nothing else reaches."""
+    if type(obj) in (tuple, list, dict):
+        keys: Any = list(obj) if type(obj) is dict else range(len(obj))
+        for key in keys:
+            if sys.getrefcount(obj[key]) <= ITEM_REFS:
+                _collect_unshared(obj[key], found)
+    elif _owns_memory(obj):
+        found.add(id(obj))
 
 
 def _owns_memory(obj: Any) -> bool:
