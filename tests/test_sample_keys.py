@@ -113,7 +113,10 @@ class Samples(IterableDataset):
 loader = DataLoader(Samples(sys.argv[1] == "sharded"), batch_size=8, num_workers=2)
 batches = 0
 for batch in loader:
-    time.sleep(0.01)  # a training step
+    # A training step long enough that keying 8 small samples stays within the key
+    # budget (2 % of a step) on a busy machine: with 10 ms, one worker's keys were
+    # once cut after its 5th batch, which the checks below read as 3 unkeyed.
+    time.sleep(0.05)
     batches += 1
 print("batches", batches)
 """
