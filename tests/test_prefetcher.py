@@ -184,6 +184,21 @@ def test_no_batch_of_a_broken_epoch_is_served_in_the_next():
 
 
 @pytest.mark.timeout(60)
+def test_a_fixed_depth_stays_fixed_while_the_queue_stays_full():
+    # Builds far faster than the consumer: the queue is full at nearly every
+    # request, where an adaptive depth shrinks after 32 of them.
+    batches = [np.full(1000, i) for i in range(100)]
+    with Prefetcher(batches, max_bytes="1MiB", workers=2, adaptive=False, depth=3, sample_memory=False) as p:
+        got = []
+        for batch in p:
+            got.append(int(batch[0]))
+            time.sleep(0.002)
+        depths = [mark.value for mark in p.trace().marks if mark.kind == "depth"]
+        assert (got, p.depth, depths) == (list(range(100)), 3, [3])
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
 def test_shuffle_changes_the_order_each_epoch_but_never_the_contents():
     source = Recorded([10] * 30)
     with Prefetcher(source, max_bytes=10_000, shuffle=True, seed=3) as p:

@@ -15,12 +15,13 @@ class EpochConfig:
     """The settings of one epoch, as the prefetcher's handle resolved them.
 
     ``max_bytes``: the byte budget; ``depth``: the depth it starts at;
-    ``max_depth``: the deepest the controller may go (``depth`` when the depth is
-    fixed); ``ordered``: hand batches over in order (a plain iterable's always
-    are); ``timeout``: seconds the consumer waits for one batch, or None.
+    ``max_depth``: the deepest the controller may go; ``ordered``: hand batches
+    over in order (a plain iterable's always are); ``timeout``: seconds the
+    consumer waits for one batch, or None; ``fixed``: the depth stays at
+    ``depth`` (``adaptive=False``), neither deeper nor shallower.
 
     >>> EpochConfig(max_bytes=1 << 20, depth=1, max_depth=64, ordered=True, timeout=None)
-    EpochConfig(max_bytes=1048576, depth=1, max_depth=64, ordered=True, timeout=None)
+    EpochConfig(max_bytes=1048576, depth=1, max_depth=64, ordered=True, timeout=None, fixed=False)
     """
 
     max_bytes: int
@@ -28,6 +29,7 @@ class EpochConfig:
     max_depth: int
     ordered: bool
     timeout: float | None
+    fixed: bool = False
 
 
 @dataclass

@@ -265,6 +265,7 @@ class Prefetcher:
             max_depth=self.max_depth if self.adaptive else self.start_depth,
             ordered=self.ordered or not self._indexable,
             timeout=self.timeout,
+            fixed=not self.adaptive,
         )
 
     def _new_workers(self) -> Workers:

@@ -115,7 +115,12 @@ class Schedule:
         # in the thread that adds it, which holds the lock.
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
-        self.controller = DepthController(depth=config.depth, max_depth=config.max_depth, start=STEP_WINDOW)
+        self.controller = DepthController(
+            depth=config.depth,
+            max_depth=config.depth if config.fixed else config.max_depth,
+            floor=config.depth if config.fixed else 1,
+            start=STEP_WINDOW,
+        )
         self.plan = plan
         self.total: int | None = None if plan is None else len(plan)
         self.tasks: dict[int, Task] = {}
