@@ -6,12 +6,13 @@ import gc
 import threading
 import time
 
+import numpy as np
 import psutil
 import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher
-from queuetune.prefetch.workers import ThreadWorkers
+from queuetune.prefetch.workers import ProcessWorkers, ThreadWorkers
 from queuetune.recorder import MemorySampler
 
 
@@ -57,6 +58,42 @@ def test_shutdown_cancels_the_builds_not_started_and_refuses_more():
         workers.submit(3)
     workers.shutdown(wait=True, unclaimed=[])  # again: nothing more to do
     assert started == [0]
+    assert_nothing_left_running()
+
+
+class Started:
+    """Map-style: item i is an array of i; an event per item, set as its build starts."""
+
+    def __init__(self, n):
+        self.events = [threading.Event() for _ in range(n)]
+
+    def __len__(self):
+        return len(self.events)
+
+    def __getitem__(self, i):
+        self.events[i].set()
+        return np.full(1000, i)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode, kind", [("thread", ThreadWorkers), ("process", ProcessWorkers)])
+def test_a_batch_that_cannot_be_started_is_the_consumers_error_at_that_batch(monkeypatch, mode, kind):
+    calls = []
+    original = kind.submit
+
+    def submit(self, indices, reserve=0):
+        calls.append(indices)
+        if len(calls) == 6:
+            raise OSError(28, "No space left on device")
+        return original(self, indices, reserve)
+
+    monkeypatch.setattr(kind, "submit", submit)
+    got = []
+    with Prefetcher(Started(20), workers=2, mode=mode, max_bytes="1MiB", sample_memory=False) as p:
+        with pytest.raises(OSError, match="No space left on device"):
+            for batch in p:
+                got.append(int(batch[0]))
+    assert got == [0, 1, 2, 3, 4]
     assert_nothing_left_running()
 
 

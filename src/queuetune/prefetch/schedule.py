@@ -166,7 +166,21 @@ class Schedule:
             if self.held_back_since is not None:
                 self.held_back_seconds += clock() - self.held_back_since
                 self.held_back_since = None
-            self._submit(task)
+            try:
+                self._submit(task)
+            except Exception as exc:  # such as no room left in /dev/shm for its segment
+                self._unstarted(task, exc)
+                return
+
+    def _unstarted(self, task: Task, exc: Exception) -> None:
+        """A batch that could not be started fails as its build would have: the
+        consumer gets ``exc`` when it comes to that batch."""
+        task.future = None
+        task.failure = exc
+        task.settled = True
+        self.reserved -= task.reserved
+        self.building -= 1
+        self.changed.notify_all()
 
     def _can_start(self) -> bool:
         if not self._left_to_start():
