@@ -61,6 +61,43 @@ def test_shutdown_cancels_the_builds_not_started_and_refuses_more():
     assert_nothing_left_running()
 
 
+def test_a_deferred_action_runs_on_a_worker_between_builds_and_none_after_shutdown():
+    release = threading.Event()
+    order = []
+
+    def build(i):
+        order.append(("build", i))
+        release.wait(10)
+        return i
+
+    workers = ThreadWorkers(1, build)
+    try:
+        first = workers.submit(0)
+        assert workers.defer(lambda: order.append(("action", threading.current_thread().name)))
+        second = workers.submit(1)
+        release.set()
+        assert (first.result(10), second.result(10)) == (0, 1)
+    finally:
+        workers.shutdown(wait=True, unclaimed=[])
+    assert order == [("build", 0), ("action", "queuetune-prefetch_0"), ("build", 1)]
+    assert not workers.defer(lambda: order.append(("action", "after shutdown")))
+    assert len(order) == 3
+    assert_nothing_left_running()
+
+
+def test_an_action_still_queued_at_shutdown_is_dropped_not_run():
+    release = threading.Event()
+    ran = []
+    workers = ThreadWorkers(1, lambda i: release.wait(10))
+    workers.submit(0)
+    assert workers.defer(lambda: ran.append(True))
+    workers.shutdown(wait=False, unclaimed=[])
+    release.set()
+    workers.shutdown(wait=True, unclaimed=[])
+    assert ran == []
+    assert_nothing_left_running()
+
+
 class Started:
     """Map-style: item i is an array of i; an event per item, set as its build starts."""
 
@@ -73,6 +110,44 @@ class Started:
     def __getitem__(self, i):
         self.events[i].set()
         return np.full(1000, i)
+
+
+@pytest.mark.timeout(60)
+def test_the_consumer_starts_the_first_batch_and_the_worker_threads_start_the_rest(monkeypatch):
+    starters = []
+    original = ThreadWorkers.submit
+
+    def submit(self, indices, reserve=0):
+        starters.append(threading.get_ident())
+        return original(self, indices, reserve)
+
+    monkeypatch.setattr(ThreadWorkers, "submit", submit)
+    n, depth = 40, 3
+    source = Started(n)
+    got = []
+    with Prefetcher(source, workers=2, adaptive=False, depth=depth, max_bytes="1MiB", sample_memory=False) as p:
+        for batch in p:
+            got.append(int(batch[0]))
+            # The batch this hand-over let start: once a worker has, ask for the next.
+            ahead = len(got) + depth - 1
+            if ahead < n:
+                assert source.events[ahead].wait(10)
+    assert got == list(range(n))
+    assert len(starters) == n
+    assert starters.count(threading.get_ident()) == 1
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_start_asked_of_a_worker_that_has_not_come_is_made_by_the_consumer(monkeypatch, ordered):
+    monkeypatch.setattr(ThreadWorkers, "defer", lambda self, action: True)  # asked, never done
+    n = 30
+    with Prefetcher(Started(n), workers=2, ordered=ordered, max_bytes="1MiB", sample_memory=False) as p:
+        got = [int(batch[0]) for batch in p]
+    assert sorted(got) == list(range(n))
+    assert not ordered or got == list(range(n))
+    assert_nothing_left_running()
 
 
 @pytest.mark.timeout(90)

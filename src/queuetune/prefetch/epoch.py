@@ -67,6 +67,8 @@ class Epoch:
         # Run by the consumer as it leaves the epoch: set by the handle's close(),
         # which cannot close what a consumer reading in another thread still uses.
         self.on_leave: Callable[[], Any] | None = None
+        # Whether a worker has been asked to start what the depth allows and has not yet.
+        self._deferred = False
 
     @property
     def depth(self) -> int:
@@ -113,7 +115,7 @@ class Epoch:
                         changed = schedule.controller.observe(False, seen.full, now=got)
                     if changed is not None:
                         recorder.mark("depth", changed)
-                    schedule.fill()
+                    self._start_more()
                 samples = task.indices if isinstance(task.indices, list) else None
                 recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
                 yield batch
@@ -130,6 +132,29 @@ class Epoch:
             self.running = False
             if self.on_leave is not None:
                 self.on_leave()
+
+    def _start_more(self) -> None:
+        """After a hand-over, with the lock held: start what the depth now allows,
+        on a worker where the workers can (see :meth:`_fill`), else here."""
+        schedule = self.schedule
+        if not schedule.can_start():
+            return
+        # A batch may start: no worker waits for the depth from now on.
+        schedule.end_hold()
+        if not self._deferred:
+            self._deferred = self.workers.defer(self._fill)
+            if not self._deferred:
+                schedule.fill()
+
+    def _fill(self) -> None:
+        """Start what the depth allows, on the worker about to build it: the
+        consumer goes back to its step sooner, and the build begins after that
+        step did. Begun just before it, a build as long as the step ends its
+        wait as the step does, and its work runs on the core where the
+        consumer is woken (``benchmarks/jittery_phase.py``)."""
+        with self.schedule.lock:
+            self._deferred = False
+            self.schedule.fill()
 
     def _staff(self, seen: Seen, step: float | None, asked: float, got: float) -> None:
         """The worker controller's decision on a request, with the lock held."""
@@ -183,6 +208,8 @@ class Epoch:
                 raise self._closed_error()
             if schedule.total is not None and schedule.delivered >= schedule.total:
                 return None
+            if self._deferred:  # the worker asked to start batches has not yet
+                schedule.fill()
             pending = schedule.next_up()
             if not pending:
                 if schedule.error is not None:

@@ -155,7 +155,7 @@ class Schedule:
 
     def fill(self) -> None:
         """Start batches while the depth and the byte budget allow."""
-        while self._can_start():
+        while self.can_start():
             position = self.submitted
             indices = self.plan[position] if self.plan is not None else None
             task = Task(position, indices, self.sizes.largest, submitted_at=clock())
@@ -163,9 +163,7 @@ class Schedule:
             self.reserved += task.reserved
             self.submitted += 1
             self.building += 1
-            if self.held_back_since is not None:
-                self.held_back_seconds += clock() - self.held_back_since
-                self.held_back_since = None
+            self.end_hold()
             try:
                 self._submit(task)
             except Exception as exc:  # such as no room left in /dev/shm for its segment
@@ -182,7 +180,8 @@ class Schedule:
         self.building -= 1
         self.changed.notify_all()
 
-    def _can_start(self) -> bool:
+    def can_start(self) -> bool:
+        """Whether :meth:`fill` would start a batch now."""
         if not self._left_to_start():
             return False
         outstanding = self.submitted - self.delivered
@@ -205,6 +204,13 @@ class Schedule:
 
     def _can_start_but_for_depth(self) -> bool:
         return self._left_to_start() and self.sizes.known and self._budget_has_room()
+
+    def end_hold(self) -> None:
+        """A batch may start now: a worker idle for the depth alone is so no longer
+        (even if the batch is started a little later, on a worker)."""
+        if self.held_back_since is not None:
+            self.held_back_seconds += clock() - self.held_back_since
+            self.held_back_since = None
 
     def held_back(self, waited: bool) -> bool:
         """On a request that ``waited``: whether, since the consumer last waited,

@@ -29,6 +29,10 @@ from .collate import make_batch
 # Seconds between checks that the worker processes are alive, while the consumer waits.
 LIVENESS = 0.5
 
+# What a worker thread takes from its queue: a batch to build (its future and
+# indices), something to do before its next build, or None to end.
+Job = tuple[cf.Future, Any] | Callable[[], None] | None
+
 
 class _EndMarker:
     def __repr__(self) -> str:
@@ -66,6 +70,11 @@ class Workers(Protocol):
 
     def resize(self, count: int) -> None:
         """Build ``count`` batches at once from now on (1 to ``capacity``)."""
+        ...
+
+    def defer(self, action: Callable[[], None]) -> bool:
+        """Have a worker run ``action`` before it takes its next batch, and say
+        True; False where these workers cannot (the caller runs it itself)."""
         ...
 
     def spent(self, future: cf.Future) -> tuple[float, float] | None:
@@ -113,9 +122,10 @@ class ThreadWorkers:
     """``count`` threads of this process, each building with ``build(indices)``.
 
     Started at once and fed from one queue: a submit is a future and a put,
-    nothing more, for it runs on the consumer's thread at every batch. Up to
-    ``capacity``, :meth:`resize` starts more threads or ends some (each as it
-    finishes its build).
+    nothing more. What the consumer's thread would otherwise do at every batch
+    (start the next) is put on that queue too (:meth:`defer`), for the thread
+    that builds it. Up to ``capacity``, :meth:`resize` starts more threads or
+    ends some (each as it finishes its build).
 
     >>> workers = ThreadWorkers(2, lambda indices: indices * 10)
     >>> batch = workers.submit(4).result()
@@ -132,7 +142,7 @@ class ThreadWorkers:
         # Given a capacity, the count is decided at run time from the builds' times.
         self._elastic = capacity is not None
         self._build = build
-        self._jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         # Threads left running by a prefetcher nobody closed end with it (one stop
         # for every thread started: those ended already leave theirs unread).
@@ -172,6 +182,12 @@ class ThreadWorkers:
         self._jobs.put((future, indices))
         return future
 
+    def defer(self, action: Callable[[], None]) -> bool:
+        if not self._stop.alive:
+            return False
+        self._jobs.put(action)
+        return True
+
     def size(self, batch: Any) -> int:
         return nbytes(batch)
 
@@ -201,7 +217,7 @@ class ThreadWorkers:
                 job = self._jobs.get_nowait()
             except queue.Empty:
                 break
-            if job is not None:
+            if isinstance(job, tuple):
                 job[0].cancel()
         self._stop()
         if wait:
@@ -211,13 +227,18 @@ class ThreadWorkers:
                     thread.join()
 
 
-def _serve(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], build: Callable[[Any], Any], timed: bool) -> None:
-    """A worker thread: build what ``jobs`` brings until it brings None; ``timed``:
-    tell each build's CPU seconds and seconds on its future (``spent``)."""
+def _serve(jobs: queue.SimpleQueue[Job], build: Callable[[Any], Any], timed: bool) -> None:
+    """A worker thread: build what ``jobs`` brings, or do it, until it brings
+    None; ``timed``: tell each build's CPU seconds and seconds on its future
+    (``spent``)."""
     while True:
         job = jobs.get()
         if job is None:
             return
+        if not isinstance(job, tuple):
+            job()
+            del job  # it holds its epoch: not while this thread waits
+            continue
         future, indices = job
         del job
         if not future.set_running_or_notify_cancel():
@@ -236,7 +257,7 @@ def _serve(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], build: Callabl
         del future
 
 
-def _stop_serving(jobs: queue.SimpleQueue[tuple[cf.Future, Any] | None], threads: list[threading.Thread]) -> None:
+def _stop_serving(jobs: queue.SimpleQueue[Job], threads: list[threading.Thread]) -> None:
     for _ in threads:
         jobs.put(None)
 
@@ -330,6 +351,9 @@ class ProcessWorkers:
         if not 1 <= count <= self.capacity:
             raise ValueError(f"worker count must be from 1 to {self.capacity}, got {count}")
         self.count = count
+
+    def defer(self, action: Callable[[], None]) -> bool:
+        return False  # no thread here takes jobs: the pool's manager thread sends them on
 
     def spent(self, future: cf.Future) -> tuple[float, float] | None:
         if not self._elastic or future.cancelled() or future.exception() is not None:
