@@ -13,12 +13,14 @@ for ``--rounds`` rounds: ``queuetune.Prefetcher`` with the benchmark's budget
 (``map(AUTOTUNE)`` -> ``prefetch(AUTOTUNE)``), peaks counted as in that
 benchmark; at 3.0 ms the two Prefetchers and nodes once more with the cores
 apart: the consumer's thread on the first core this process may use, every
-thread that runs the load on the others. With a step equal to the load, every build the Prefetcher starts at
-a request ends its sleep as the consumer's step ends, and its numpy pass runs
-as the consumer wakes; when the consumer's timer fires on the core that runs
-that pass, the consumer waits for the pass to end although the other core is
-free. A step off the load breaks that phase; cores apart take the collision
-away.
+thread that runs the load on the others. With a step equal to the load, a
+build started just before the consumer's step ends its sleep just before the
+step ends, and its numpy pass runs as the consumer wakes; when the consumer's
+timer fires on the core that runs that pass, the consumer waits for the pass
+to end although the other core is free. Builds the Prefetcher started in the
+consumer's ``next()`` did (0.976 x nodes at nodes' bytes); started by the
+worker that builds them, after the consumer's step began, they do not. A
+step off the load breaks that phase too; cores apart take the collision away.
 """
 
 from __future__ import annotations
