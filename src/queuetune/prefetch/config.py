@@ -15,10 +15,10 @@ class EpochConfig:
     """The settings of one epoch, as the prefetcher's handle resolved them.
 
     ``max_bytes``: the byte budget; ``depth``: the depth it starts at;
-    ``max_depth``: the deepest the controller may go; ``ordered``: hand batches
-    over in order (a plain iterable's always are); ``timeout``: seconds the
-    consumer waits for one batch, or None; ``fixed``: the depth stays at
-    ``depth`` (``adaptive=False``), neither deeper nor shallower.
+    ``max_depth``: the deepest the controller may go, unless ``fixed``: then
+    the depth stays at ``depth`` (``adaptive=False``), neither deeper nor
+    shallower; ``ordered``: hand batches over in order (a plain iterable's
+    always are); ``timeout``: seconds the consumer waits for one batch, or None.
 
     >>> EpochConfig(max_bytes=1 << 20, depth=1, max_depth=64, ordered=True, timeout=None)
     EpochConfig(max_bytes=1048576, depth=1, max_depth=64, ordered=True, timeout=None, fixed=False)

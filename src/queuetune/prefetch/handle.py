@@ -262,7 +262,7 @@ class Prefetcher:
         return EpochConfig(
             max_bytes=self.max_bytes,
             depth=self.start_depth,
-            max_depth=self.max_depth if self.adaptive else self.start_depth,
+            max_depth=self.max_depth,
             ordered=self.ordered or not self._indexable,
             timeout=self.timeout,
             fixed=not self.adaptive,
