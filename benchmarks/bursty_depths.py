@@ -11,8 +11,8 @@ of 16 batches), the Prefetcher at each fixed depth of ``DEPTHS``
 (``adaptive=False``), and torchdata.nodes (``ParallelMapper(in_order=True)``
 -> ``Prefetcher(2)``), peaks counted as in that benchmark. Per loader: the
 median throughput, the peak of batches started and not released, the share of
-the time the consumer waited for its batch (the Prefetcher's own record), and
-the gain per batch of depth from one fixed depth to the next.
+the time the consumer waited for its batch after its first (the Prefetcher's
+own record), and the gain per batch of depth from one fixed depth to the next.
 
 Why: on this workload the adaptive depth settles at 11 or 12 where nodes
 holds 10 besides the batch in the step. Each batch deeper still cuts the
