@@ -53,14 +53,7 @@ def run_fixed(w: pf.Workload, depth: int) -> dict[str, Any]:
         adaptive=False,
         depth=depth,
     )
-    try:
-        pf.consume(p, w)
-        time.sleep(0.05)
-        trace = p.trace()
-        report = p.report()
-    finally:
-        p.close()
-    return pf.result(fixed(depth), trace, report, w)
+    return pf.result(fixed(depth), *pf.measured(p, w), w)
 
 
 def main() -> int:

@@ -439,20 +439,23 @@ def result(loader: str, trace: Any, report: Any, w: Workload, observable: bool =
     return row
 
 
+def measured(p: queuetune.Prefetcher, w: Workload) -> tuple[Any, Any]:
+    """Run ``w``'s steps over the Prefetcher ``p``, then close it; its trace and report."""
+    try:
+        consume(p, w)
+        time.sleep(0.05)
+        return p.trace(), p.report()
+    finally:
+        p.close()
+
+
 def run_prefetcher(
     w: Workload, ordered: bool = True, max_bytes: int | None = None, name: str = "prefetcher"
 ) -> dict[str, Any]:
     p = queuetune.Prefetcher(
         Batches(w), max_bytes=max_bytes or w.max_bytes, workers=w.workers, mode=w.mode, ordered=ordered
     )
-    try:
-        consume(p, w)
-        time.sleep(0.05)
-        trace = p.trace()
-        report = p.report()
-    finally:
-        p.close()
-    return result(name, trace, report, w)
+    return result(name, *measured(p, w), w)
 
 
 def run_keras(w: Workload) -> dict[str, Any]:

@@ -49,13 +49,7 @@ AUTO = "auto"
 
 def run(w: pf.Workload, workers: int | str) -> dict[str, Any]:
     p = queuetune.Prefetcher(pf.Batches(w), max_bytes=w.max_bytes, workers=workers, mode=w.mode)
-    try:
-        pf.consume(p, w)
-        time.sleep(0.05)
-        trace = p.trace()
-        report = p.report()
-    finally:
-        p.close()
+    trace, report = pf.measured(p, w)
     row = pf.result(str(workers), trace, report, w)
     counts = [m.value for m in trace.marks if m.kind == "workers"]
     row["workers_marks"] = counts
