@@ -29,7 +29,8 @@ consumer's timer slack at 1 ns (``prctl(PR_SET_TIMERSLACK)`` on its thread;
 the default is 50 us). The kernel may end a sleep up to its slack late, and
 the interrupt that ends one sleep ends every other whose time has come: a
 build whose sleep ends within the consumer's slack after the consumer's own
-wakes with the consumer.
+wakes with the consumer. The threads that run the load keep the process's
+slack there, though a thread inherits the slack of the thread that starts it.
 """
 
 from __future__ import annotations
@@ -81,19 +82,14 @@ def prctl() -> Any:
     return ctypes.CDLL(None, use_errno=True).prctl
 
 
-@contextmanager
-def timer_slack(nanoseconds: int) -> Iterator[None]:
-    """The calling thread's timer slack at ``nanoseconds``, then as it was."""
-    call = prctl()
-    before = call(PR_GET_TIMERSLACK, 0, 0, 0, 0)
-    if call(PR_SET_TIMERSLACK, ctypes.c_ulong(nanoseconds), 0, 0, 0) != 0:
+def set_timer_slack(nanoseconds: int) -> None:
+    """The calling thread's timer slack (a thread it starts later inherits it)."""
+    if prctl()(PR_SET_TIMERSLACK, ctypes.c_ulong(nanoseconds), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_TIMERSLACK) failed")
-    try:
-        yield
-    finally:
-        call(PR_SET_TIMERSLACK, ctypes.c_ulong(before), 0, 0, 0)
 
 
+# The timer slack of the loaders' threads: the process's own, whatever the consumer's.
+LOADERS_SLACK = prctl()(PR_GET_TIMERSLACK, 0, 0, 0, 0) if prctl() is not None else None
 _placed = threading.local()
 
 
@@ -102,31 +98,34 @@ def placement(how: str) -> Iterator[None]:
     """With ``APART``, the calling thread on one core and each thread that runs
     ``Batches.__getitem__`` on the rest; else every thread on every core (a
     thread pool kept from an earlier run is moved back too). With ``SLACK``, the
-    calling thread's timer slack at 1 ns as well."""
-    if how == SLACK:
-        with timer_slack(1), placement(ANY):
-            yield
-        return
-    apart = how == APART
+    calling thread's timer slack at 1 ns; each thread that runs the load keeps
+    the process's slack (``LOADERS_SLACK``), though started under 1 ns."""
     cores = os.sched_getaffinity(0)
     first = min(cores)
-    loaders = cores - {first} if apart else cores
+    loaders = cores - {first} if how == APART else cores
     original = pf.Batches.__getitem__
 
     def getitem(batches: pf.Batches, index: int) -> Any:
         if getattr(_placed, "cores", None) != loaders:
             os.sched_setaffinity(0, loaders)
             _placed.cores = loaders
+        if LOADERS_SLACK is not None and not getattr(_placed, "slack", False):
+            set_timer_slack(LOADERS_SLACK)
+            _placed.slack = True
         return original(batches, index)
 
     pf.Batches.__getitem__ = getitem  # type: ignore[method-assign]
-    if apart:
+    if how == APART:
         os.sched_setaffinity(0, {first})
+    if how == SLACK:
+        set_timer_slack(1)
     try:
         yield
     finally:
         pf.Batches.__getitem__ = original  # type: ignore[method-assign]
         os.sched_setaffinity(0, cores)
+        if how == SLACK:
+            set_timer_slack(LOADERS_SLACK)
 
 
 def main() -> int:
