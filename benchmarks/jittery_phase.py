@@ -31,6 +31,8 @@ the interrupt that ends one sleep ends every other whose time has come: a
 build whose sleep ends within the consumer's slack after the consumer's own
 wakes with the consumer. The threads that run the load keep the process's
 slack there, though a thread inherits the slack of the thread that starts it.
+On the Intel Xeon host the consumer's exact timer brought the 10-batch
+Prefetcher level with nodes (0.995 and 0.996 x, against 0.985 and 0.984).
 """
 
 from __future__ import annotations
