@@ -77,21 +77,19 @@ def label(name: str, how: str) -> str:
     return f"{name}, {how}" if how else name
 
 
-def prctl() -> Any:
-    """Linux's ``prctl``, or None where there is none."""
-    if not sys.platform.startswith("linux"):
-        return None
-    return ctypes.CDLL(None, use_errno=True).prctl
+# Linux's prctl, or None where there is none.
+PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def set_timer_slack(nanoseconds: int) -> None:
     """The calling thread's timer slack (a thread it starts later inherits it)."""
-    if prctl()(PR_SET_TIMERSLACK, ctypes.c_ulong(nanoseconds), 0, 0, 0) != 0:
+    assert PRCTL is not None
+    if PRCTL(PR_SET_TIMERSLACK, ctypes.c_ulong(nanoseconds), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_TIMERSLACK) failed")
 
 
 # The timer slack of the loaders' threads: the process's own, whatever the consumer's.
-LOADERS_SLACK = prctl()(PR_GET_TIMERSLACK, 0, 0, 0, 0) if prctl() is not None else None
+LOADERS_SLACK = PRCTL(PR_GET_TIMERSLACK, 0, 0, 0, 0) if PRCTL is not None else None
 _placed = threading.local()
 
 
@@ -126,7 +124,7 @@ def placement(how: str) -> Iterator[None]:
     finally:
         pf.Batches.__getitem__ = original  # type: ignore[method-assign]
         os.sched_setaffinity(0, cores)
-        if how == SLACK:
+        if how == SLACK and LOADERS_SLACK is not None:
             set_timer_slack(LOADERS_SLACK)
 
 
@@ -145,7 +143,7 @@ def main() -> int:
         entries = [(name, ANY) for name in LOADERS]
         if step == STEPS[0]:
             entries += [(name, APART) for name in KEPT_APART]
-            entries += [(name, SLACK) for name in SLACKLESS if prctl() is not None]
+            entries += [(name, SLACK) for name in SLACKLESS if PRCTL is not None]
         runs: dict[str, list[dict[str, Any]]] = {label(*e): [] for e in entries}
         for r in range(args.rounds):
             for name, how in rotated(entries, r):
