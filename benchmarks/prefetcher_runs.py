@@ -50,13 +50,13 @@ def main() -> int:
     for path in sorted(args.results.glob("prefetcher*.json")):
         try:
             data = json.loads(path.read_text())
-            runs.append((data["date"], path, data))
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"{path}: not a run of prefetcher.py ({exc})", file=sys.stderr)
+            runs.append((data["date"], line(path, data)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"{path}: not a run of prefetcher.py ({exc!r})", file=sys.stderr)
     if not runs:
         parser.error(f"no prefetcher*.json in {args.results}")
-    for _, path, data in sorted(runs, key=lambda run: run[0]):
-        print(line(path, data))
+    for _, text in sorted(runs):
+        print(text)
     return 0
 
 
