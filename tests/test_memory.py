@@ -429,7 +429,7 @@ def test_ray_transient_factor_adds_on_top():
         ({"object_store_memory": 0}, ValueError, "object_store_memory: byte size must be positive"),
         ({"object_store_memory": -5}, ValueError, "object_store_memory"),
         ({"object_store_bytes": "lots"}, ValueError, "object_store_bytes: malformed"),
-        ({"ram_bytes": 1.5}, TypeError, "ram_bytes"),
+        ({"ram_bytes": b"8GiB"}, TypeError, "ram_bytes"),
         ({"object_store_memory": True}, ValueError, "object_store_memory"),
         ({"object_store_memory": 8 * MiB}, ValueError, "smaller than one batch"),
         ({"object_store_bytes": 20 * MiB}, ValueError, "no longer bounds the read-ahead"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -47,6 +48,21 @@ from queuetune.units import (
         ("0.5B", 1),
         ("+7", 7),
         (np.int64(5), 5),
+        ("1e9", 10**9),
+        ("1e3", 1000),
+        ("1.5e3MiB", 1500 * 2**20),
+        ("2E9 B", 2 * 10**9),
+        ("1e+3KiB", 1000 * 2**10),
+        ("2.5e-1KB", 250),
+        ("5e-1", 1),
+        (".5e1", 5),
+        ("1E18", 10**18),
+        (1e9, 10**9),
+        (1.5 * 2**30, 1536 * 2**20),
+        (1.5, 2),
+        (0.5, 1),
+        (np.float32(4.0), 4),
+        (2.0**63 - 1024, 2**63 - 1024),
     ],
 )
 def test_parse_bytes_accepts(text, expected):
@@ -66,7 +82,15 @@ def test_parse_bytes_accepts(text, expected):
         "inf",
         "-inf",
         "NaN GiB",
-        "1e9",
+        "1e19",
+        "1e-400GiB",
+        "4e-1",
+        "-1e9",
+        "0e9",
+        "1e",
+        "e9",
+        "1 e9",
+        "1e9e9",
         "1.5 parsec",
         "GiB",
         "1..5GB",
@@ -85,16 +109,85 @@ def test_parse_bytes_rejects_values(text):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("value", [0, -5, 2**63, True, False])
-def test_parse_bytes_rejects_ints_and_bools(value):
+@pytest.mark.parametrize(
+    "value",
+    [0, -5, 2**63, True, False, np.bool_(True), 0.0, -1.0, 0.4, float("nan"), float("inf"), -math.inf, 2.0**63, 1e300],
+)
+def test_parse_bytes_rejects_numbers_and_bools(value):
     with pytest.raises(ValueError):
         parse_bytes(value)
 
 
-@pytest.mark.parametrize("value", [1.5, float("nan"), float("inf"), None, b"1GB", [1], object()])
+@pytest.mark.parametrize("value", [None, b"1GB", [1], object(), 1 + 2j])
 def test_parse_bytes_rejects_other_types(value):
     with pytest.raises(TypeError):
         parse_bytes(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        ("lots", ValueError, "malformed max_bytes 'lots'"),
+        ("1.5 parsec", ValueError, "max_bytes '1.5 parsec' has an unknown unit 'parsec'"),
+        ("0", ValueError, "max_bytes must be positive, got '0'"),
+        ("-1GB", ValueError, "max_bytes must be positive, got '-1GB'"),
+        ("1e30", ValueError, r"max_bytes '1e30' exceeds 2\^63 bytes"),
+        ("0.4B", ValueError, "max_bytes '0.4B' rounds to zero bytes"),
+        (0, ValueError, "max_bytes must be positive, got 0"),
+        (2**63, ValueError, r"max_bytes \(9223372036854775808 bytes\) exceeds 2\^63 bytes"),
+        (True, ValueError, "max_bytes must be a number or a string like '1.5GiB', got True"),
+        (float("nan"), ValueError, "max_bytes must be a finite number of bytes, got nan"),
+        (-2.5, ValueError, "max_bytes must be positive, got -2.5"),
+        (1e19, ValueError, r"max_bytes 1e\+19 exceeds 2\^63 bytes"),
+        (0.25, ValueError, "max_bytes 0.25 rounds to zero bytes"),
+        (None, TypeError, r"max_bytes must be a str, an int or a float, got None \(NoneType\)"),
+    ],
+)
+def test_parse_bytes_messages_name_the_argument_and_the_value(value, error, message):
+    with pytest.raises(error, match=f"^{message}"):
+        parse_bytes(value, "max_bytes")
+
+
+def test_parse_bytes_names_a_byte_size_by_default():
+    with pytest.raises(ValueError, match=r"^malformed byte size 'lots'"):
+        parse_bytes("lots")
+    with pytest.raises(ValueError, match=r"^byte size must be positive"):
+        parse_bytes(-1)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # halves round up, exactly, however many digits spell them
+        ("0.5" + "0" * 80 + "e0", 1),
+        ("0.4" + "9" * 100, 0),
+        ("0.4" + "9" * 100 + "e1", 5),
+        ("2.5" + "0" * 100 + "1e-1KB", 250),
+        ("1." + "0" * 200 + "1e1B", 10),
+        ("1.4999999999999999999999999999999999999999999e0KiB", 1536),
+        ("0." + "0" * 100 + "5e101", 5),
+        ("1e-" + "9" * 40, 0),
+        ("1e" + "9" * 40, 2**63),
+        ("9223372036854775806.5", 2**63 - 1),
+        ("9223372036854775807.5", 2**63),
+        ("9.2233720368547758075e18", 2**63),
+    ],
+)
+def test_parse_bytes_is_exact_at_the_edges(text, expected):
+    if expected == 0:
+        with pytest.raises(ValueError, match="rounds to zero bytes"):
+            parse_bytes(text)
+    elif expected == 2**63:
+        with pytest.raises(ValueError, match=r"exceeds 2\^63 bytes"):
+            parse_bytes(text)
+    else:
+        assert parse_bytes(text) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=0.5, max_value=2.0**63, exclude_max=True))
+def test_parse_bytes_floats_round_to_the_nearest_byte(number):
+    assert parse_bytes(number) == math.floor(Fraction(number) + Fraction(1, 2))
 
 
 def test_parse_bytes_message_names_the_value():
@@ -132,6 +225,27 @@ def test_parse_bytes_matches_exact_arithmetic(number, unit):
         assert exact < 0.5 or exact >= 2**63
         return
     assert abs(result - exact) <= 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 10**25),
+    st.integers(0, 30),
+    st.integers(-40, 25),
+    st.sampled_from(["e", "E"]),
+    st.sampled_from(sorted(UNITS)),
+)
+def test_parse_bytes_exponents_match_exact_arithmetic(mantissa, places, exponent, e, unit):
+    digits = str(mantissa).rjust(places + 1, "0")
+    number = f"{digits[: len(digits) - places]}.{digits[len(digits) - places :]}" if places else digits
+    exact = Fraction(mantissa, 10**places) * Fraction(10) ** exponent * UNITS[unit]
+    nbytes = math.floor(exact + Fraction(1, 2))
+    text = f"{number}{e}{exponent}{unit}"
+    if 0 < nbytes < 2**63:
+        assert parse_bytes(text) == nbytes
+    else:
+        with pytest.raises(ValueError):
+            parse_bytes(text)
 
 
 # format_bytes, format_number, units

@@ -47,8 +47,12 @@ UNITS: dict[str, int] = {
 
 _UNITS_BY_LOWER = {name.lower(): name for name in UNITS}
 
-# Digits with an optional fraction; no exponent, so the value stays cheap to compute exactly.
-_BYTES_RE = re.compile(r"\s*([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
+# Digits with an optional fraction and an optional exponent, then an optional unit.
+_BYTES_RE = re.compile(r"\s*([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*")
+# Significant digits of a byte size kept exactly; past them only "some digit is not zero" counts.
+# A half byte in any unit has at most 41 decimals (2^-41 for TiB), and a size below 10^19 units
+# keeps its 64th digit at 10^-45 or finer, so the byte it rounds to is the same (see _amount).
+_KEPT_DIGITS = 64
 _DIM_RE = re.compile(r"[0-9]+")
 _SHAPE_SEPARATORS = re.compile(r"[xX×,]")
 _MAX_DIGITS = 19  # 2**63 has 19 digits
@@ -173,50 +177,111 @@ def unit_factor(unit: str) -> tuple[str, int]:
     return name, UNITS[name]
 
 
-def parse_bytes(value: str | int) -> int:
-    """Parse a byte size such as ``"1.5GiB"``, ``"2GB"``, ``"100 KB"`` or ``123``.
+def parse_bytes(value: str | int | float, what: str = "byte size") -> int:
+    """Parse a byte size such as ``"1.5GiB"``, ``"2GB"``, ``"100 KB"``, ``"1e9"`` or ``123``.
 
     Units: ``B``; ``KB``/``MB``/``GB``/``TB`` (powers of 10^3);
     ``KiB``/``MiB``/``GiB``/``TiB`` (powers of 2^10). Unit letters are matched
     case-insensitively (``"gb"`` is ``GB``, never gigabits); a bare number is
-    bytes. Fractional results are rounded to the nearest byte. Zero, negative,
-    NaN/inf, empty, exponent notation, unknown units and ``bool`` raise
-    ``ValueError``; types other than ``str`` and ``int`` raise ``TypeError``.
+    bytes. The number may have an exponent (``"1.5e3MiB"``, ``"2E9 B"``); a
+    ``float`` is a count of bytes. Fractional results are rounded to the
+    nearest byte (halves up), computed exactly. Zero, negative, NaN/inf,
+    empty, unknown units, ``bool`` and sizes of 2^63 bytes or more raise
+    ``ValueError``; types other than ``str``, ``int`` and ``float`` raise
+    ``TypeError``. Every message names ``what`` (the argument's name).
 
     >>> parse_bytes("1.5GiB")
     1610612736
     >>> parse_bytes("100 KB")
     100000
-    >>> parse_bytes(123)
-    123
+    >>> parse_bytes("1.5e3MiB")
+    1572864000
+    >>> parse_bytes(1e9)
+    1000000000
+    >>> parse_bytes("lots", "max_bytes")
+    Traceback (most recent call last):
+    ...
+    ValueError: malformed max_bytes 'lots': expected a number and a unit, like '1.5GiB' or '2e9'
     """
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"byte size must be a number or a string like '1.5GiB', got {_shown(value)}")
+        raise ValueError(f"{what} must be a number or a string like '1.5GiB', got {_shown(value)}")
     if _is_int(value):
         number = int(value)
         if number <= 0:
-            raise ValueError(f"byte size must be positive, got {number}")
-        return check_bytes(number, "byte size")
+            raise ValueError(f"{what} must be positive, got {number}")
+        return check_bytes(number, what)
+    if isinstance(value, (float, np.floating)):
+        return _float_bytes(float(value), what)
     if not isinstance(value, str):
-        raise TypeError(f"byte size must be a str or an int, got {_shown(value)} ({type(value).__name__})")
+        raise TypeError(f"{what} must be a str, an int or a float, got {_shown(value)} ({type(value).__name__})")
     match = _BYTES_RE.fullmatch(value)
     if match is None:
-        raise ValueError(f"malformed byte size {_shown(value)}: expected a number and a unit, like '1.5GiB'")
-    sign, number_text, unit_text = match.groups()
-    _, factor = unit_factor(unit_text or "B")
-    whole, _, fraction = number_text.partition(".")
-    if len(whole.lstrip("0")) > _MAX_DIGITS:
-        raise ValueError(f"byte size {_shown(value)} exceeds 2^63 bytes")
-    # 30 decimals are far finer than a byte even in TiB, and keep Fraction's input short.
-    amount = Fraction(f"{whole or 0}.{fraction[:30] or 0}") * factor
-    if sign == "-" and amount != 0:
-        raise ValueError(f"byte size must be positive, got {_shown(value)}")
-    if amount >= BYTES_LIMIT:
-        raise ValueError(f"byte size {_shown(value)} exceeds 2^63 bytes")
-    nbytes = math.floor(amount + Fraction(1, 2))
+        raise ValueError(f"malformed {what} {_shown(value)}: expected a number and a unit, like '1.5GiB' or '2e9'")
+    sign, number_text, exponent_text, unit_text = match.groups()
+    try:
+        _, factor = unit_factor(unit_text or "B")
+    except ValueError:
+        raise ValueError(
+            f"{what} {_shown(value)} has an unknown unit {_shown(unit_text)}; known units: {', '.join(UNITS)}"
+        ) from None
+    digits, power = _significant(number_text, exponent_text or "")
+    if not digits or sign == "-":
+        raise ValueError(f"{what} must be positive, got {_shown(value)}")
+    nbytes = _amount(digits, power, factor)
+    if nbytes >= BYTES_LIMIT:
+        raise ValueError(f"{what} {_shown(value)} exceeds 2^63 bytes")
     if nbytes <= 0:
-        raise ValueError(f"byte size {_shown(value)} rounds to zero bytes")
+        raise ValueError(f"{what} {_shown(value)} rounds to zero bytes")
     return nbytes
+
+
+def _float_bytes(number: float, what: str) -> int:
+    """A float count of bytes, rounded to the nearest byte (halves up)."""
+    if not math.isfinite(number):
+        raise ValueError(f"{what} must be a finite number of bytes, got {number!r}")
+    if number <= 0:
+        raise ValueError(f"{what} must be positive, got {number!r}")
+    if number >= BYTES_LIMIT:
+        raise ValueError(f"{what} {number!r} exceeds 2^63 bytes")
+    nbytes = math.floor(Fraction(number) + Fraction(1, 2))
+    if nbytes <= 0:
+        raise ValueError(f"{what} {number!r} rounds to zero bytes")
+    return nbytes
+
+
+def _significant(number: str, exponent: str) -> tuple[str, int]:
+    """``number`` times 10^``exponent`` as ``(digits, power)``: ``int(digits) * 10**power``,
+    ``digits`` without leading or trailing zeros (``""`` for zero)."""
+    whole, _, fraction = number.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    kept = digits.rstrip("0")
+    return kept, len(digits) - len(kept) - len(fraction) + _exponent(exponent)
+
+
+def _exponent(text: str) -> int:
+    magnitude = text.lstrip("+-").lstrip("0")
+    # Beyond 10^18 no text could hold the digits to bring the size back within range.
+    value = int(magnitude or "0") if len(magnitude) <= 18 else 10**18
+    return -value if text.startswith("-") else value
+
+
+def _amount(digits: str, power: int, factor: int) -> int:
+    """``int(digits) * 10**power`` units of ``factor`` bytes, rounded to the nearest byte (halves up).
+
+    Returns ``BYTES_LIMIT`` for any amount of 10^19 units or more, without computing it.
+    """
+    magnitude = len(digits) + power  # 10^(magnitude - 1) <= the number < 10^magnitude
+    if magnitude > 19:
+        return BYTES_LIMIT
+    if magnitude < -13:  # below 10^-13 units: under 0.11 bytes even in TiB
+        return 0
+    if len(digits) > _KEPT_DIGITS:
+        # The digits past the kept ones are not all zero: a 1 just below the kept ones stands
+        # for them, as no half byte falls between the two.
+        power += len(digits) - _KEPT_DIGITS - 1
+        digits = digits[:_KEPT_DIGITS] + "1"
+    amount = int(digits) * factor * Fraction(10) ** power
+    return math.floor(amount + Fraction(1, 2))
 
 
 def format_bytes(n: int) -> str:

@@ -121,7 +121,7 @@ def tune(
     warmup: int = 10,
     rounds: int = 3,
     tolerance: float = 0.02,
-    budget: int | str | None = None,
+    budget: int | str | float | None = None,
     workers: list[int] | None = None,
     max_depth: int = 32,
     candidates: int = 4,
@@ -167,7 +167,7 @@ def tune(
         raise ValueError(f"warmup must be an integer from 0 to steps - 1, got {warmup!r}")
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be a number in [0, 1), got {tolerance!r}")
-    limit = None if budget is None else parse_bytes(budget)
+    limit = None if budget is None else parse_bytes(budget, "budget")
     if not isinstance(sure, (int, float)) or isinstance(sure, bool) or not 0 <= sure < 1:
         raise ValueError(f"sure must be a number in [0, 1), got {sure!r}")
     if max_trials is not None:
