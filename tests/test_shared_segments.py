@@ -28,6 +28,11 @@ def files(prefix: str = "") -> list[str]:
     return sorted(p.name for p in shm.ROOT.glob(f"{prefix or f'queuetune-{os.getpid()}-'}*"))
 
 
+def segments(prefix: str) -> list[str]:
+    """The pool's segments: its files but its lock file."""
+    return [name for name in files(prefix) if name != f"{prefix}lock"]
+
+
 class Samples:
     """Sample i: SAMPLE float32 values, all i, and its label i (numpy or torch)."""
 
@@ -114,7 +119,8 @@ def test_a_pool_keeps_few_spares_and_tells_workers_what_it_dropped():
     pool = shm.Pool(os.getpid())
     try:
         leases = [pool.lend(200_000) for _ in range(5)]
-        assert len({lease.name for lease in leases}) == 5 and len(files(pool.prefix)) == 5
+        assert len({lease.name for lease in leases}) == 5 and len(segments(pool.prefix)) == 5
+        assert f"{pool.prefix}lock" in files(pool.prefix)
         opened = []
         for i, lease in enumerate(leases):
             shipped = shm.ship(np.full(40_000, i, dtype=np.float32), lease)
@@ -125,7 +131,7 @@ def test_a_pool_keeps_few_spares_and_tells_workers_what_it_dropped():
         gc.collect()
         assert pool.held() == 0
         lease = pool.lend(200_000)  # from the spares; the others were removed
-        assert len(files(pool.prefix)) == shm.SPARE
+        assert len(segments(pool.prefix)) == shm.SPARE
         assert len(lease.dropped) == 5 - shm.SPARE and lease.name not in lease.dropped
         assert pool.lend(0).name is None  # size unknown: nothing lent
         unused = pool.lend(200_000)

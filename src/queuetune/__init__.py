@@ -2,7 +2,15 @@
 
 __version__ = "0.1.0"
 
-from .prefetch import BudgetExceeded, Prefetcher, PrefetcherClosed, WorkerDied
+from .prefetch import (
+    BudgetExceeded,
+    Prefetcher,
+    PrefetcherClosed,
+    SharedMemoryFull,
+    SharedMemoryWarning,
+    WorkerDied,
+    WorkerError,
+)
 from .probe import Probe, print_report, probe_of, report, watch
 from .trace import Trace
 
@@ -11,8 +19,11 @@ __all__ = [
     "Prefetcher",
     "PrefetcherClosed",
     "Probe",
+    "SharedMemoryFull",
+    "SharedMemoryWarning",
     "Trace",
     "WorkerDied",
+    "WorkerError",
     "__version__",
     "print_report",
     "probe_of",

@@ -539,6 +539,33 @@ def _run_run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+# doctor
+
+
+def _configure_doctor(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shm",
+        action="store_true",
+        help="look for shared-memory files (in /dev/shm) that killed prefetchers left, and remove them "
+        "(the one check today, also made without this flag)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from queuetune.prefetch import shm
+    from queuetune.render.doctor import shm_lines
+
+    if not shm.available():
+        print(f"no shared memory to check: {shm.ROOT} is not a writable folder")
+        return 0
+    found = shm.pools()
+    removed = [] if args.dry_run else shm.sweep_orphans()
+    for line in shm_lines(found, removed, dry_run=args.dry_run):
+        print(line)
+    return 0
+
+
 COMMANDS: list[Command] = [
     Command("table", "print the article's table of input batch sizes", _configure_table, _run_table),
     Command(
@@ -548,6 +575,7 @@ COMMANDS: list[Command] = [
     Command("report", "analyse a saved trace", _configure_report, _run_report),
     Command("tune", "find the smallest queue that keeps throughput", _configure_tune, _run_tune),
     Command("run", "run a Python program with every loader it iterates watched", _configure_run, _run_run),
+    Command("doctor", "find and remove what killed prefetchers left behind", _configure_doctor, _run_doctor),
 ]
 
 

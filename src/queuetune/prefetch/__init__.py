@@ -2,8 +2,25 @@
 within a budget in bytes, and :func:`read_ahead`, a fixed read-ahead thread for plain iterables."""
 
 from .collate import default_collate
-from .errors import BudgetExceeded, PrefetcherClosed, WorkerDied
+from .errors import (
+    BudgetExceeded,
+    PrefetcherClosed,
+    SharedMemoryFull,
+    SharedMemoryWarning,
+    WorkerDied,
+    WorkerError,
+)
 from .handle import Prefetcher
 from .read_ahead import read_ahead
 
-__all__ = ["BudgetExceeded", "Prefetcher", "PrefetcherClosed", "WorkerDied", "default_collate", "read_ahead"]
+__all__ = [
+    "BudgetExceeded",
+    "Prefetcher",
+    "PrefetcherClosed",
+    "SharedMemoryFull",
+    "SharedMemoryWarning",
+    "WorkerDied",
+    "WorkerError",
+    "default_collate",
+    "read_ahead",
+]

@@ -63,6 +63,7 @@ class Epoch:
         self.reason = ""
         # The consumer's thread, once it started reading, and whether it is reading.
         self.consumer: int | None = None
+        self.thread: threading.Thread | None = None
         self.running = False
         # Run by the consumer as it leaves the epoch: set by the handle's close(),
         # which cannot close what a consumer reading in another thread still uses.
@@ -80,6 +81,7 @@ class Epoch:
         recorder = self.recorder
         schedule = self.schedule
         self.consumer = threading.get_ident()
+        self.thread = threading.current_thread()
         self.running = True
         abandoned = False
         recorder.run_begin()

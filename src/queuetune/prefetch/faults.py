@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures.process import BrokenProcessPool
 
-from .errors import PrefetcherClosed, WorkerDied
+from .errors import PrefetcherClosed, WorkerDied, WorkerError
 from .schedule import Task
 from .workers import Workers
 
@@ -32,7 +32,9 @@ def translate(task: Task, exc: BaseException, workers: Workers) -> BaseException
     True
     """
     if isinstance(exc, BrokenProcessPool):
-        return worker_died(task, workers.deaths())
+        return worker_died(task, workers.deaths(), unread=_unread(exc))
+    if isinstance(exc, WorkerError):
+        return exc.of(describe(task))
     if workers.unsendable(exc):
         return TypeError(
             f"{describe(task)} could not be sent back from its worker process ({type(exc).__name__}: "
@@ -41,19 +43,38 @@ def translate(task: Task, exc: BaseException, workers: Workers) -> BaseException
     return None
 
 
-def worker_died(task: Task, deaths: list[str]) -> WorkerDied:
+def worker_died(task: Task, deaths: list[str], unread: str | None = None) -> WorkerDied:
     """The error for a worker process that died while ``task`` was under way;
-    ``deaths``: each dead process as its pid and how it ended.
+    ``deaths``: each dead process as its pid and how it ended. ``unread``: why
+    the pool broke when no worker died (what a worker sent could not be read here).
 
     >>> print(worker_died(Task(2, 2, reserved=0), ["pid 7, killed by SIGKILL"]))  # doctest: +ELLIPSIS
     a worker process of the prefetcher died (pid 7, killed by SIGKILL) while batch 2 of the epoch (index 2) was ...
     """
+    if not deaths and unread is not None:
+        return WorkerDied(
+            f"what a worker process sent back, for {describe(task)} or one built beside it, could not be read "
+            f"here ({unread}), so the pool of worker processes stopped; the epoch is stopped (the next for loop "
+            "starts new workers)"
+        )
     who = "; ".join(deaths) if deaths else "its pid and exit code are unknown"
     return WorkerDied(
         f"a worker process of the prefetcher died ({who}) while {describe(task)} was being "
         "built or queued; the epoch is stopped and its workers are gone (the next for loop "
         "starts new ones)"
     )
+
+
+def _unread(exc: BaseException) -> str | None:
+    """The last line of the error the pool met reading a worker's message, if that broke it.
+
+    >>> _unread(BrokenProcessPool("A child process terminated abruptly")) is None
+    True
+    """
+    cause = exc.__cause__
+    text = str(cause).strip().strip('"').strip() if cause is not None else ""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else None
 
 
 def timed_out(pending: list[Task], timeout: float) -> TimeoutError:

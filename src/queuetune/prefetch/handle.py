@@ -14,12 +14,14 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from .. import cores
 from ..frameworks import detect
 from ..frameworks.keras import is_pydataset
 from ..recorder import Recorder
 from ..trace import Trace, TraceMeta
-from ..units import parse_bytes, positive_int
+from ..units import _shown, parse_bytes, positive_int
 from . import shm
 from .collate import make_batch
 from .config import BatchSizes, EpochConfig
@@ -35,10 +37,11 @@ class Prefetcher:
 
     ``source`` is indexable (a Keras ``PyDataset``, a torch map-style dataset,
     anything with ``__getitem__`` and ``__len__``; with ``batch_size`` its items
-    are samples that ``collate_fn`` joins into batches) or a plain iterable (read
-    by one worker thread). Each ``for`` loop over the prefetcher is one epoch:
-    every batch exactly once, in order unless ``ordered=False``, nothing read
-    past the end, nothing carried into the next epoch.
+    are samples that ``collate_fn`` joins into batches) or a plain iterable (a
+    generator, an iterator: read by one worker thread). Each ``for`` loop over
+    the prefetcher is one epoch: every batch exactly once, in order unless
+    ``ordered=False``, nothing read past the end, nothing carried into the next
+    epoch.
 
     With ``adaptive=True`` the depth (batches being built or ready) starts at 1,
     grows while the consumer waits and shrinks when the queue stays full; it
@@ -47,7 +50,9 @@ class Prefetcher:
     ``max_bytes`` as long as no batch outgrows every batch before it; one that
     does, and would break the budget, is a :class:`BudgetExceeded` error.
 
-    ``workers``: how many build at once, or ``"auto"``: start with one, add
+    ``workers``: how many build at once (by default 2 for an indexable source
+    and 1 for a plain iterable, which one thread reads: more is a ``ValueError``),
+    or ``"auto"`` (indexable sources only): start with one, add
     workers while the consumer waits for builds and the machine has idle cores
     for them, stop adding when throughput stops rising, remove them when they
     idle (see :class:`.crew.WorkerController`); ``max_workers`` caps them (by
@@ -115,8 +120,8 @@ class Prefetcher:
         self,
         source: Any,
         *,
-        max_bytes: int | str,
-        workers: int | str = 2,
+        max_bytes: int | str | float,
+        workers: int | str | None = None,
         max_workers: int | None = None,
         mode: str = "thread",
         adaptive: bool = True,
@@ -133,13 +138,16 @@ class Prefetcher:
         trace_epochs: int | None = 16,
         multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
     ) -> None:
-        self.max_bytes = parse_bytes(max_bytes)
+        self.max_bytes = parse_bytes(max_bytes, "max_bytes")
         self.timeout = _check_timeout(timeout)
         if trace_epochs is not None:
             trace_epochs = positive_int(trace_epochs, "trace epochs")
         if mode not in MODES:
             raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
         self.mode = mode
+        self._indexable = _indexable(source)
+        if workers is None:
+            workers = 2 if self._indexable else 1
         self.auto = isinstance(workers, str)
         if self.auto and workers != "auto":
             raise ValueError(f"workers must be a positive integer or 'auto', got {workers!r}")
@@ -148,23 +156,23 @@ class Prefetcher:
         # With workers="auto", an epoch starts with as many workers as the one before ended with.
         self.num_workers = 1 if self.auto else positive_int(workers, "workers")
         self.multiprocessing_context = _check_context(multiprocessing_context, mode)
-        self.adaptive = bool(adaptive)
+        self.adaptive = _flag(adaptive, "adaptive")
         self.max_depth = positive_int(max_depth, "max depth")
-        if depth is None and self.auto and not adaptive:
+        if depth is None and self.auto and not self.adaptive:
             raise ValueError("workers='auto' with adaptive=False needs a depth")
         if depth is None:
-            depth = 1 if adaptive else self.num_workers
+            depth = 1 if self.adaptive else self.num_workers
         self.start_depth = positive_int(depth, "depth")
         if self.start_depth > self.max_depth:
             raise ValueError(f"depth {depth} is above max_depth {self.max_depth}")
-        self.ordered = bool(ordered)
+        self.ordered = _flag(ordered, "ordered")
         self.batch_size = None if batch_size is None else positive_int(batch_size, "batch size")
-        self.collate_fn = collate_fn
-        self.shuffle = bool(shuffle)
-        self.drop_last = bool(drop_last)
+        self.collate_fn = _check_collate(collate_fn)
+        self.shuffle = _flag(shuffle, "shuffle")
+        self.drop_last = _flag(drop_last, "drop_last")
+        sample_memory = _flag(sample_memory, "sample_memory")
         self._rng = random.Random(seed)
         self._source = source
-        self._indexable = _indexable(source)
         if not self._indexable:
             if source is None or not hasattr(source, "__iter__") or isinstance(source, (str, bytes, dict)):
                 raise TypeError(f"Prefetcher needs an indexable dataset or an iterable, got {type(source).__name__}")
@@ -172,6 +180,11 @@ class Prefetcher:
                 raise ValueError("a plain iterable is read by one thread: use mode='thread'")
             if self.auto:
                 raise ValueError("a plain iterable is read by one thread: workers='auto' needs an indexable source")
+            if self.num_workers > 1:
+                raise ValueError(
+                    f"workers={self.num_workers} with a plain iterable ({type(source).__name__}): a plain iterable "
+                    "is read by one thread; give an indexable dataset (one with __getitem__ and __len__) or workers=1"
+                )
             if self.batch_size is not None:
                 raise ValueError("batch_size needs an indexable source")
         if collate_fn is not None and self.batch_size is None:
@@ -205,6 +218,8 @@ class Prefetcher:
         self._sizes = BatchSizes()
         self._epoch: Epoch | None = None
         self._closed = False
+        # Held while an epoch is made, replaced or stopped: one epoch at a time.
+        self._lock = threading.RLock()
         # The shared-memory pools of this prefetcher's epochs: what its end removes (no other's).
         self._pools: list[str] = []
         self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid(), self._pools)
@@ -225,17 +240,33 @@ class Prefetcher:
         return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
-        if self._closed:
-            raise ValueError("this Prefetcher is closed")
-        self._end_epoch()
-        plan = self._plan() if self._indexable else None
-        crew = None
-        if self.auto:
-            assert self.max_workers is not None
-            crew = WorkerController(workers=self.num_workers, max_workers=self.max_workers, cores=cores.available())
-        epoch = Epoch(self._config(), plan, self._new_workers(), self.recorder, self._sizes, crew)
-        self._epoch = epoch
-        return epoch.run()
+        with self._lock:
+            if self._closed:
+                raise ValueError("this Prefetcher is closed")
+            self._refuse_second_reader()
+            self._end_epoch()
+            plan = self._plan() if self._indexable else None
+            crew = None
+            if self.auto:
+                assert self.max_workers is not None
+                crew = WorkerController(workers=self.num_workers, max_workers=self.max_workers, cores=cores.available())
+            epoch = Epoch(self._config(), plan, self._new_workers(), self.recorder, self._sizes, crew)
+            self._epoch = epoch
+            return epoch.run()
+
+    def _refuse_second_reader(self) -> None:
+        """Raise if another thread, still alive, is reading an epoch it has not finished."""
+        epoch = self._epoch
+        if epoch is None or not epoch.running or epoch.thread is None:
+            return
+        reader = epoch.thread
+        if reader is threading.current_thread() or not reader.is_alive():
+            return
+        raise RuntimeError(
+            f"this Prefetcher is already being read by thread {reader.name!r} (an epoch it has not finished): "
+            "a Prefetcher runs one epoch at a time; finish or leave that loop first, or give each thread "
+            "a Prefetcher of its own"
+        )
 
     def _end_epoch(self, reason: str = "a new epoch began", wait: bool = True) -> None:
         if self._epoch is not None:
@@ -276,7 +307,14 @@ class Prefetcher:
         if self.mode == "process":
             context = self.multiprocessing_context or multiprocessing.get_context()
             workers = ProcessWorkers(
-                self.num_workers, self._source, self.batch_size, self.collate_fn, channel, context, self.max_workers
+                self.num_workers,
+                self._source,
+                self.batch_size,
+                self.collate_fn,
+                channel,
+                context,
+                self.max_workers,
+                budget=self.max_bytes,
             )
             self._pools.append(workers.segments.prefix)
             return workers
@@ -332,12 +370,13 @@ class Prefetcher:
         the consumer with :class:`PrefetcherClosed` at once; a build still running
         in a worker thread finishes in the background and is dropped.
         """
-        self._closed = True
-        epoch = self._epoch
-        if epoch is not None:
-            epoch.on_leave = self._finalizer
-        elsewhere = epoch is not None and epoch.consumer not in (None, threading.get_ident())
-        self._end_epoch("close() was called", wait=not elsewhere)
+        with self._lock:
+            self._closed = True
+            epoch = self._epoch
+            if epoch is not None:
+                epoch.on_leave = self._finalizer
+            elsewhere = epoch is not None and epoch.consumer not in (None, threading.get_ident())
+            self._end_epoch("close() was called", wait=not elsewhere)
         if not (elsewhere and epoch.running):  # type: ignore[union-attr]
             self._finalizer()
         # else the consumer, woken, closes the recorder as it leaves the epoch
@@ -388,6 +427,29 @@ def _check_max_workers(value: Any, auto: bool, mode: str) -> int | None:
     if not auto:
         raise ValueError("max_workers needs workers='auto' (a fixed count is given as workers=N)")
     return positive_int(value, "max workers")
+
+
+def _flag(value: Any, name: str) -> bool:
+    """``value`` if it is a real boolean (``bool`` or ``numpy.bool_``): ``"no"`` is not False.
+
+    >>> _flag(np.bool_(True), "shuffle")
+    True
+    >>> _flag("no", "shuffle")
+    Traceback (most recent call last):
+    ...
+    TypeError: shuffle must be True or False, got 'no' (str)
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {_shown(value)} ({type(value).__name__})")
+    return bool(value)
+
+
+def _check_collate(collate_fn: Any) -> Callable[[list[Any]], Any] | None:
+    if collate_fn is not None and not callable(collate_fn):
+        raise TypeError(
+            f"collate_fn must be a callable or None, got {_shown(collate_fn)} ({type(collate_fn).__name__})"
+        )
+    return collate_fn
 
 
 def _check_timeout(timeout: Any) -> float | None:

@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import fcntl
 import mmap
 import os
+import re
+import shutil
 import sys
 import threading
 import uuid
@@ -38,9 +42,16 @@ import numpy as np
 
 from ..frameworks.torch import as_array, from_array, owns_memory
 from ..nbytes import nbytes
+from ..units import format_bytes
+from . import lifeline
+from .errors import SharedMemoryFull
 
-ROOT = Path("/dev/shm")
+#: Where the segments are: /dev/shm, or the folder QUEUETUNE_SHM_DIR names (a larger
+#: tmpfs where /dev/shm is small, as Docker's 64 MiB default is). Read once, at import.
+ROOT = Path(os.environ.get("QUEUETUNE_SHM_DIR") or "/dev/shm")
 _PREFIX = "queuetune-"
+# The name, after a pool's prefix, of the file its processes hold a lock on.
+_LOCK = "lock"
 MIN_BYTES = 64 * 1024
 # Offsets of arrays in a segment; segment sizes are whole pages.
 _ALIGN = 64
@@ -64,16 +75,28 @@ class Lease:
 
 
 class Piece:
-    """One array of a batch in a segment: where it is, its shape and dtype, and
-    whether it was a torch tensor."""
+    """One array of a batch in a segment: where it is, its shape and dtype, the
+    order of its axes in memory from the largest stride (None: C order), and
+    whether it was a torch tensor (``kind``), with the name of its torch dtype
+    where numpy lacks it (its bits are then integers of the same size)."""
 
-    __slots__ = ("dtype", "kind", "name", "offset", "shape")
+    __slots__ = ("dtype", "kind", "name", "offset", "order", "shape", "tensor_dtype")
 
-    def __init__(self, name: str, offset: int, shape: tuple[int, ...], dtype: str, kind: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        kind: str,
+        order: tuple[int, ...] | None = None,
+        tensor_dtype: str | None = None,
+    ) -> None:
         self.name, self.offset, self.shape, self.dtype, self.kind = name, offset, shape, dtype, kind
+        self.order, self.tensor_dtype = order, tensor_dtype
 
     def __reduce__(self) -> tuple:
-        return (Piece, (self.name, self.offset, self.shape, self.dtype, self.kind))
+        return (Piece, (self.name, self.offset, self.shape, self.dtype, self.kind, self.order, self.tensor_dtype))
 
 
 class Shipped:
@@ -126,11 +149,125 @@ def sweep_pool(prefix: str) -> int:
 
 
 def _sweep(prefix: str) -> int:
-    count = 0
-    for path in ROOT.glob(f"{prefix}*"):
+    # The lock file last: while it is there, a sweeper of orphans asks it before anything else.
+    paths = sorted(ROOT.glob(f"{prefix}*"), key=lambda path: path.name == f"{prefix}{_LOCK}")
+    for path in paths:
         _unlink(str(path))
-        count += 1
-    return count
+    return len(paths)
+
+
+@dataclass(frozen=True)
+class PoolFiles:
+    """The files of one pool found in :data:`ROOT`: the names' ``prefix``, the
+    ``owner``'s pid, the file names, their bytes, and whether the pool is
+    ``orphaned``: no process of its owner's holds it any more."""
+
+    prefix: str
+    owner: int
+    files: tuple[str, ...]
+    nbytes: int
+    orphaned: bool
+
+
+_POOL_NAME = re.compile(rf"({re.escape(_PREFIX)}([0-9]+)-[0-9a-f]+-)")
+
+
+def pools() -> list[PoolFiles]:
+    """Every pool whose files are in :data:`ROOT`, by owner.
+
+    A pool holds its lock file (``flock``) from its start to its close, and
+    its worker processes hold it with it; the kernel lets go of the lock when
+    the last of them ends, however it ends. A pool whose lock is free, or
+    (made by a version without lock files) whose owner's pid runs no process,
+    is orphaned.
+
+    >>> pool = Pool(os.getpid())
+    >>> [p.orphaned for p in pools() if p.prefix == pool.prefix]
+    [False]
+    >>> pool.close()
+    """
+    found: dict[str, list[Path]] = {}
+    for path in ROOT.glob(f"{_PREFIX}*"):
+        match = _POOL_NAME.match(path.name)
+        if match is not None:
+            found.setdefault(match.group(1), []).append(path)
+    result = []
+    for prefix, paths in sorted(found.items()):
+        owner = int(_POOL_NAME.match(prefix).group(2))  # type: ignore[union-attr]
+        with _claimed(prefix, owner) as orphaned:
+            pass
+        result.append(
+            PoolFiles(prefix, owner, tuple(sorted(p.name for p in paths)), sum(_size(p) for p in paths), orphaned)
+        )
+    return result
+
+
+def sweep_orphans() -> list[PoolFiles]:
+    """Remove the files of every orphaned pool (see :func:`pools`); return those removed.
+
+    >>> pool = Pool(os.getpid())
+    >>> pool.prefix in {p.prefix for p in sweep_orphans()}  # a live pool stays
+    False
+    >>> pool.close()
+    """
+    removed = []
+    for pool in pools():
+        if not pool.orphaned:
+            continue
+        with _claimed(pool.prefix, pool.owner) as orphaned:
+            if orphaned:  # still: not taken meanwhile
+                _sweep(pool.prefix)
+                removed.append(pool)
+    return removed
+
+
+@contextlib.contextmanager
+def _claimed(prefix: str, owner: int) -> Iterator[bool]:
+    """Whether the pool of ``prefix`` is orphaned, holding its lock meanwhile if it is."""
+    try:
+        fd = os.open(ROOT / f"{prefix}{_LOCK}", os.O_RDWR)
+    except FileNotFoundError:
+        yield not lifeline.alive(owner)
+        return
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def space() -> tuple[int, int]:
+    """The bytes of :data:`ROOT`'s file system: in all, and free now.
+
+    >>> total, free = space(); 0 <= free <= total
+    True
+    """
+    usage = shutil.disk_usage(ROOT)
+    return usage.total, usage.free
+
+
+def describe_space() -> str:
+    """:data:`ROOT` and its room, as a clause for an error message.
+
+    >>> describe_space().startswith(f"{ROOT} holds ")
+    True
+    """
+    total, free = space()
+    return f"{ROOT} holds {format_bytes(total)}, {format_bytes(free)} free now"
 
 
 # --- in the receiver ---------------------------------------------------------------------
@@ -154,6 +291,10 @@ class Pool:
     def __init__(self, owner: int, spare: int = SPARE) -> None:
         # Each pool's own names: closing one removes no other's files.
         self.prefix = f"{_PREFIX}{owner}-{uuid.uuid4().hex[:8]}-"
+        # Held by this process and the workers it forks while any of them runs (see :func:`pools`).
+        self._lock_fd = os.open(ROOT / f"{self.prefix}{_LOCK}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self._release = weakref.finalize(self, os.close, self._lock_fd)
         self.spare = spare
         self._lock = threading.Lock()
         self._maps: dict[str, mmap.mmap] = {}
@@ -208,8 +349,8 @@ class Pool:
                 weakref.finalize(holder, self._back.append, piece.name)
                 holders[piece.name] = holder
             # The holder is the arrays' base: its finalizer runs once the last view is gone.
-            array = np.ndarray(piece.shape, np.dtype(piece.dtype), buffer=memoryview(holder), offset=piece.offset)
-            return from_array(array) if piece.kind == "torch" else array
+            array = _laid_out(memoryview(holder), piece)
+            return from_array(array, piece.tensor_dtype) if piece.kind == "torch" else array
 
         return _replace(shipped.batch, view)
 
@@ -231,6 +372,7 @@ class Pool:
             self._maps.clear()
             self._free.clear()
         sweep_pool(self.prefix)
+        self._release()
 
     def _take_back(self) -> None:
         while self._back:
@@ -342,21 +484,25 @@ class Arena:
 
         def place(obj: Any) -> Any:
             nonlocal size, alone
-            array, kind = _shareable(obj)
-            if array is None:
+            shareable = _shareable(obj)
+            if shareable is None:
                 size += nbytes(obj)
                 return obj
+            array, kind, tensor_dtype = shareable
             size += array.nbytes
-            offset = self._placed_at(array)
-            if offset is None:
-                alone = alone and unshared is not None and id(obj) in unshared
-                offset = self._room(array.nbytes)
-                if offset is None or self.buffer is None:
-                    piece = Piece("", 0, array.shape, array.dtype.str, kind)
-                    overflow.append((array, piece))
-                    return piece
-                copies.append((np.ndarray(array.shape, array.dtype, buffer=self.buffer, offset=offset), array))
-            return Piece(self.lease.name or "", offset, array.shape, array.dtype.str, kind)
+            piece = Piece(self.lease.name or "", 0, array.shape, array.dtype, kind, _order(array), tensor_dtype)
+            placed = self._placed_at(array)
+            if placed is not None:
+                piece.offset = placed
+                return piece
+            alone = alone and unshared is not None and id(obj) in unshared
+            offset = self._room(array.nbytes)
+            if offset is None or self.buffer is None:
+                overflow.append((array, piece))  # placed by _spill
+            else:
+                piece.offset = offset
+                copies.append(_copy_into(self.buffer, piece, array))
+            return piece
 
         shipped = _replace(batch, place)
         if overflow:
@@ -388,8 +534,8 @@ class Arena:
         name, mapped = _new_segment(self.lease.prefix, size)
         copies = []
         for (array, piece), offset in zip(overflow, offsets):
-            copies.append((np.ndarray(array.shape, array.dtype, buffer=mapped, offset=offset), array))
             piece.name, piece.offset = name, offset
+            copies.append(_copy_into(mapped, piece, array))
         _MAPPED.add(name, mapped)
         self.made[name] = size
         return copies
@@ -498,16 +644,50 @@ def allocate(shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
 # --- both sides ------------------------------------------------------------------------------
 
 
-def _shareable(obj: Any) -> tuple[np.ndarray | None, str]:
+def _shareable(obj: Any) -> tuple[np.ndarray, str, str | None] | None:
+    """The array over ``obj``'s memory where it goes through shared memory, its
+    kind, and the torch dtype its bits stand for (see :func:`queuetune.frameworks.torch.as_array`)."""
     if type(obj) is np.ndarray:
-        array, kind = obj, "numpy"
+        array, kind, tensor_dtype = obj, "numpy", None
     else:
-        array, kind = as_array(obj), "torch"
-        if array is None:
-            return None, ""
+        shared = as_array(obj)
+        if shared is None:
+            return None
+        (array, tensor_dtype), kind = shared, "torch"
     if array.nbytes < MIN_BYTES or array.dtype.hasobject:
-        return None, ""
-    return array, kind
+        return None
+    return array, kind, tensor_dtype
+
+
+def _order(array: np.ndarray) -> tuple[int, ...] | None:
+    """The axes of ``array`` from the largest stride to the smallest, or None for C order.
+
+    >>> _order(np.zeros((2, 3))), _order(np.zeros((2, 3), order="F")), _order(np.zeros((2, 3, 4)).transpose(2, 0, 1))
+    (None, (1, 0), (1, 2, 0))
+    """
+    if array.flags.c_contiguous:
+        return None
+    strides = array.strides
+    order = tuple(sorted(range(array.ndim), key=lambda axis: -abs(strides[axis])))
+    return None if order == tuple(range(array.ndim)) else order
+
+
+def _laid_out(buffer: Any, piece: Piece) -> np.ndarray:
+    """The array ``piece`` describes over ``buffer``, its axes in memory in the piece's order."""
+    if piece.order is None:
+        return np.ndarray(piece.shape, piece.dtype, buffer=buffer, offset=piece.offset)
+    stored = tuple(piece.shape[axis] for axis in piece.order)
+    return np.ndarray(stored, piece.dtype, buffer=buffer, offset=piece.offset).transpose(np.argsort(piece.order))
+
+
+def _copy_into(buffer: Any, piece: Piece, array: np.ndarray) -> Copy:
+    """The copy that puts ``array`` where ``piece`` says in ``buffer``, bit for bit."""
+    target = _laid_out(buffer, piece)
+    if array.dtype.fields is None:
+        return target, array
+    # Raw items: numpy copies a structured dtype field by field, leaving out its padding.
+    raw = np.dtype((np.void, array.dtype.itemsize))
+    return target.view(raw), array.view(raw)
 
 
 def _replace(batch: Any, change: Any) -> Any:
@@ -544,12 +724,31 @@ def _new_segment(prefix: str, size: int) -> tuple[str, mmap.mmap]:
     fd = os.open(ROOT / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         os.ftruncate(fd, size)
+        _reserve(fd, size)
         return name, mmap.mmap(fd, size)
     except BaseException:
         _unlink(str(ROOT / name))
         raise
     finally:
         os.close(fd)
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Take the segment's memory now: a full tmpfs is then an error here, not a
+    SIGBUS in whichever process first writes to a page that has no room."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return  # a file system that cannot: its pages are taken as they are written
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise SharedMemoryFull(
+            errno.ENOSPC,
+            f"no room for a shared-memory segment of {format_bytes(size)}: {describe_space()}. "
+            "Give the container more (docker run --shm-size=..., or Kubernetes' emptyDir with medium: Memory "
+            "at /dev/shm), point QUEUETUNE_SHM_DIR at a larger tmpfs, or lower the prefetcher's max_bytes",
+        ) from None
 
 
 def _aligned(offset: int) -> int:

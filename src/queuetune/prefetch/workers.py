@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -23,8 +24,10 @@ from typing import Any, Protocol
 from ..frameworks.torch import in_worker_process
 from ..nbytes import nbytes
 from ..recorder import Channel, built_here, clock
-from . import shm
+from ..units import format_bytes
+from . import lifeline, shm
 from .collate import make_batch
+from .errors import SharedMemoryWarning, WorkerError
 
 # Seconds between checks that the worker processes are alive, while the consumer waits.
 LIVENESS = 0.5
@@ -301,10 +304,16 @@ class ProcessWorkers:
         channel: Channel,
         context: multiprocessing.context.BaseContext,
         capacity: int | None = None,
+        budget: int | None = None,
     ) -> None:
         self.count = count
         self.capacity = count if capacity is None else capacity
         self._elastic = capacity is not None
+        # What killed prefetchers left: gone before this pool's room is counted.
+        shm.sweep_orphans()
+        self.budget = budget
+        if budget is not None:
+            _check_room(budget)
         self.segments = shm.Pool(os.getpid())
         # The worker processes, kept to name the one that died.
         self._processes: dict[int, Any] = {}
@@ -317,7 +326,16 @@ class ProcessWorkers:
             self.capacity,
             mp_context=context,
             initializer=_init_process,
-            initargs=(source, batch_size, collate_fn, channel, os.getpid(), self._done, context.Value("i", 0)),
+            initargs=(
+                source,
+                batch_size,
+                collate_fn,
+                channel,
+                os.getpid(),
+                self.segments.prefix,
+                self._done,
+                context.Value("i", 0),
+            ),
         )
         try:
             with channel.reader_paused():
@@ -417,7 +435,9 @@ class ProcessWorkers:
                 code = process.exitcode
             if code is None or code == 0 or code == -signal.SIGTERM:  # the pool's own shutdown
                 continue
-            if code < 0:
+            if code == -signal.SIGBUS:
+                how = f"killed by SIGBUS: {_out_of_room(self.budget)}"
+            elif code < 0:
                 try:
                     how = f"killed by {signal.Signals(-code).name}"
                 except ValueError:
@@ -435,6 +455,31 @@ class ProcessWorkers:
         remove the shared memory of every batch not handed over."""
         _shutdown(self._pool)
         self.segments.close()
+
+
+def _check_room(budget: int) -> None:
+    """Warn when :data:`.shm.ROOT` has less room than ``budget`` bytes of batches may take."""
+    _, free = shm.space()
+    if free >= budget:
+        return
+    warnings.warn(
+        SharedMemoryWarning(
+            f"the prefetcher's budget, max_bytes={format_bytes(budget)}, is more than the shared memory free "
+            f"now ({shm.describe_space()}): once it is full a batch fails with SharedMemoryFull. Give the "
+            "container more (docker run --shm-size=...), point QUEUETUNE_SHM_DIR at a larger tmpfs, "
+            "or lower max_bytes"
+        ),
+        stacklevel=4,
+    )
+
+
+def _out_of_room(budget: int | None) -> str:
+    """Why a worker most likely died of SIGBUS: a page of shared memory it wrote had no room."""
+    said = "" if budget is None else f"; the prefetcher's budget is max_bytes={format_bytes(budget)}"
+    return (
+        f"shared memory exhausted, most likely ({shm.describe_space()}{said}): give the container more "
+        "(docker run --shm-size=...), point QUEUETUNE_SHM_DIR at a larger tmpfs, or lower max_bytes"
+    )
 
 
 class Pull:
@@ -566,9 +611,12 @@ def _init_process(
     collate_fn: Callable | None,
     channel: Channel,
     owner: int,
+    prefix: str,
     done: list[Any],
     slots: Any,
 ) -> None:
+    # First: a worker whose owner dies while it starts still goes, and takes the owner's files with it.
+    lifeline.watch(owner, functools.partial(shm.sweep_pool, prefix))
     with slots.get_lock():
         slot = slots.value
         slots.value += 1
@@ -602,14 +650,34 @@ def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:
 def _build_in_process(indices: Any, lease: shm.Lease) -> shm.Shipped:
     w = _WORKER
     cpu, start = time.process_time(), time.perf_counter()
-    with shm.building(lease) as arena:
-        batch = build(w["source"], w["batch_size"], w["collate_fn"], w["channel"], indices)
+    try:
+        with shm.building(lease) as arena:
+            batch = build(w["source"], w["batch_size"], w["collate_fn"], w["channel"], indices)
+    except BaseException as exc:
+        if _travels(exc):
+            raise
+        raise WorkerError.standing_for(exc) from exc
     refs = sys.getrefcount(batch)  # alone on its line: an expression around it would hold the batch too
     shipped, copies, alone = arena.plan(batch, shm.unshared(batch, refs))
     del batch
     w["shipper"].send(shipped, copies, behind=alone)
     shipped.spent = (time.process_time() - cpu, time.perf_counter() - start)
     return shipped
+
+
+def _travels(exc: BaseException) -> bool:
+    """Whether ``exc`` comes back from a worker process as itself: pickled and unpickled again.
+
+    >>> class Two(Exception):
+    ...     def __init__(self, a, b): super().__init__(f"{a} {b}")
+    >>> _travels(KeyError("k")), _travels(Two(1, 2))
+    (True, False)
+    """
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return False
+    return True
 
 
 def _shutdown(pool: cf.ProcessPoolExecutor) -> None:

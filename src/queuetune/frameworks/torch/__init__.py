@@ -56,33 +56,60 @@ def _stack_into(items: list[Any], allocate: Callable[[tuple[int, ...], Any], Any
     import torch
 
     first = items[0]
-    # A plain CPU tensor of a dtype numpy has (not bfloat16), as every other must match.
-    array = as_array(first)
-    if array is None:
+    # A plain CPU tensor, as every other must match.
+    shared = as_array(first)
+    if shared is None:
         return None
     if any(type(item) is not torch.Tensor or item.shape != first.shape or item.dtype != first.dtype for item in items):
         return None
+    array, dtype = shared
     buffer = allocate((len(items), *first.shape), array.dtype)
     if buffer is None:
         return None
-    return torch.stack(items, out=torch.from_numpy(buffer))
+    return torch.stack(items, out=from_array(buffer, dtype))
 
 
-def as_array(obj: Any) -> Any:
-    """A numpy array over a plain CPU tensor's memory (no copy), or None for
-    anything else (another type, a tensor that needs grad, a dtype numpy lacks).
+def as_array(obj: Any) -> tuple[Any, str | None] | None:
+    """A numpy array over a plain CPU tensor's memory (no copy), and None or,
+    for a dtype numpy lacks (bfloat16, float8 types, complex32), the name of the
+    tensor's dtype: the array then holds its bits as integers of the same size,
+    for :func:`from_array` to view back. None for anything else (another type,
+    a tensor that needs grad, a conjugate view).
 
+    >>> import torch
     >>> as_array([1]) is None
     True
+    >>> array, dtype = as_array(torch.ones(2, dtype=torch.bfloat16)); array.dtype, dtype
+    (dtype('int16'), 'bfloat16')
     """
     if not is_tensor(obj):
         return None
     import torch
 
-    if type(obj) is not torch.Tensor or obj.device.type != "cpu" or obj.requires_grad or obj.is_sparse:
+    plain = type(obj) is torch.Tensor and obj.device.type == "cpu" and obj.layout == torch.strided
+    if not plain or obj.requires_grad or obj.is_quantized:
         return None
     try:
-        return obj.numpy()
+        return obj.numpy(), None
+    except TypeError:  # a dtype numpy lacks
+        return _as_bits(obj)
+    except RuntimeError:  # a conjugate or negative view
+        return None
+
+
+# The torch integer type that holds the bits of a dtype numpy lacks, by item size.
+_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _as_bits(tensor: Any) -> tuple[Any, str] | None:
+    """A numpy array of integers over ``tensor``'s bits, and the name of its dtype."""
+    import torch
+
+    bits = _BITS.get(tensor.element_size())
+    if bits is None:
+        return None
+    try:
+        return tensor.view(getattr(torch, bits)).numpy(), str(tensor.dtype).removeprefix("torch.")
     except (TypeError, RuntimeError):
         return None
 
@@ -111,16 +138,18 @@ def owns_memory(obj: Any) -> bool:
     return bool(use_count(storage._cdata) <= 2)
 
 
-def from_array(array: Any) -> Any:
-    """The tensor over a numpy array's memory (no copy), as :func:`as_array` undoes.
+def from_array(array: Any, dtype: str | None = None) -> Any:
+    """The tensor over a numpy array's memory (no copy), its bits viewed as torch's
+    ``dtype`` where given: what :func:`as_array` undoes.
 
     >>> import numpy as np
-    >>> from_array(np.zeros(2, dtype=np.float32)).dtype
-    torch.float32
+    >>> from_array(np.zeros(2, dtype=np.float32)).dtype, from_array(np.zeros(2, dtype=np.int16), "bfloat16").dtype
+    (torch.float32, torch.bfloat16)
     """
     import torch
 
-    return torch.from_numpy(array)
+    tensor = torch.from_numpy(array)
+    return tensor if dtype is None else tensor.view(getattr(torch, dtype))
 
 
 def in_worker_process() -> None:
