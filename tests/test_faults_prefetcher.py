@@ -133,7 +133,9 @@ def wait_until(condition, timeout=10.0):
 
 
 def assert_epoch_cleaned_up():
-    """The epoch's workers are gone (the recorder's own thread stays until close)."""
+    """The workers are gone (the recorder's own thread stays until close): after
+    a fault, which lets them go, or after close(); an epoch that ends without
+    one keeps them for the next."""
     assert_nothing_left_running(timeout=10, threads=False)
     assert wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("queuetune-prefetch")])
     assert shm_files() == []
@@ -241,8 +243,8 @@ def test_a_worker_killed_mid_epoch_is_a_clear_error_and_the_next_epoch_starts_ne
     # the next epoch: new workers, every batch exactly once
     again = [index(batch) for batch in p]
     assert_delivered(again, n, ordered)
-    assert_epoch_cleaned_up()
     p.close()
+    assert_epoch_cleaned_up()
 
 
 # --- 3. the consumer leaves: raises, breaks, KeyboardInterrupt, SIGINT ----------------------
@@ -257,7 +259,7 @@ class ConsumerFailed(Exception):
 @pytest.mark.parametrize("how", ["raise", "break", "keyboard-interrupt", "sigint"])
 @pytest.mark.parametrize("ordered", [True, False])
 @pytest.mark.parametrize("mode", MODES)
-def test_a_consumer_that_leaves_stops_the_workers_and_the_next_epoch_is_whole(mode, ordered, how, kind):
+def test_a_consumer_that_leaves_keeps_the_workers_and_the_next_epoch_is_whole(mode, ordered, how, kind):
     n, leave_at = 20, 4
     source, kwargs, index = make(kind, n, delay=0.002)
     p = Prefetcher(source, max_bytes="2MiB", workers=2, mode=mode, ordered=ordered, sample_memory=False, **kwargs)
@@ -281,11 +283,11 @@ def test_a_consumer_that_leaves_stops_the_workers_and_the_next_epoch_is_whole(mo
     else:
         assert how == "break"
     assert len(got) == leave_at == len(set(got))
-    assert_epoch_cleaned_up()
+    # The workers stay for the next epoch, which is whole; close() ends them.
     again = [index(batch) for batch in p]
     assert_delivered(again, n, ordered)
-    assert_epoch_cleaned_up()
     p.close()
+    assert_epoch_cleaned_up()
 
 
 # --- 4. a batch that grows mid-run ---------------------------------------------------------
@@ -330,7 +332,7 @@ def test_a_batch_that_grows_4x_keeps_the_budget_or_fails_clearly(mode, ordered, 
         else:
             assert_delivered(got, n, ordered)
             assert peak_held(p.trace()) <= budget
-        assert_epoch_cleaned_up()
+    assert_epoch_cleaned_up()
 
 
 @pytest.mark.timeout(60)
@@ -468,7 +470,7 @@ def test_batches_that_are_not_arrays_are_delivered_unchanged_or_fail_clearly(mod
             assert [c.nbytes for c in p.trace().consumed] == [
                 20_000 * 4 if shape == "dict" else (8 * (i + 1) if shape == "nested" else 0) for i in range(9)
             ]
-        assert_epoch_cleaned_up()
+    assert_epoch_cleaned_up()
 
 
 @pytest.mark.timeout(30)
@@ -518,11 +520,11 @@ def test_an_epoch_of_zero_batches_ends_at_once(mode, case, tmp_path):
     with Prefetcher(source, max_bytes="1MiB", mode=mode, sample_memory=False, **kwargs) as p:
         assert len(p) == 0
         assert list(p) == [] and list(p) == []
-        assert_epoch_cleaned_up()
         report = p.report()
         assert (report.produced_batches, report.consumed_batches) == (0, 0)
         p.trace().save(tmp_path / "t.json")
         assert Trace.load(tmp_path / "t.json").consumed == []
+    assert_epoch_cleaned_up()
 
 
 # --- 7. a very slow producer: time out or cancel -------------------------------------------

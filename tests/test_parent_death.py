@@ -137,6 +137,10 @@ def kill_everything(victim: subprocess.Popen) -> list[str]:
     while any(p.info["pid"] != pid for p in psutil.process_iter(["pid"]) if _in_session(p, pid)):
         assert time.monotonic() < deadline
         time.sleep(0.02)
+    # The kernel lets go of a dead process's locks a moment after it is gone.
+    while not all(pool.orphaned for pool in shm.pools() if pool.owner == pid):
+        assert time.monotonic() < deadline, "the victim's pool is still locked"
+        time.sleep(0.02)
     return files
 
 
@@ -171,11 +175,11 @@ def test_doctor_shm_lists_and_removes_orphaned_files_only(tmp_path, capsys):
     try:
         assert main(["doctor", "--shm", "--dry-run"]) == 0
         out = capsys.readouterr().out
-        assert f"pid {victim.pid}" in out and "orphaned" in out and "would remove" in out
+        assert f"pid {victim.pid} (queuetune-{victim.pid}-" in out and "orphaned: would remove" in out
         assert owned_files(victim.pid) == files
         assert main(["doctor", "--shm"]) == 0
         out = capsys.readouterr().out
-        assert f"pid {victim.pid}" in out and "removed" in out
+        assert f"pid {victim.pid} (queuetune-{victim.pid}-" in out and "orphaned: removed" in out
         assert owned_files(victim.pid) == []
         assert (shm.ROOT / f"{live.prefix}lock").exists()
         assert main(["doctor", "--shm"]) == 0

@@ -9,6 +9,7 @@ import time
 import traceback
 
 import numpy as np
+import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from helpers import assert_nothing_left_running
 from queuetune import BudgetExceeded, Prefetcher
 from queuetune.nbytes import nbytes
+from queuetune.recorder import multiprocessing_helpers
 
 
 class Recorded:
@@ -222,10 +224,17 @@ def test_a_worker_error_reaches_the_consumer_with_its_traceback(mode):
     assert_nothing_left_running()
 
 
+def worker_ids(mode: str) -> set[int]:
+    """The prefetcher's worker threads (their idents) or processes (their pids) alive now."""
+    if mode == "thread":
+        return {t.ident for t in threading.enumerate() if t.name.startswith("queuetune-prefetch")}  # type: ignore[misc]
+    return {c.pid for c in psutil.Process().children(recursive=True) if c.pid not in multiprocessing_helpers()}
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", ["thread", "process"])
 @pytest.mark.parametrize("how", ["break", "raise", "interrupt", "gc"])
-def test_workers_stop_however_the_consumer_leaves(mode, how):
+def test_workers_stay_for_the_next_epoch_however_the_consumer_leaves_and_close_ends_them(mode, how):
     source = Recorded([50_000] * 50, [0.002])
     p = Prefetcher(source, max_bytes="1MiB", workers=2, mode=mode)
     if how == "gc":
@@ -243,9 +252,11 @@ def test_workers_stop_however_the_consumer_leaves(mode, how):
                     raise error("consumer stops")
         except (ValueError, KeyboardInterrupt):
             pass
-    # the workers are gone at once; the prefetcher's own recorder stays until close()
-    assert_nothing_left_running(timeout=10, threads=False)
-    assert not [t for t in threading.enumerate() if t.name.startswith("queuetune-prefetch")]
+    kept = worker_ids(mode)
+    assert len(kept) == 2
+    # The next epoch is whole, built by the same workers (the last one's builds under way were dropped).
+    assert [batch["i"] for batch in p] == list(range(50))
+    assert worker_ids(mode) == kept
     p.close()
     assert_nothing_left_running()
 
@@ -274,21 +285,20 @@ def test_slow_builds_reach_the_depth_the_workers_need_within_a_few_batches():
             time.sleep(0.003)
         trace = p.trace()
     marks = [m for m in trace.marks if m.kind == "depth"]
-    reached = next(m.t for m in marks if m.value >= 6 + 1)
-    assert sum(c.consumed < reached for c in trace.consumed) <= 8
+    # From the first request: every worker building, and one batch more.
+    assert marks[0].value == 6 + 1 and marks[0].t <= min(c.requested for c in trace.consumed)
     assert sorted(set(source.builds())) == list(range(30))
 
 
 @pytest.mark.timeout(60)
-def test_adaptive_depth_grows_while_the_consumer_waits_but_not_past_the_budget():
+def test_adaptive_depth_starts_with_every_worker_and_the_budget_bounds_the_bytes():
     source = Recorded([1000] * 60, [0.005])
     with Prefetcher(source, max_bytes=5000, workers=4, sample_memory=False) as p:
         consume(p, source)
         depths = [m.value for m in p.trace().marks if m.kind == "depth"]
         source.takes_from(p.trace())
-    assert depths[0] == 1
-    assert max(depths) >= 2  # deepened while the consumer waited
-    assert max(depths) <= 5000 // batch_bytes(1000)  # never deeper than the budget holds
+    assert depths[0] == 4 + 1  # every worker building from the first request, and one more
+    assert max(depths[1:], default=0) <= 5000 // batch_bytes(1000)  # never deepened past what the budget holds
     assert source.peak_bytes() <= 5000  # the budget, not the depth, bounds the bytes
 
 
@@ -544,3 +554,31 @@ def test_without_a_limit_the_trace_keeps_every_epoch():
         trace = p.trace()
     assert len(trace.consumed) == len(trace.produced) == 60
     assert trace.meta.forgotten_runs is None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_the_second_epochs_first_request_finds_every_worker_already_building(mode):
+    """Workers and depth are kept from one epoch to the next: as the second
+    epoch's first batch is asked for, each of the same four workers is already
+    building one, none waiting for another's to end."""
+    workers = 4
+    source = Recorded([1000] * 16, [0.100])
+    with Prefetcher(source, max_bytes="1MiB", workers=workers, mode=mode, sample_memory=False) as p:
+        assert [batch["i"] for batch in p] == list(range(16))
+        kept = worker_ids(mode)
+        assert [batch["i"] for batch in p] == list(range(16))
+        assert worker_ids(mode) == kept
+        trace = p.trace()
+    begins = [m.t for m in trace.marks if m.kind == "run_begin"]
+    assert len(begins) == 2
+    second = sorted((b for b in trace.produced if b.start >= begins[1]), key=lambda b: b.start)
+    asked = min(c.requested for c in trace.consumed if c.run == 1)
+    first_builds = second[:workers]
+    assert len({b.worker for b in first_builds}) == workers
+    first_epoch = {b.worker for b in trace.produced if b.start < begins[1]}
+    assert {b.worker for b in first_builds} <= first_epoch
+    # All four under way at once: each began before any of them ended, and the
+    # first batch was asked for before any ended.
+    assert max(b.start for b in first_builds) < min(b.end for b in first_builds)
+    assert asked < min(b.end for b in first_builds)

@@ -151,6 +151,22 @@ class DepthController:
             return self._set(self.depth - 1)
         return None
 
+    def new_epoch(self) -> None:
+        """Begin another epoch at the depth the last ended with: what the
+        requests of the last taught stays (the depth, its floor), what they were
+        counting towards is dropped.
+
+        >>> c = DepthController(depth=5)
+        >>> c.observe(waited=True, full=False); c.new_epoch(); c.depth
+        5
+        """
+        self._recent.clear()
+        self._calm = 0
+        self._since = self._now = None
+        self._spent = 0.0
+        self._since_shrink = None
+        self._requests = 0
+
     def _costly(self, spent: float | None, now: float | None) -> bool:
         """Whether the waits since the depth last changed, this one included, cost
         more than ``slack`` of the time since (True when not told)."""

@@ -12,6 +12,7 @@ from typing import Any
 from ..cores import IdleCores
 from ..recorder import Recorder, clock
 from . import faults
+from .adaptive import DepthController
 from .config import STEP_WINDOW, BatchSizes, EpochConfig
 from .crew import Facts, WorkerController
 from .errors import PrefetcherClosed
@@ -50,11 +51,12 @@ class Epoch:
         recorder: Recorder,
         sizes: BatchSizes,
         crew: WorkerController | None = None,
+        controller: DepthController | None = None,
     ) -> None:
         self.config = config
         self.workers = workers
         self.recorder = recorder
-        self.schedule = Schedule(config, plan, workers, sizes)
+        self.schedule = Schedule(config, plan, workers, sizes, controller)
         # With workers="auto" (elastic workers): who decides how many build at once.
         self.crew = crew
         self.idle_cores = IdleCores() if crew is not None else None
@@ -128,8 +130,10 @@ class Epoch:
             abandoned = True
             raise
         finally:
-            # After a fault, do not wait for builds still running in worker threads.
-            self.stop("the epoch ended", wait=not abandoned)
+            # After a fault, do not wait for builds still running in worker threads,
+            # and let the workers go (a build may hang, a process may be gone);
+            # an epoch read to its end or left (break) keeps them for the next.
+            self.stop("the epoch ended", wait=not abandoned, release=abandoned)
             recorder.run_end()
             self.running = False
             if self.on_leave is not None:
@@ -276,8 +280,10 @@ class Epoch:
     def _closed_error(self) -> PrefetcherClosed:
         return faults.closed(self.reason, self.schedule.delivered)
 
-    def stop(self, reason: str = "the epoch ended", wait: bool = True) -> None:
-        """Cancel what is not started, drop what is built, stop the workers.
+    def stop(self, reason: str = "the epoch ended", wait: bool = True, release: bool = True) -> None:
+        """Cancel what is not started, drop what is built, and with ``release``
+        stop the workers (else they stay for the next epoch: a build of this
+        one still running ends in its worker and is dropped).
 
         ``wait=False``: do not wait for builds running in worker threads (they
         finish in the background and are dropped); worker processes are always
@@ -294,6 +300,12 @@ class Epoch:
         for task in tasks:
             if task.future is not None:
                 task.future.cancel()
-        self.workers.shutdown(wait, [task.future for task in tasks if task.future is not None])
+        if release:
+            self.workers.shutdown(wait, [task.future for task in tasks if task.future is not None])
         with schedule.lock:
+            if not release:  # built and never to be handed over: back to the workers' memory
+                for task in tasks:
+                    if task.batch is not None and task.batch is not END:
+                        self.workers.discard(task.batch)
+                        task.batch = None
             schedule.clear()

@@ -23,10 +23,12 @@ from ..recorder import Recorder
 from ..trace import Trace, TraceMeta
 from ..units import _shown, parse_bytes, positive_int
 from . import shm
+from .adaptive import DepthController
 from .collate import make_batch
 from .config import BatchSizes, EpochConfig
 from .crew import WorkerController
 from .epoch import Epoch
+from .schedule import depth_controller
 from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
 
 MODES = ("thread", "process")
@@ -40,12 +42,24 @@ class Prefetcher:
     are samples that ``collate_fn`` joins into batches) or a plain iterable (a
     generator, an iterator: read by one worker thread). Each ``for`` loop over
     the prefetcher is one epoch: every batch exactly once, in order unless
-    ``ordered=False``, nothing read past the end, nothing carried into the next
+    ``ordered=False``, nothing read past the end, no batch carried into the next
     epoch.
 
-    With ``adaptive=True`` the depth (batches being built or ready) starts at 1,
-    grows while the consumer waits and shrinks when the queue stays full; it
-    never passes ``max_bytes``. With ``adaptive=False`` it is fixed at ``depth``.
+    The workers (threads or processes) and the depth are kept from one epoch to
+    the next, as torch's ``persistent_workers=True`` keeps its workers, so each
+    epoch after the first starts at full speed; ``close()`` (or the end of a
+    ``with`` block) ends them. An epoch that ends with an error lets its workers
+    go, and the next starts new ones. One epoch runs at a time::
+
+        with Prefetcher(dataset, batch_size=128, max_bytes="2GiB", mode="process", workers=8) as loader:
+            for epoch in range(90):
+                for images, labels in loader:
+                    step(images, labels)
+
+    With ``adaptive=True`` the depth (batches being built or ready) starts with
+    every worker building and one batch more, grows while the consumer waits
+    and shrinks when the queue stays full; it never passes ``max_bytes``.
+    With ``adaptive=False`` it is fixed at ``depth`` (by default ``workers``).
     The bytes of batches built or being built and not yet taken stay within
     ``max_bytes`` as long as no batch outgrows every batch before it; one that
     does, and would break the budget, is a :class:`BudgetExceeded` error.
@@ -60,8 +74,8 @@ class Prefetcher:
     mode, where a build that waits on I/O or runs outside the GIL needs no core
     of its own). Each epoch starts with the count the one before ended with.
     In process mode with ``fork`` all ``max_workers`` processes are forked as
-    the epoch starts (forking later, with threads running, is not safe) and
-    those not building idle; with ``spawn``/``forkserver`` they start as added.
+    the first epoch starts (forking later, with threads running, is not safe)
+    and those not building idle; with ``spawn``/``forkserver`` they start as added.
 
     ``timeout``: seconds the consumer waits for one batch (its build, and in
     process mode its copy into shared memory) before a ``TimeoutError``
@@ -161,7 +175,10 @@ class Prefetcher:
         if depth is None and self.auto and not self.adaptive:
             raise ValueError("workers='auto' with adaptive=False needs a depth")
         if depth is None:
-            depth = 1 if self.adaptive else self.num_workers
+            # Every worker building from the first request, and adaptive, one
+            # more: a worker that finishes before its batch is taken starts the next.
+            depth = self.num_workers + 1 if self.adaptive and self.num_workers > 1 else self.num_workers
+            depth = min(depth, self.max_depth)
         self.start_depth = positive_int(depth, "depth")
         if self.start_depth > self.max_depth:
             raise ValueError(f"depth {depth} is above max_depth {self.max_depth}")
@@ -220,9 +237,12 @@ class Prefetcher:
         self._closed = False
         # Held while an epoch is made, replaced or stopped: one epoch at a time.
         self._lock = threading.RLock()
-        # The shared-memory pools of this prefetcher's epochs: what its end removes (no other's).
+        # The shared-memory pools of this prefetcher's workers: what its end removes (no other's).
         self._pools: list[str] = []
-        self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid(), self._pools)
+        # The workers, kept from one epoch to the next (none before the first), and the depth controller.
+        self._kept: list[Workers] = []
+        self._controller: DepthController | None = None
+        self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid(), self._pools, self._kept)
 
     # --- the epoch ---------------------------------------------------------------------
 
@@ -246,13 +266,39 @@ class Prefetcher:
             self._refuse_second_reader()
             self._end_epoch()
             plan = self._plan() if self._indexable else None
+            workers = self._kept_workers() or self._new_workers()
+            self._kept[:] = [workers]
             crew = None
             if self.auto:
                 assert self.max_workers is not None
-                crew = WorkerController(workers=self.num_workers, max_workers=self.max_workers, cores=cores.available())
-            epoch = Epoch(self._config(), plan, self._new_workers(), self.recorder, self._sizes, crew)
+                crew = WorkerController(workers=workers.count, max_workers=self.max_workers, cores=cores.available())
+            epoch = Epoch(self._config(), plan, workers, self.recorder, self._sizes, crew, self._depth_controller())
             self._epoch = epoch
             return epoch.run()
+
+    def _kept_workers(self) -> Workers | None:
+        """The workers of the epochs before, if they can build this one's batches."""
+        if not self._kept:
+            return None
+        workers = self._kept[0]
+        if workers.usable():
+            return workers
+        self._release_workers()
+        return None
+
+    def _release_workers(self) -> None:
+        """Stop the workers kept from one epoch to the next."""
+        for workers in self._kept:
+            workers.shutdown(wait=True, unclaimed=[])
+        self._kept.clear()
+
+    def _depth_controller(self) -> DepthController:
+        """The depth controller, kept from one epoch to the next: each starts at the depth the last ended with."""
+        if self._controller is None:
+            self._controller = depth_controller(self._config())
+        else:
+            self._controller.new_epoch()
+        return self._controller
 
     def _refuse_second_reader(self) -> None:
         """Raise if another thread, still alive, is reading an epoch it has not finished."""
@@ -268,9 +314,9 @@ class Prefetcher:
             "a Prefetcher of its own"
         )
 
-    def _end_epoch(self, reason: str = "a new epoch began", wait: bool = True) -> None:
+    def _end_epoch(self, reason: str = "a new epoch began", wait: bool = True, release: bool = False) -> None:
         if self._epoch is not None:
-            self._epoch.stop(reason, wait=wait)
+            self._epoch.stop(reason, wait=wait, release=release)
             if self._epoch.crew is not None:
                 self.num_workers = self._epoch.crew.workers
             self._epoch = None
@@ -345,13 +391,17 @@ class Prefetcher:
     def depth(self) -> int:
         """The current depth: batches allowed to be being built or ready."""
         epoch = self._epoch
-        return epoch.depth if epoch is not None else self.start_depth
+        if epoch is not None:
+            return epoch.depth
+        return self._controller.depth if self._controller is not None else self.start_depth
 
     @property
     def workers(self) -> int:
         """The workers building at once now (with ``workers="auto"``, as last decided)."""
         epoch = self._epoch
-        return epoch.workers.count if epoch is not None else self.num_workers
+        if epoch is not None:
+            return epoch.workers.count
+        return self._kept[0].count if self._kept else self.num_workers
 
     def trace(self) -> Trace:
         """What was recorded: batches built and taken, and every depth decision."""
@@ -364,7 +414,7 @@ class Prefetcher:
         return analyze(self.trace())
 
     def close(self) -> None:
-        """Stop the workers of the current epoch and the helper threads (idempotent).
+        """Stop the current epoch, the workers and the helper threads (idempotent).
 
         Called from another thread while the consumer waits for a batch, it wakes
         the consumer with :class:`PrefetcherClosed` at once; a build still running
@@ -376,7 +426,9 @@ class Prefetcher:
             if epoch is not None:
                 epoch.on_leave = self._finalizer
             elsewhere = epoch is not None and epoch.consumer not in (None, threading.get_ident())
-            self._end_epoch("close() was called", wait=not elsewhere)
+            self._end_epoch("close() was called", wait=not elsewhere, release=True)
+            if not elsewhere:
+                self._release_workers()
         if not (elsewhere and epoch.running):  # type: ignore[union-attr]
             self._finalizer()
         # else the consumer, woken, closes the recorder as it leaves the epoch
@@ -462,7 +514,11 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
-def _close_all(recorder: Recorder, pid: int, pools: list[str]) -> None:
+def _close_all(recorder: Recorder, pid: int, pools: list[str], kept: list[Workers]) -> None:
+    if os.getpid() == pid:
+        for workers in kept:
+            workers.shutdown(wait=False, unclaimed=[])
+    kept.clear()
     recorder.close()
     if os.getpid() == pid and shm.available():
         for prefix in pools:

@@ -74,6 +74,21 @@ class Seen:
     left: bool = True
 
 
+def depth_controller(config: EpochConfig) -> DepthController:
+    """The depth controller for epochs of ``config``: from its depth up to its
+    ``max_depth``, or held at its depth where it is ``fixed``.
+
+    >>> depth_controller(EpochConfig(1000, 4, 64, True, None, fixed=True)).max_depth
+    4
+    """
+    return DepthController(
+        depth=config.depth,
+        max_depth=config.depth if config.fixed else config.max_depth,
+        floor=config.depth if config.fixed else 1,
+        start=STEP_WINDOW,
+    )
+
+
 class Schedule:
     """The batches of one epoch under way, within the depth and a budget in bytes.
 
@@ -107,7 +122,14 @@ class Schedule:
     >>> schedule.stopped = True; release.set(); schedule.workers.shutdown(wait=True, unclaimed=[])
     """
 
-    def __init__(self, config: EpochConfig, plan: list[Any] | None, workers: Workers, sizes: BatchSizes) -> None:
+    def __init__(
+        self,
+        config: EpochConfig,
+        plan: list[Any] | None,
+        workers: Workers,
+        sizes: BatchSizes,
+        controller: DepthController | None = None,
+    ) -> None:
         self.config = config
         self.workers = workers
         self.sizes = sizes
@@ -115,12 +137,7 @@ class Schedule:
         # in the thread that adds it, which holds the lock.
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
-        self.controller = DepthController(
-            depth=config.depth,
-            max_depth=config.depth if config.fixed else config.max_depth,
-            floor=config.depth if config.fixed else 1,
-            start=STEP_WINDOW,
-        )
+        self.controller = controller or depth_controller(config)
         self.plan = plan
         self.total: int | None = None if plan is None else len(plan)
         self.tasks: dict[int, Task] = {}

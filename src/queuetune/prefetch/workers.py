@@ -108,6 +108,10 @@ class Workers(Protocol):
         """Whether a worker process has exited."""
         ...
 
+    def usable(self) -> bool:
+        """Whether the workers can build another epoch's batches: not shut down, none dead."""
+        ...
+
     def deaths(self) -> list[str]:
         """The worker processes that died, each as its pid and how it ended."""
         ...
@@ -206,6 +210,9 @@ class ThreadWorkers:
     def dead(self) -> bool:
         return False
 
+    def usable(self) -> bool:
+        return self._stop.alive
+
     def deaths(self) -> list[str]:
         return []
 
@@ -214,7 +221,9 @@ class ThreadWorkers:
 
     def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
         """Stop the threads, cancelling builds not started; ``wait=False``: builds
-        still running finish in the background."""
+        still running finish in the background. Once stopped, a second call does nothing."""
+        if not self._stop.alive:
+            return
         while self._stop.alive:
             try:
                 job = self._jobs.get_nowait()
@@ -315,6 +324,13 @@ class ProcessWorkers:
         if budget is not None:
             _check_room(budget)
         self.segments = shm.Pool(os.getpid())
+        self._shut = False
+        # Batches dropped while a copy into their segments was under way: each
+        # goes back to the pool once its copy is made (see _take_back_copied).
+        self._limbo: list[shm.Shipped] = []
+        # Guards the limbo and the counts of releases taken: the consumer's
+        # thread and the pool's (through callbacks) both take releases.
+        self._counting = threading.Lock()
         # The worker processes, kept to name the one that died.
         self._processes: dict[int, Any] = {}
         # Each worker process takes a slot as it starts; its semaphore is released
@@ -350,6 +366,8 @@ class ProcessWorkers:
             ) from exc
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
+        if self._limbo:
+            self._take_back_copied()
         lease = self.segments.lend(reserve)
         try:
             future = self._pool.submit(_build_in_process, indices, lease)
@@ -397,7 +415,7 @@ class ProcessWorkers:
         while self._copying(batch):
             piece = LIVENESS if until is None else max(0.0, min(LIVENESS, until - clock()))
             if self._done[slot].acquire(timeout=piece):
-                self._copied[slot] += 1
+                self._took(slot)
             elif self.dead():
                 return "died"
             elif until is not None and clock() >= until:
@@ -414,13 +432,36 @@ class ProcessWorkers:
 
     def discard(self, batch: shm.Shipped) -> None:
         if self._copying(batch):
-            # Its worker may still be copying into its segments: they are never
-            # lent again, and shutdown removes them.
+            # Its worker may still be copying into its segments: not lent again
+            # before the copy is made (or, if never, removed by shutdown).
+            with self._counting:
+                self._limbo.append(batch)
             return
         self.segments.discard(batch)
 
+    def _took(self, slot: int) -> None:
+        with self._counting:
+            self._copied[slot] += 1
+
+    def _take_back_copied(self) -> None:
+        """Give the pool back the segments of dropped batches whose copies are made."""
+        with self._counting:
+            limbo, self._limbo = self._limbo, []
+        for batch in limbo:
+            slot = batch.pending[0]  # type: ignore[index]
+            while self._copying(batch) and self._done[slot].acquire(block=False):
+                self._took(slot)
+            if self._copying(batch):
+                with self._counting:
+                    self._limbo.append(batch)
+            else:
+                self.segments.discard(batch)
+
     def dead(self) -> bool:
         return any(process.exitcode is not None for process in list(self._processes.values()))
+
+    def usable(self) -> bool:
+        return not self._shut and not self.dead() and not getattr(self._pool, "_broken", False)
 
     def deaths(self) -> list[str]:
         dead = []
@@ -453,6 +494,9 @@ class ProcessWorkers:
     def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
         """Stop the processes and wait for them (whatever ``wait`` says), then
         remove the shared memory of every batch not handed over."""
+        if self._shut:
+            return
+        self._shut = True
         _shutdown(self._pool)
         self.segments.close()
 
