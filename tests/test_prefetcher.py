@@ -582,3 +582,69 @@ def test_the_second_epochs_first_request_finds_every_worker_already_building(mod
     # first batch was asked for before any ended.
     assert max(b.start for b in first_builds) < min(b.end for b in first_builds)
     assert asked < min(b.end for b in first_builds)
+
+
+class Samples:
+    """Sample i: 1000 bytes, built in ``delay`` seconds; each build's start and end logged."""
+
+    def __init__(self, n, delay):
+        self.n, self.delay = n, delay
+        self.log = []
+        self.lock = threading.Lock()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        start = time.monotonic()
+        time.sleep(self.delay)
+        with self.lock:
+            self.log.append((i, start, time.monotonic()))
+        return np.full(1000, i % 256, dtype=np.uint8)
+
+    def batch_spans(self, batch_size):
+        """Each batch's first start and last end, by batch (the first epoch's builds only)."""
+        spans = {}
+        for i, start, end in self.log[: self.n]:
+            b = i // batch_size
+            first, last = spans.get(b, (start, end))
+            spans[b] = (min(first, start), max(last, end))
+        return spans
+
+
+@pytest.mark.timeout(60)
+def test_the_first_epoch_starts_every_worker_once_a_sample_gave_the_size():
+    """The first batch's size is guessed from one sample built alone (a worker's
+    first job), so the other workers start long before the first batch ends."""
+    source = Samples(64, 0.020)  # batches of 8 samples: 160 ms a batch, 20 ms for the guess
+    with Prefetcher(source, batch_size=8, max_bytes="1MiB", workers=4, sample_memory=False) as p:
+        assert len(list(p)) == 8
+    spans = source.batch_spans(8)
+    first_end = spans[0][1]
+    assert all(spans[b][0] < first_end for b in (1, 2, 3))
+
+
+@pytest.mark.timeout(60)
+def test_the_guessed_size_is_held_to_the_budget():
+    """Two guessed batches fit in the budget, not three: no more than two batches
+    are under way before the first is built (then the real size, smaller than
+    the guess, lets three in)."""
+    source = Samples(48, 0.010)
+    budget = 2 * (8 * 1000) * 5 // 4 + 2 * 4096 + 100  # two guesses with their margin, not three
+    with Prefetcher(source, batch_size=8, max_bytes=budget, workers=4, sample_memory=False) as p:
+        got = [int(b[0][0]) for b in p]
+    assert got == [8 * b for b in range(6)]
+    spans = source.batch_spans(8)
+    first_end = spans[0][1]
+    assert sum(1 for start, _ in spans.values() if start < first_end) <= 2
+
+
+@pytest.mark.timeout(60)
+def test_a_collate_fn_of_ones_own_builds_the_first_batch_alone():
+    source = Samples(32, 0.010)
+    with Prefetcher(
+        source, batch_size=8, collate_fn=lambda items: np.stack(items), max_bytes="1MiB", workers=4, sample_memory=False
+    ) as p:
+        assert len(list(p)) == 4
+    spans = source.batch_spans(8)
+    assert all(spans[b][0] >= spans[0][1] for b in (1, 2, 3))

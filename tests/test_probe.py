@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -197,3 +198,23 @@ def test_import_queuetune_works_when_no_framework_can_be_imported(tmp_path):
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "2"
     assert "pip install 'queuetune[keras]'" in lines[1]
+
+
+@pytest.mark.timeout(60)
+def test_the_memory_sampler_reads_the_children_in_its_own_thread_only(monkeypatch):
+    """A consumer starting or ending an epoch pays no reading of the workers'
+    memory (milliseconds each at a dozen workers): the sampler's thread makes them."""
+    from queuetune.recorder import MemorySampler
+
+    readers = []
+    monkeypatch.setattr(
+        MemorySampler, "_read_children", lambda self: readers.append(threading.current_thread().name) or (0, 0)
+    )
+    samples = []
+    sampler = MemorySampler(samples.append, interval=0.01)
+    for _ in range(3):
+        sampler.start()
+        time.sleep(0.05)
+        sampler.stop()
+    assert readers and set(readers) == {"queuetune-memory"}
+    assert len(samples) >= 6

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..frameworks.torch import collate, is_tensor
+from ..nbytes import nbytes
 from .shm import allocate
 
 
@@ -22,6 +23,17 @@ def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Ca
         return source[indices]
     items = [source[i] for i in indices]
     return (collate_fn or default_collate)(items)
+
+
+def batch_bytes_guess(source: Any, index: Any, batch_size: int) -> int:
+    """The bytes of a batch of ``batch_size`` samples like ``source[index]``
+    joined by :func:`default_collate`: one sample built and collated alone.
+
+    >>> import numpy as np
+    >>> batch_bytes_guess([np.zeros(100, dtype=np.float32)], 0, batch_size=8)
+    3200
+    """
+    return nbytes(default_collate([source[index]])) * batch_size
 
 
 def default_collate(items: list[Any]) -> Any:

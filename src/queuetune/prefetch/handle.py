@@ -24,7 +24,7 @@ from ..trace import Trace, TraceMeta
 from ..units import _shown, parse_bytes, positive_int
 from . import shm
 from .adaptive import DepthController
-from .collate import make_batch
+from .collate import batch_bytes_guess, make_batch
 from .config import BatchSizes, EpochConfig
 from .crew import WorkerController
 from .epoch import Epoch
@@ -343,6 +343,7 @@ class Prefetcher:
             ordered=self.ordered or not self._indexable,
             timeout=self.timeout,
             fixed=not self.adaptive,
+            guess=self._indexable and self.batch_size is not None and self.collate_fn is None,
         )
 
     def _new_workers(self) -> Workers:
@@ -368,6 +369,7 @@ class Prefetcher:
             self.num_workers,
             functools.partial(build, self._source, self.batch_size, self.collate_fn, channel),
             self.max_workers,
+            measure=None if self.batch_size is None else functools.partial(_guess, self._source, self.batch_size),
         )
 
     def _start_method(self) -> str:
@@ -523,6 +525,10 @@ def _close_all(recorder: Recorder, pid: int, pools: list[str], kept: list[Worker
     if os.getpid() == pid and shm.available():
         for prefix in pools:
             shm.sweep_pool(prefix)
+
+
+def _guess(source: Any, batch_size: int, index: Any) -> int:
+    return batch_bytes_guess(source, index, batch_size)
 
 
 def _indexable(source: Any) -> bool:

@@ -22,6 +22,10 @@ from .workers import END, Workers
 # Builds the mean build time is taken over: enough that a stall of one build in
 # twenty-five counts as often as it comes.
 BUILD_MEMORY = 128
+# A batch's size guessed from one sample is reserved this much larger, and this
+# many bytes more: room for what joining the samples adds.
+GUESS_MARGIN = 1.25
+GUESS_SLACK = 4096
 
 
 @dataclass(slots=True)
@@ -175,7 +179,7 @@ class Schedule:
         while self.can_start():
             position = self.submitted
             indices = self.plan[position] if self.plan is not None else None
-            task = Task(position, indices, self.sizes.largest, submitted_at=clock())
+            task = Task(position, indices, self.sizes.reserve, submitted_at=clock())
             self.tasks[position] = task
             self.reserved += task.reserved
             self.submitted += 1
@@ -186,6 +190,30 @@ class Schedule:
             except Exception as exc:  # such as no room left in /dev/shm for its segment
                 self._unstarted(task, exc)
                 return
+            if position == 0 and not self.sizes.known and not self.sizes.guess:
+                self._ask_guess(task)
+
+    def _ask_guess(self, first: Task) -> None:
+        """While the first batch is built alone to learn its size, have a worker
+        guess it from its first sample: once guessed, the other workers start."""
+        if not self.config.guess or not isinstance(first.indices, list) or not first.indices:
+            return
+        future = self.workers.guess(first.indices[0])
+        if future is not None:
+            future.add_done_callback(functools.partial(self._guessed, first))
+
+    def _guessed(self, first: Task, future: cf.Future) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return  # the first batch's own build says what went wrong, if anything
+        with self.lock:
+            if self.stopped or self.sizes.known:
+                return
+            guess = math.ceil(future.result() * GUESS_MARGIN) + GUESS_SLACK
+            self.sizes.guess = guess
+            if not first.settled:  # the first batch is held to the guess too
+                self.reserved += guess - first.reserved
+                first.reserved = guess
+            self.fill()
 
     def _unstarted(self, task: Task, exc: Exception) -> None:
         """A batch that could not be started fails as its build would have: the
@@ -207,7 +235,7 @@ class Schedule:
         gate = self.workers.gate
         if gate is not None and self.building >= gate:
             return False
-        if not self.sizes.known:  # nothing built yet: learn the size from one batch
+        if not self.sizes.known and not self.sizes.guess:  # nothing built yet: learn the size from one batch
             return outstanding == 0
         return self._budget_has_room()
 
@@ -217,10 +245,10 @@ class Schedule:
         return self.total is None or self.submitted < self.total
 
     def _budget_has_room(self) -> bool:
-        return self.held + self.reserved + self.sizes.largest <= self.config.max_bytes
+        return self.held + self.reserved + self.sizes.reserve <= self.config.max_bytes
 
     def _can_start_but_for_depth(self) -> bool:
-        return self._left_to_start() and self.sizes.known and self._budget_has_room()
+        return self._left_to_start() and (self.sizes.known or self.sizes.guess > 0) and self._budget_has_room()
 
     def end_hold(self) -> None:
         """A batch may start now: a worker idle for the depth alone is so no longer
@@ -368,7 +396,7 @@ class Schedule:
         left = not self.exhausted and (self.total is None or self.submitted < self.total)
         if not waited:
             return Seen(False, full, can_grow=False, limit=None, left=left)
-        largest = self.sizes.largest
+        largest = self.sizes.reserve
         busy = self.building >= self.workers.count
         return Seen(
             waited=waited,

@@ -26,7 +26,7 @@ from ..nbytes import nbytes
 from ..recorder import Channel, built_here, clock
 from ..units import format_bytes
 from . import lifeline, shm
-from .collate import make_batch
+from .collate import batch_bytes_guess, make_batch
 from .errors import SharedMemoryWarning, WorkerError
 
 # Seconds between checks that the worker processes are alive, while the consumer waits.
@@ -78,6 +78,11 @@ class Workers(Protocol):
     def defer(self, action: Callable[[], None]) -> bool:
         """Have a worker run ``action`` before it takes its next batch, and say
         True; False where these workers cannot (the caller runs it itself)."""
+        ...
+
+    def guess(self, index: Any) -> cf.Future | None:
+        """Start guessing the bytes of a batch from its sample ``index`` (see
+        :func:`.collate.batch_bytes_guess`); None where these workers cannot."""
         ...
 
     def spent(self, future: cf.Future) -> tuple[float, float] | None:
@@ -143,12 +148,19 @@ class ThreadWorkers:
 
     poll: float | None = None
 
-    def __init__(self, count: int, build: Callable[[Any], Any], capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        build: Callable[[Any], Any],
+        capacity: int | None = None,
+        measure: Callable[[Any], int] | None = None,
+    ) -> None:
         self.count = 0
         self.capacity = count if capacity is None else capacity
         # Given a capacity, the count is decided at run time from the builds' times.
         self._elastic = capacity is not None
         self._build = build
+        self._measure = measure
         self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         # Threads left running by a prefetcher nobody closed end with it (one stop
@@ -194,6 +206,22 @@ class ThreadWorkers:
             return False
         self._jobs.put(action)
         return True
+
+    def guess(self, index: Any) -> cf.Future | None:
+        measure = self._measure
+        if measure is None or not self._stop.alive:
+            return None
+        future: cf.Future = cf.Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(measure(index))
+                except Exception as exc:
+                    future.set_exception(exc)
+
+        self._jobs.put(run)
+        return future
 
     def size(self, batch: Any) -> int:
         return nbytes(batch)
@@ -390,6 +418,12 @@ class ProcessWorkers:
 
     def defer(self, action: Callable[[], None]) -> bool:
         return False  # no thread here takes jobs: the pool's manager thread sends them on
+
+    def guess(self, index: Any) -> cf.Future | None:
+        try:
+            return self._pool.submit(_guess_in_process, index)
+        except BrokenProcessPool:
+            return None
 
     def spent(self, future: cf.Future) -> tuple[float, float] | None:
         if not self._elastic or future.cancelled() or future.exception() is not None:
@@ -707,6 +741,11 @@ def _build_in_process(indices: Any, lease: shm.Lease) -> shm.Shipped:
     w["shipper"].send(shipped, copies, behind=alone)
     shipped.spent = (time.process_time() - cpu, time.perf_counter() - start)
     return shipped
+
+
+def _guess_in_process(index: Any) -> int:
+    w = _WORKER
+    return batch_bytes_guess(w["source"], index, w["batch_size"])
 
 
 def _travels(exc: BaseException) -> bool:

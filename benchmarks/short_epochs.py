@@ -1,0 +1,434 @@
+"""Short epochs, a new iterator each: what a training loop pays at every epoch
+start, and the real memory of the process tree; torch's DataLoader (with and
+without persistent workers) and torchdata.nodes against queuetune.Prefetcher.
+
+Run: .venv/bin/python benchmarks/short_epochs.py [--loaders NAME,...] [--workers 12]
+         [--batch 32] [--epoch-batches 23] [--epochs 4] [--rounds 2] [--build-ms 8]
+         [--step-ms 14] [--shape 3,64,64] [--json] [--out DIR]
+
+The GPU machine's case of design.md ("What a real GPU showed": the defaults at
+0.52-0.60 x the best DataLoader in 23-batch epochs), reproduced on 2 cores:
+
+- The data: ``--epoch-batches * --batch`` samples (736), each a new float32
+  array of ``--shape`` (3x64x64: 48 KiB, so 1.5 MiB a batch of 32) and an int
+  label, built in ``--build-ms`` of ``time.sleep`` (an I/O-like build that holds
+  no CPU, so 12 workers need not 12 cores): 256 ms a batch of 32. Samples are
+  collated into batches in the workers.
+- The consumer: ``for epoch in range(epochs): for batch in loader: step``, a new
+  iterator each epoch, the step a ``time.sleep(--step-ms)`` (a GPU step holds
+  no CPU).
+- The loaders (``--loaders``, by default all), each with ``--workers`` worker
+  processes (fork), each built anew for each run and closed after it:
+  ``torch``: ``DataLoader(dataset, batch_size, shuffle=True, num_workers,
+  persistent_workers=False)`` (prefetch_factor 2); ``torch-persistent``: the
+  same with ``persistent_workers=True`` (its workers stopped after the run);
+  ``torchdata.nodes`` (as real_pipeline.py builds it): ``ParallelMapper(batches
+  of indices, map_fn=load and collate, num_workers, in_order=True,
+  method="process")`` -> ``Prefetcher(2)`` -> ``Loader``, the batches of indices
+  from ``SamplerWrapper(BatchSampler(RandomSampler))`` so that each epoch is
+  shuffled anew as the others' are (``iter(Loader)`` resets the root node each
+  epoch, and the ParallelMapper starts new worker processes), stopped with
+  ``stop_nodes`` after the run; ``prefetcher``: ``queuetune.Prefetcher(dataset,
+  batch_size, shuffle=True, mode="process", workers, max_bytes="4GiB",
+  multiprocessing_context="fork")`` with its other defaults, closed after the
+  run (``with``); ``prefetcher-unsampled``: the same with
+  ``sample_memory=False`` (what sampling the workers' memory costs);
+  ``prefetcher-fixed``: the same with ``adaptive=False, depth=24,
+  sample_memory=False`` (a reference: the data path at a fixed depth).
+- Throughput: batches per second over the whole run, epoch starts included:
+  ``epochs * epoch-batches`` over the time from just before the first epoch's
+  ``iter()`` (the ``for`` loop's start) to the end of the last batch's step in
+  the last epoch. Within that span: every epoch's ``iter()`` (worker starts,
+  where a loader starts workers), every wait for a batch, every step, and the
+  end of each epoch but the last (the ``StopIteration`` of epochs 1 to E-1,
+  where a loader stops its workers); outside it: building the loader object
+  (no worker starts there for any of these loaders), the last epoch's
+  ``StopIteration`` and closing the loader. The loaders interleaved for
+  ``--rounds`` rounds, the order rotated one each round; the median over
+  rounds, and its ratio to the best median of the references (``torch``,
+  ``torch-persistent``, ``torchdata.nodes``, those that ran). Also each epoch's
+  wait from ``iter()`` to its first batch (the median over epochs and rounds).
+- Memory: ``common.tree_memory()``: the PSS of this process and all its
+  descendants, plus the bytes of this tree's files in /dev/shm that none of its
+  processes maps; sampled every 0.5 s by a thread of this process while the
+  loader runs (from just before the first ``iter()`` to the end of the last
+  epoch), the peak and the median of the samples; the highest peak over rounds
+  and the median of the rounds' medians. The same measure of this process
+  alone before each run (no loader built yet) is shown as the floor. The sampler costs CPU itself (each
+  sample reads /proc for 13 processes, some ms on 2 cores): the same sampler
+  at the same rate for every loader, so the cost is the same for all rows. The
+  loaders fork their workers while the sampler thread runs.
+- Between runs the benchmark checks (psutil) that no child process is left:
+  it waits up to 10 s for the loader's children to end, records how many did
+  not, and ends those itself.
+- Targets (issue 39): the Prefetcher's defaults at >= 1.0 x the best of the
+  references' batches/s, and its PSS peak <= the DataLoader's (``torch``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, mib, package_versions, preamble, publish, rotated, stop_nodes, target_lines, tree_memory
+
+LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-unsampled", "prefetcher-fixed")
+REFERENCES = ("torch", "torch-persistent", "torchdata.nodes")
+FIXED_DEPTH = 24
+SAMPLE_EVERY = 0.5
+
+
+class Samples:
+    """Sample ``i``: a new float32 array of ``shape`` and a label, after a sleep of ``seconds``."""
+
+    def __init__(self, length: int, shape: tuple[int, ...], seconds: float) -> None:
+        self.length, self.seconds = length, seconds
+        self.image = np.random.default_rng(0).random(shape, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
+        time.sleep(self.seconds)
+        return self.image + np.float32(i % 7), i % 10
+
+
+class Collated:
+    """torchdata.nodes' map function: the batch of samples at a list of indices, collated."""
+
+    def __init__(self, data: Samples) -> None:
+        self.data = data
+
+    def __call__(self, indices: list[int]) -> Any:
+        from torch.utils.data import default_collate
+
+        return default_collate([self.data[i] for i in indices])
+
+
+class Sampler:
+    """``tree_memory()`` every ``every`` seconds from a thread, until stopped."""
+
+    def __init__(self, every: float = SAMPLE_EVERY) -> None:
+        self.every = every
+        self.totals: list[int] = []
+        self.shm: list[int] = []
+        self.costs: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            began = time.perf_counter()
+            memory = tree_memory()
+            self.totals.append(memory["total"])
+            self.shm.append(memory["shm"])
+            self.costs.append(time.perf_counter() - began)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def loader_for(name: str, data: Samples, args: argparse.Namespace) -> tuple[Iterable[Any], Callable[[], None]]:
+    """The loader, and what stops all it runs."""
+    if name in ("torch", "torch-persistent"):
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(
+            data,
+            batch_size=args.batch,
+            shuffle=True,
+            num_workers=args.workers,
+            persistent_workers=name == "torch-persistent",
+            multiprocessing_context="fork",
+        )
+
+        def close() -> None:
+            iterator = getattr(loader, "_iterator", None)  # kept only with persistent workers
+            if iterator is not None:
+                iterator._shutdown_workers()
+                loader._iterator = None
+
+        return loader, close
+    if name.startswith("prefetcher"):
+        import queuetune
+
+        fixed: dict[str, Any] = {
+            "prefetcher": {},
+            "prefetcher-unsampled": {"sample_memory": False},
+            "prefetcher-fixed": {"adaptive": False, "depth": FIXED_DEPTH, "sample_memory": False},
+        }[name]
+        prefetcher = queuetune.Prefetcher(
+            data,
+            batch_size=args.batch,
+            shuffle=True,
+            mode="process",
+            workers=args.workers,
+            max_bytes="4GiB",
+            multiprocessing_context="fork",
+            **fixed,
+        )
+        return prefetcher, prefetcher.close
+    from torch.utils.data import BatchSampler, RandomSampler
+    from torchdata.nodes import Loader, ParallelMapper, SamplerWrapper
+    from torchdata.nodes import Prefetcher as NodesPrefetcher
+
+    batches = SamplerWrapper(BatchSampler(RandomSampler(range(len(data))), args.batch, drop_last=False))
+    mapper = ParallelMapper(
+        batches,
+        map_fn=Collated(data),
+        num_workers=args.workers,
+        in_order=True,
+        method="process",
+        multiprocessing_context="fork",
+    )
+    prefetcher = NodesPrefetcher(mapper, prefetch_factor=2)
+    return Loader(prefetcher), lambda: stop_nodes(prefetcher, mapper)
+
+
+def children() -> list[Any]:
+    import psutil
+
+    return psutil.Process().children(recursive=True)
+
+
+def reap() -> int:
+    """Wait up to 10 s for this process's children to end; end those left (they
+    are the loader's) and return how many there were."""
+    import psutil
+
+    _, alive = psutil.wait_procs(children(), timeout=10)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return len(alive)
+
+
+def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of ``args.epochs`` epochs of a loader built for it; its row."""
+    before = children()
+    if before:
+        raise RuntimeError(f"child processes left before {name} ran: {[p.pid for p in before]}")
+    alone = tree_memory()["total"]  # this process alone, before the loader is built
+    data = Samples(args.epoch_batches * args.batch, args.shape, args.build_ms / 1e3)
+    step = args.step_ms / 1e3
+    loader, close = loader_for(name, data, args)
+    firsts, counts = [], []
+    try:
+        with Sampler() as sampler:
+            started = time.perf_counter()
+            for _ in range(args.epochs):
+                began = time.perf_counter()
+                count = 0
+                for batch in loader:
+                    if count == 0:
+                        firsts.append(time.perf_counter() - began)
+                    time.sleep(step)
+                    count += 1
+                    del batch
+                    done = time.perf_counter()
+                counts.append(count)
+            ended = time.perf_counter()
+    finally:
+        close()
+        del loader
+        gc.collect()
+    left = reap()
+    if any(count != args.epoch_batches for count in counts):
+        raise RuntimeError(f"{name}: epochs of {counts} batches, not {args.epoch_batches}")
+    span = done - started
+    totals = sampler.totals
+    return {
+        "batches_per_s": args.epochs * args.epoch_batches / span,
+        "seconds": span,
+        "seconds_to_loop_end": ended - started,
+        "first_batch_waits": firsts,
+        "pss_before": alone,
+        "pss_peak": max(totals) if totals else None,
+        "pss_median": statistics.median(totals) if totals else None,
+        "unmapped_shm_peak": max(sampler.shm) if sampler.shm else None,
+        "pss_samples": len(totals),
+        "sample_cost_median": statistics.median(sampler.costs) if sampler.costs else None,
+        "children_left": left,
+    }
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    summary = {}
+    for name, rows in runs.items():
+        peaks = [r["pss_peak"] for r in rows if r["pss_peak"] is not None]
+        medians = [r["pss_median"] for r in rows if r["pss_median"] is not None]
+        summary[name] = {
+            "batches_per_s": statistics.median(r["batches_per_s"] for r in rows),
+            "rounds": [round(r["batches_per_s"], 2) for r in rows],
+            "first_batch_wait_median": statistics.median(w for r in rows for w in r["first_batch_waits"]),
+            "pss_peak": max(peaks) if peaks else None,
+            "pss_median": statistics.median(medians) if medians else None,
+            "unmapped_shm_peak": max((r["unmapped_shm_peak"] or 0) for r in rows),
+            "children_left": sum(r["children_left"] for r in rows),
+        }
+    references = [summary[name]["batches_per_s"] for name in REFERENCES if name in summary]
+    best = max(references) if references else None
+    for s in summary.values():
+        s["x_best_reference"] = s["batches_per_s"] / best if best else None
+    return summary
+
+
+def targets(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 39's two checks of the Prefetcher's defaults: its batches/s against
+    the best reference's, its PSS peak against the DataLoader's."""
+    ours = summary.get("prefetcher")
+    ratio = ours["x_best_reference"] if ours else None
+    torch_ = summary.get("torch")
+    peaks = ours and torch_ and ours["pss_peak"] is not None and torch_["pss_peak"] is not None
+    return [
+        {
+            "target": "prefetcher (defaults) batches/s >= 1.0 x the best of torch, torch-persistent, torchdata.nodes",
+            "value": ratio if ratio is not None else "n/a",
+            "met": None if ratio is None else ratio >= 1.0,
+        },
+        {
+            "target": "prefetcher (defaults) PSS peak <= torch's (DataLoader, persistent_workers=False)",
+            "value": f"{mib(ours['pss_peak'])} vs {mib(torch_['pss_peak'])}" if peaks else "n/a",
+            "met": ours["pss_peak"] <= torch_["pss_peak"] if peaks else None,
+        },
+    ]
+
+
+def render(result: dict[str, Any]) -> str:
+    s = result["settings"]
+    shape = "x".join(map(str, s["shape"]))
+    lines = [
+        *preamble(
+            f"Short epochs: {s['epochs']} epochs of {s['epoch_batches']} batches, a new iterator each; batches of "
+            f"{s['batch']} samples of {shape} float32 ({mib(result['batch_bytes'])}), each sample built in "
+            f"{s['build_ms']:g} ms (sleeps), steps of {s['step_ms']:g} ms (sleeps), {s['workers']} worker "
+            f"processes (fork); {s['rounds']} interleaved rounds",
+            result,
+        ),
+        "batches/s: whole run, epoch starts included; x best ref: to the best median of torch, torch-persistent, "
+        "torchdata.nodes; first batch: median wait from iter() to an epoch's first batch; PSS: the process tree's "
+        f"PSS + its unmapped /dev/shm files, sampled every {SAMPLE_EVERY} s (peak: highest over rounds; median: of "
+        "the rounds' medians)",
+        "",
+        f"{'loader':<21} {'batches/s per round':<22} {'median':>7} {'x best ref':>11} {'first batch':>12} "
+        f"{'PSS peak':>12} {'PSS median':>12}",
+    ]
+    for name, r in result["loaders"].items():
+        ratio = "n/a" if r["x_best_reference"] is None else f"{r['x_best_reference']:.3f}"
+        lines.append(
+            f"{name:<21} {', '.join(f'{x:.2f}' for x in r['rounds']):<22} {r['batches_per_s']:>7.2f} {ratio:>11} "
+            f"{r['first_batch_wait_median'] * 1e3:>9.0f} ms {mib(r['pss_peak']):>12} {mib(r['pss_median']):>12}"
+        )
+    before = [r["pss_before"] for rows in result["runs"].values() for r in rows]
+    lines.append(f"PSS of this process alone before each run (no loader): {mib(min(before))} to {mib(max(before))}")
+    left = {name: r["children_left"] for name, r in result["loaders"].items() if r["children_left"]}
+    lines.append(
+        "child processes left after a run: "
+        + (", ".join(f"{name} {n}" for name, n in left.items()) + " (ended by the benchmark)" if left else "none")
+    )
+    lines += ["", *target_lines(result["targets"])]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated, of: " + ", ".join(LOADERS))
+    parser.add_argument("--workers", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--epoch-batches", type=int, default=23)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--build-ms", type=float, default=8.0, help="milliseconds to build a sample (a sleep)")
+    parser.add_argument("--step-ms", type=float, default=14.0, help="milliseconds of the consumer's step (a sleep)")
+    parser.add_argument("--shape", default="3,64,64", help="a sample's shape (float32), comma-separated")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", type=Path, help="write short_epochs.json and .txt into this folder")
+    args = parser.parse_args()
+    names = [name.strip() for name in args.loaders.split(",") if name.strip()]
+    unknown = [name for name in names if name not in LOADERS]
+    if unknown or not names or len(set(names)) != len(names):
+        parser.error(f"--loaders: distinct names of {', '.join(LOADERS)}; got {args.loaders!r}")
+    try:
+        args.shape = tuple(int(n) for n in args.shape.split(","))
+    except ValueError:
+        parser.error(f"--shape: integers separated by commas, got {args.shape!r}")
+    if min(args.workers, args.batch, args.epoch_batches, args.epochs, args.rounds, *args.shape) < 1:
+        parser.error("--workers, --batch, --epoch-batches, --epochs, --rounds and --shape must be at least 1")
+    if args.build_ms < 0 or args.step_ms < 0:
+        parser.error("--build-ms and --step-ms must not be below 0")
+    ordered = [name for name in LOADERS if name in names]
+    # Every loader's modules imported before the first run, so that each run forks the same process.
+    import torch.utils.data  # noqa: F401
+    import torchdata.nodes  # noqa: F401
+
+    import queuetune  # noqa: F401
+
+    # torch's note, every run, that more workers than cores may be slow: here they sleep.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ordered}
+    started = time.monotonic()
+    for round_ in range(args.rounds):
+        for name in rotated(ordered, round_):
+            row = run(name, args)
+            runs[name].append(row)
+            print(
+                f"round {round_ + 1} {name}: {row['batches_per_s']:.2f} batches/s, first batches "
+                + ", ".join(f"{w * 1e3:.0f}" for w in row["first_batch_waits"])
+                + f" ms, PSS peak {mib(row['pss_peak'])} (unmapped /dev/shm {mib(row['unmapped_shm_peak'])}), "
+                f"median {mib(row['pss_median'])} "
+                f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each), "
+                f"children left {row['children_left']}",
+                file=sys.stderr,
+                flush=True,
+            )
+    summary = summarize(runs)
+    result = {
+        "benchmark": "short_epochs",
+        "machine": machine(),
+        "versions": package_versions("torch", "torchdata", "numpy", "queuetune"),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "settings": {
+            "loaders": ordered,
+            "workers": args.workers,
+            "batch": args.batch,
+            "epoch_batches": args.epoch_batches,
+            "epochs": args.epochs,
+            "rounds": args.rounds,
+            "build_ms": args.build_ms,
+            "step_ms": args.step_ms,
+            "shape": list(args.shape),
+            "fixed_depth": FIXED_DEPTH,
+            "sample_every_s": SAMPLE_EVERY,
+        },
+        "batch_bytes": args.batch * (int(np.prod(args.shape)) * 4 + 8),
+        "seconds": time.monotonic() - started,
+        "loaders": summary,
+        "runs": runs,
+        "targets": targets(summary),
+    }
+    publish(result, render(result), "short_epochs", args.json, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
