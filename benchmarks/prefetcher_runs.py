@@ -11,6 +11,9 @@ rows): how many met ``>= 0.99 x the best other loader`` and how many held no
 more bytes than the leanest loader within 0.98 x of the best, each miss named
 with its ratio or its peak of batches. Runs of one workload alone (such as
 ``prefetcher.cpu-bound-9-rounds.json``) are listed too, with their one workload.
+A run that recorded its worker count (``prefetcher.py --workers N``, such as
+``prefetcher.workers-8.json``; its JSON's ``settings``) ends with it: ``; workers
+8``; the runs made before the option (4 workers each, 2 on cpu-bound) end as before.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ def line(path: Path, data: dict[str, Any]) -> str:
     ]
     throughput = f"{len(rows) - len(slow)}/{len(rows)}" + (f" ({', '.join(slow)})" if slow else "")
     held = f"{len(rows) - len(heavy)}/{len(rows)}" + (f" ({', '.join(heavy)})" if heavy else "")
+    workers = (data.get("settings") or {}).get("workers")
     return (
         f"{path.name:<42} {data['date'][:16]:<17} {data['machine']:<48} {data['seconds']:>4.0f} s  "
-        f"throughput {throughput}; bytes {held}"
+        f"throughput {throughput}; bytes {held}" + (f"; workers {workers}" if workers is not None else "")
     )
 
 

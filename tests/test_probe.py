@@ -201,20 +201,26 @@ def test_import_queuetune_works_when_no_framework_can_be_imported(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_the_memory_sampler_reads_the_children_in_its_own_thread_only(monkeypatch):
-    """A consumer starting or ending an epoch pays no reading of the workers'
-    memory (milliseconds each at a dozen workers): the sampler's thread makes them."""
-    from queuetune.recorder import MemorySampler
+def test_a_recorder_sampling_across_runs_reads_no_child_in_the_consumers_thread(monkeypatch):
+    """The prefetcher's workers outlive its epochs, and so does its memory
+    sampler: an epoch's start and end cost the consumer no reading of the
+    workers' memory (milliseconds each at a dozen workers); the sampler's
+    thread makes them, until close()."""
+    from queuetune.recorder import MemorySampler, Recorder
+    from queuetune.trace import TraceMeta
 
     readers = []
     monkeypatch.setattr(
         MemorySampler, "_read_children", lambda self: readers.append(threading.current_thread().name) or (0, 0)
     )
-    samples = []
-    sampler = MemorySampler(samples.append, interval=0.01)
-    for _ in range(3):
-        sampler.start()
-        time.sleep(0.05)
-        sampler.stop()
-    assert readers and set(readers) == {"queuetune-memory"}
-    assert len(samples) >= 6
+    recorder = Recorder(TraceMeta(loader="demo"), processes=True, memory_interval=0.01, sample_across_runs=True)
+    try:
+        for _ in range(3):
+            recorder.run_begin()
+            time.sleep(0.05)
+            recorder.run_end()
+        assert readers and set(readers) == {"queuetune-memory"}
+        assert len(recorder.trace().memory) >= 6
+    finally:
+        recorder.close()
+    assert_nothing_left_running()

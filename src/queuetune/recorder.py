@@ -308,10 +308,11 @@ class MemorySampler:
     processes leaves them out, and the children are read at most as often as
     keeps that reading within ``CHILDREN_SHARE`` of one core (every sample in
     between repeats their last reading). This process's own RSS is read at
-    every sample (microseconds). Every reading is made in the sampler's own
-    thread: :meth:`start` and :meth:`stop` cost the caller (a consumer at each
-    epoch's start and end) no reading of the children, which at 12 workers
-    took 31 ms each time.
+    every sample (microseconds). The first reading is made in the sampler's
+    own thread; :meth:`stop` reads the children once more (workers that end
+    with the run are seen at least there), which at 12 workers takes 31 ms: a
+    loader whose workers outlive its runs keeps the sampler running across them
+    (``Recorder(sample_across_runs=True)``).
     """
 
     #: The share of one core the children's readings may take.
@@ -342,28 +343,28 @@ class MemorySampler:
         if thread is not None:
             self._stop.set()
             thread.join(timeout=5)
-            self.sample(children_due=False)
+            self.sample(children_now=True)
 
     def _run(self) -> None:
         self.sample(children_now=True)
         while not self._stop.wait(self._interval):
             self.sample()
 
-    def sample(self, children_now: bool = False, children_due: bool = True) -> None:
-        """Take one sample; the children are read if due (unless not ``children_due``),
-        or with ``children_now``."""
+    def sample(self, children_now: bool = False) -> None:
+        """Take one sample; the children are read if due, or with ``children_now``."""
         try:
             rss = self._process.memory_info().rss
         except psutil.Error:
             return
-        due = children_due and time.monotonic() >= self._children_due
-        if self._children and (children_now or due):
-            began = time.monotonic()
+        if self._children and (children_now or time.monotonic() >= self._children_due):
+            began, cpu = time.monotonic(), time.thread_time()
             reading = self._read_children()
             if reading is None:
                 return
             self._last_children = reading
-            cost = time.monotonic() - began
+            # The reading's CPU time, not its wall time: waiting for the GIL
+            # (a consumer forking its workers meanwhile) costs no core.
+            cost = time.thread_time() - cpu
             self._children_due = began + max(self._interval, cost / self.CHILDREN_SHARE)
         unique, count = self._last_children
         self._sink(MemorySample(clock(), rss, unique, count))
@@ -439,6 +440,7 @@ class Recorder:
         sample_memory: bool = True,
         memory_interval: float = 0.05,
         keep_runs: int | None = None,
+        sample_across_runs: bool = False,
     ) -> None:
         if keep_runs is not None and (not isinstance(keep_runs, int) or isinstance(keep_runs, bool) or keep_runs < 1):
             raise ValueError(f"keep_runs must be a positive integer or None, got {keep_runs!r}")
@@ -452,6 +454,8 @@ class Recorder:
         self._store = _Store(self._produced, self._marks)
         self.channel = Channel(self._store, processes)
         self._sampler = MemorySampler(self._memory.append, memory_interval, processes) if sample_memory else None
+        # Sampling goes on from the first run to close() (workers that outlive a run), else run by run.
+        self._sample_across_runs = sample_across_runs
         self.run = -1
         self.epoch = -1
         self._active = 0
@@ -514,7 +518,7 @@ class Recorder:
             self.epoch_end(t)
         self._active -= 1
         self.mark("run_end", self.run, t)
-        if self._active == 0 and self._sampler is not None:
+        if self._active == 0 and self._sampler is not None and not self._sample_across_runs:
             self._sampler.stop()
 
     def epoch_begin(self, t: float | None = None) -> None:

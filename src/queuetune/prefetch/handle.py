@@ -226,6 +226,7 @@ class Prefetcher:
             processes=mode == "process",
             sample_memory=sample_memory,
             keep_runs=trace_epochs,
+            sample_across_runs=True,  # the workers outlive each epoch
         )
         self.recorder.consumer = "prefetcher"
         if self._indexable:
