@@ -265,6 +265,26 @@ def throughput_ratios(comparison: dict[str, Any]) -> str:
     )
 
 
+def nodes_loader(batches: Any, map_fn: Callable[[Any], Any], workers: int) -> tuple[Any, Callable[[], None]]:
+    """torchdata.nodes as the benchmarks build it: ``ParallelMapper(batches,
+    map_fn, workers processes, in order, fork)`` then ``Prefetcher(2)`` in a
+    ``Loader``; and what stops its threads and processes. ``batches``: a node
+    of the lists of indices each batch is made of."""
+    from torchdata.nodes import Loader, ParallelMapper
+    from torchdata.nodes import Prefetcher as NodesPrefetcher
+
+    mapper = ParallelMapper(
+        batches,
+        map_fn=map_fn,
+        num_workers=workers,
+        in_order=True,
+        method="process",
+        multiprocessing_context="fork",
+    )
+    prefetcher = NodesPrefetcher(mapper, prefetch_factor=2)
+    return Loader(prefetcher), lambda: stop_nodes(prefetcher, mapper)
+
+
 def stop_nodes(*nodes: Any) -> None:
     """Stop the threads and processes of torchdata.nodes now, rather than when the
     nodes are collected: each node's iterator chain (``_it``), its ``_shutdown``."""

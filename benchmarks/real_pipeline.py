@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Counted, machine, mib, package_versions, publish, rotated, stop_nodes, target_lines
+from common import Counted, machine, mib, nodes_loader, package_versions, publish, rotated, target_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from images import ImageFolder, make_images, resnet18, train_transform
@@ -114,22 +114,11 @@ def loader_for(name: str, data: CountedImages, args: argparse.Namespace, steps: 
             sample_memory=False,
         )
         return prefetcher, prefetcher.close
-    from torchdata.nodes import IterableWrapper, Loader, ParallelMapper
-    from torchdata.nodes import Prefetcher as NodesPrefetcher
+    from torchdata.nodes import IterableWrapper
 
     order = torch.randperm(len(data)).tolist()
     batches = [order[i : i + args.batch] for i in range(0, steps * args.batch, args.batch)]
-    mapper = ParallelMapper(
-        IterableWrapper(batches),
-        map_fn=Collated(data),
-        num_workers=args.workers,
-        in_order=True,
-        method="process",
-        multiprocessing_context="fork",
-    )
-    prefetcher = NodesPrefetcher(mapper, prefetch_factor=2)
-
-    return Loader(prefetcher), lambda: stop_nodes(prefetcher, mapper)
+    return nodes_loader(IterableWrapper(batches), Collated(data), args.workers)
 
 
 def run(name: str, data: ImageFolder, args: argparse.Namespace) -> dict[str, Any]:

@@ -81,7 +81,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, mib, package_versions, preamble, publish, rotated, stop_nodes, target_lines, tree_memory
+from common import machine, mib, nodes_loader, package_versions, preamble, publish, rotated, target_lines, tree_memory
 
 LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-unsampled", "prefetcher-fixed")
 REFERENCES = ("torch", "torch-persistent", "torchdata.nodes")
@@ -185,20 +185,10 @@ def loader_for(name: str, data: Samples, args: argparse.Namespace) -> tuple[Iter
         )
         return prefetcher, prefetcher.close
     from torch.utils.data import BatchSampler, RandomSampler
-    from torchdata.nodes import Loader, ParallelMapper, SamplerWrapper
-    from torchdata.nodes import Prefetcher as NodesPrefetcher
+    from torchdata.nodes import SamplerWrapper
 
     batches = SamplerWrapper(BatchSampler(RandomSampler(range(len(data))), args.batch, drop_last=False))
-    mapper = ParallelMapper(
-        batches,
-        map_fn=Collated(data),
-        num_workers=args.workers,
-        in_order=True,
-        method="process",
-        multiprocessing_context="fork",
-    )
-    prefetcher = NodesPrefetcher(mapper, prefetch_factor=2)
-    return Loader(prefetcher), lambda: stop_nodes(prefetcher, mapper)
+    return nodes_loader(batches, Collated(data), args.workers)
 
 
 def children() -> list[Any]:
