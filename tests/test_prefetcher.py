@@ -648,3 +648,18 @@ def test_a_collate_fn_of_ones_own_builds_the_first_batch_alone():
         assert len(list(p)) == 4
     spans = source.batch_spans(8)
     assert all(spans[b][0] >= spans[0][1] for b in (1, 2, 3))
+
+
+class Reiterable:
+    """Iterable again and again, with no ``__getitem__``: a plain iterable to the prefetcher."""
+
+    def __iter__(self):
+        return iter([np.full(4, i) for i in range(5)])
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_iterable_is_read_anew_each_epoch():
+    with Prefetcher(Reiterable(), max_bytes="1MiB") as p:
+        for _ in range(3):
+            assert [int(b[0]) for b in p] == [0, 1, 2, 3, 4]
+    assert_nothing_left_running()

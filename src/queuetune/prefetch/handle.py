@@ -278,11 +278,12 @@ class Prefetcher:
             return epoch.run()
 
     def _kept_workers(self) -> Workers | None:
-        """The workers of the epochs before, if they can build this one's batches."""
+        """The workers of the epochs before, if they can build this one's batches
+        (a plain iterable's thread reads the iterator of its own epoch: never)."""
         if not self._kept:
             return None
         workers = self._kept[0]
-        if workers.usable():
+        if workers.usable() and self._indexable:
             return workers
         self._release_workers()
         return None
