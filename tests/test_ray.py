@@ -58,14 +58,19 @@ def collectors() -> list[str]:
     return [a["name"] for a in names if a["name"].startswith("queuetune-")]
 
 
+def wait_for_no_collector(seconds: float) -> bool:
+    """Whether, within ``seconds``, no collector actor of queuetune's is left in the cluster."""
+    deadline = time.monotonic() + seconds
+    while collectors() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return collectors() == []
+
+
 @pytest.fixture(autouse=True)
 def no_collector_left(cluster):
     """After each test, no collector actor of queuetune's is alive in the cluster."""
     yield
-    deadline = time.monotonic() + 20
-    while collectors() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert collectors() == []
+    assert wait_for_no_collector(20)
 
 
 def build(batch):
@@ -287,7 +292,8 @@ def test_watching_twice_is_refused_and_close_stops_the_collector(cluster):
             queuetune.watch(watched)
     finally:
         queuetune.probe_of(watched).close()
-    assert collectors() == []
+    # ray.kill is asynchronous: the actor leaves the cluster's list a moment later.
+    assert wait_for_no_collector(20)
 
 
 # --- tuning ------------------------------------------------------------------------------
