@@ -663,3 +663,22 @@ def test_a_plain_iterable_is_read_anew_each_epoch():
         for _ in range(3):
             assert [int(b[0]) for b in p] == [0, 1, 2, 3, 4]
     assert_nothing_left_running()
+
+
+def test_a_batch_above_the_guess_that_breaks_the_budget_says_it_was_guessed():
+    from queuetune.prefetch.config import BatchSizes, EpochConfig
+    from queuetune.prefetch.schedule import Schedule, Task
+    from queuetune.prefetch.workers import ThreadWorkers
+
+    workers = ThreadWorkers(1, str)
+    try:
+        config = EpochConfig(max_bytes=10_000, depth=4, max_depth=4, ordered=True, timeout=None, guess=True)
+        schedule = Schedule(config, [[0], [1], [2]], workers, BatchSizes(guess=3000))
+        schedule.held, schedule.reserved = 8000, 3000  # the first batch built, one more started on the guess
+        fault = schedule._budget_fault(Task(0, [0], reserved=3000), 8000)
+        assert fault is not None and "larger than guessed from one sample (2.9 KiB): with it, 10.7 KiB" in str(fault)
+        schedule.sizes.learn(5000)
+        fault = schedule._budget_fault(Task(1, [1], reserved=5000), 8000)
+        assert fault is not None and "larger than any before (4.9 KiB)" in str(fault)
+    finally:
+        workers.shutdown(wait=True, unclaimed=[])

@@ -346,9 +346,14 @@ class Schedule:
                 f"{format_bytes(max_bytes)} ({max_bytes} bytes)"
             )
         if self.held + self.reserved > max_bytes:
+            before = (
+                f"larger than any before ({format_bytes(self.sizes.largest)})"
+                if self.sizes.known
+                else f"larger than guessed from one sample ({format_bytes(self.sizes.guess)})"
+            )
+            in_flight = format_bytes(self.held + self.reserved)
             return BudgetExceeded(
-                f"batch {task.position} is {format_bytes(size)}, larger than any before "
-                f"({format_bytes(self.sizes.largest)}): with it, {format_bytes(self.held + self.reserved)} "
+                f"batch {task.position} is {format_bytes(size)}, {before}: with it, {in_flight} "
                 f"would be in flight, over max_bytes={format_bytes(max_bytes)}"
             )
         return None
