@@ -25,12 +25,12 @@ def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Ca
     return (collate_fn or default_collate)(items)
 
 
-def batch_bytes_guess(source: Any, index: Any, batch_size: int) -> int:
+def batch_bytes_guess(source: Any, batch_size: int, index: Any) -> int:
     """The bytes of a batch of ``batch_size`` samples like ``source[index]``
     joined by :func:`default_collate`: one sample built and collated alone.
 
     >>> import numpy as np
-    >>> batch_bytes_guess([np.zeros(100, dtype=np.float32)], 0, batch_size=8)
+    >>> batch_bytes_guess([np.zeros(100, dtype=np.float32)], 8, 0)
     3200
     """
     return nbytes(default_collate([source[index]])) * batch_size

@@ -367,11 +367,12 @@ class Prefetcher:
             )
             self._pools.append(workers.segments.prefix)
             return workers
+        guess = None if self.batch_size is None else functools.partial(batch_bytes_guess, self._source, self.batch_size)
         return ThreadWorkers(
             self.num_workers,
             functools.partial(build, self._source, self.batch_size, self.collate_fn, channel),
             self.max_workers,
-            measure=None if self.batch_size is None else functools.partial(_guess, self._source, self.batch_size),
+            measure=guess,
         )
 
     def _start_method(self) -> str:
@@ -527,10 +528,6 @@ def _close_all(recorder: Recorder, pid: int, pools: list[str], kept: list[Worker
     if os.getpid() == pid and shm.available():
         for prefix in pools:
             shm.sweep_pool(prefix)
-
-
-def _guess(source: Any, batch_size: int, index: Any) -> int:
-    return batch_bytes_guess(source, index, batch_size)
 
 
 def _indexable(source: Any) -> bool:

@@ -186,14 +186,13 @@ def pools() -> list[PoolFiles]:
     [False]
     >>> pool.close()
     """
-    found: dict[str, list[Path]] = {}
+    found: dict[tuple[str, int], list[Path]] = {}
     for path in ROOT.glob(f"{_PREFIX}*"):
         match = _POOL_NAME.match(path.name)
         if match is not None:
-            found.setdefault(match.group(1), []).append(path)
+            found.setdefault((match.group(1), int(match.group(2))), []).append(path)
     result = []
-    for prefix, paths in sorted(found.items()):
-        owner = int(_POOL_NAME.match(prefix).group(2))  # type: ignore[union-attr]
+    for (prefix, owner), paths in sorted(found.items()):
         with _claimed(prefix, owner) as orphaned:
             pass
         result.append(

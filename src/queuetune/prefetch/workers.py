@@ -745,7 +745,7 @@ def _build_in_process(indices: Any, lease: shm.Lease) -> shm.Shipped:
 
 def _guess_in_process(index: Any) -> int:
     w = _WORKER
-    return batch_bytes_guess(w["source"], index, w["batch_size"])
+    return batch_bytes_guess(w["source"], w["batch_size"], index)
 
 
 def _travels(exc: BaseException) -> bool:
