@@ -7,9 +7,24 @@ import os
 import platform
 import re
 import statistics
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+#: How often :class:`Sampler` reads :func:`tree_memory`, in seconds.
+SAMPLE_EVERY = 0.5
+#: The loaders that short_epochs.py and real_pipeline.py hold the Prefetcher to (issue 39).
+REFERENCES = ("torch", "torch-persistent", "torchdata.nodes")
+#: ``prefetcher-fixed``'s depth.
+FIXED_DEPTH = 24
+#: What each Prefetcher row of :func:`epoch_loader` sets beyond the settings all share.
+PREFETCHERS: dict[str, dict[str, Any]] = {
+    "prefetcher": {},
+    "prefetcher-unsampled": {"sample_memory": False},
+    "prefetcher-fixed": {"adaptive": False, "depth": FIXED_DEPTH, "sample_memory": False},
+}
 
 
 class Counted:
@@ -130,12 +145,80 @@ def tree_memory(pid: int | None = None, shm: str | Path = "/dev/shm") -> dict[st
     return {"pss": pss, "shm": unmapped, "total": pss + unmapped, "processes": read}
 
 
+class Sampler:
+    """``tree_memory()`` every ``every`` seconds from a thread, until stopped."""
+
+    def __init__(self, every: float = SAMPLE_EVERY) -> None:
+        self.every = every
+        self.totals: list[int] = []
+        self.shm: list[int] = []
+        self.costs: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            began = time.perf_counter()
+            memory = tree_memory()
+            self.totals.append(memory["total"])
+            self.shm.append(memory["shm"])
+            self.costs.append(time.perf_counter() - began)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def children() -> list[Any]:
+    """This process's descendants (psutil processes)."""
+    import psutil
+
+    return psutil.Process().children(recursive=True)
+
+
+def reap() -> int:
+    """Wait up to 10 s for this process's children to end; end those left (they
+    are the loader's) and return how many there were."""
+    import psutil
+
+    _, alive = psutil.wait_procs(children(), timeout=10)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return len(alive)
+
+
 def package_versions(*packages: str) -> dict[str, str]:
     """Python's version and each installed distribution's, by its name on the
-    package index (``pillow``, ``torch``...), in the order given."""
-    from importlib.metadata import version
+    package index (``pillow``, ``torch``...), in the order given. A package
+    that is importable but not installed (``PYTHONPATH=src``) gives its module's
+    ``__version__`` with "(not installed)"; one that is neither, "absent".
 
-    return {"python": platform.python_version(), **{name: version(name) for name in packages}}
+    >>> package_versions("no-such-package-here")["no-such-package-here"]
+    'absent'
+    """
+    import importlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"python": platform.python_version()}
+    for name in packages:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            try:
+                module = importlib.import_module({"pillow": "PIL"}.get(name, name).replace("-", "_"))
+            except ImportError:
+                versions[name] = "absent"
+            else:
+                versions[name] = f"{getattr(module, '__version__', '?')} (not installed)"
+    return versions
 
 
 def add_paired(comparison: dict[str, Any]) -> None:
@@ -295,3 +378,125 @@ def stop_nodes(*nodes: Any) -> None:
             if shutdown is not None:
                 shutdown()
             inner = getattr(inner, "_it", None)
+
+
+class Collated:
+    """torchdata.nodes' map function: the batch of samples at a list of indices, collated."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __call__(self, indices: list[int]) -> Any:
+        from torch.utils.data import default_collate
+
+        return default_collate([self.data[i] for i in indices])
+
+
+def epoch_loader(
+    name: str, data: Any, batch: int, workers: int, pin_memory: bool = False
+) -> tuple[Iterable[Any], Callable[[], None]]:
+    """short_epochs.py's and real_pipeline.py's loader ``name`` over the
+    map-style ``data``, built anew for a run, each with ``workers`` worker
+    processes started by fork and a new shuffled order each epoch; and what
+    stops all it runs:
+
+    - ``torch``, ``torch-persistent``: ``DataLoader(data, batch, shuffle=True,
+      num_workers=workers, persistent_workers=name == "torch-persistent",
+      pin_memory=pin_memory)``; the persistent workers are shut down by the stop;
+    - ``torchdata.nodes``: :func:`nodes_loader` of
+      ``SamplerWrapper(BatchSampler(RandomSampler))`` and :class:`Collated`;
+    - ``prefetcher``, ``prefetcher-unsampled``, ``prefetcher-fixed``:
+      ``queuetune.Prefetcher(data, batch_size=batch, shuffle=True,
+      mode="process", workers=workers, max_bytes="4GiB")`` with what
+      :data:`PREFETCHERS` sets; closed by the stop.
+    """
+    if name in ("torch", "torch-persistent"):
+        from torch.utils.data import DataLoader
+
+        loader: Any = DataLoader(
+            data,
+            batch_size=batch,
+            shuffle=True,
+            num_workers=workers,
+            persistent_workers=name == "torch-persistent",
+            pin_memory=pin_memory,
+            multiprocessing_context="fork",
+        )
+
+        def close() -> None:
+            iterator = getattr(loader, "_iterator", None)  # kept only with persistent workers
+            if iterator is not None:
+                iterator._shutdown_workers()
+                loader._iterator = None
+
+        return loader, close
+    if name in PREFETCHERS:
+        import queuetune
+
+        prefetcher = queuetune.Prefetcher(
+            data,
+            batch_size=batch,
+            shuffle=True,
+            mode="process",
+            workers=workers,
+            max_bytes="4GiB",
+            multiprocessing_context="fork",
+            **PREFETCHERS[name],
+        )
+        return prefetcher, prefetcher.close
+    if name != "torchdata.nodes":
+        raise ValueError(f"no loader named {name!r}")
+    from torch.utils.data import BatchSampler, RandomSampler
+    from torchdata.nodes import SamplerWrapper
+
+    batches = SamplerWrapper(BatchSampler(RandomSampler(range(len(data))), batch, drop_last=False))
+    return nodes_loader(batches, Collated(data), workers)
+
+
+def summarize_epochs(runs: dict[str, list[dict[str, Any]]], rate: str, digits: int) -> dict[str, dict[str, Any]]:
+    """Each loader's rows over the rounds: the median of ``rate`` (each round's
+    rounded to ``digits``), the median first-batch wait over all epochs and
+    rounds, the highest PSS peak and the median of the rounds' PSS medians, the
+    highest unmapped /dev/shm, the children left; and ``x_best_reference``, the
+    median ``rate`` over the best median of the :data:`REFERENCES` that ran."""
+    summary = {}
+    for name, rows in runs.items():
+        peaks = [r["pss_peak"] for r in rows if r["pss_peak"] is not None]
+        medians = [r["pss_median"] for r in rows if r["pss_median"] is not None]
+        summary[name] = {
+            rate: statistics.median(r[rate] for r in rows),
+            "rounds": [round(r[rate], digits) for r in rows],
+            "first_batch_wait_median": statistics.median(w for r in rows for w in r["first_batch_waits"]),
+            "pss_peak": max(peaks) if peaks else None,
+            "pss_median": statistics.median(medians) if medians else None,
+            "unmapped_shm_peak": max((r["unmapped_shm_peak"] or 0) for r in rows),
+            "children_left": sum(r["children_left"] for r in rows),
+        }
+    references = [summary[name][rate] for name in REFERENCES if name in summary]
+    best = max(references) if references else None
+    for s in summary.values():
+        s["x_best_reference"] = s[rate] / best if best else None
+    return summary
+
+
+def issue39_targets(summary: dict[str, dict[str, Any]], unit: str) -> list[dict[str, Any]]:
+    """Issue 39's two checks of the Prefetcher's defaults (``summary["prefetcher"]``,
+    from :func:`summarize_epochs`): its throughput (in ``unit``) against the best
+    reference's, its PSS peak against the DataLoader's (``torch``); n/a where
+    either did not run."""
+    ours = summary.get("prefetcher")
+    ratio = ours["x_best_reference"] if ours else None
+    torch_ = summary.get("torch")
+    peaks = bool(ours and torch_ and ours["pss_peak"] is not None and torch_["pss_peak"] is not None)
+    return [
+        {
+            "target": f"prefetcher (defaults) {unit} >= 1.0 x the best of {', '.join(REFERENCES)}",
+            "value": ratio if ratio is not None else "n/a",
+            "met": None if ratio is None else ratio >= 1.0,
+        },
+        {
+            "target": "prefetcher (defaults) PSS peak <= torch's (DataLoader, persistent_workers=False)",
+            "value": f"{mib(ours['pss_peak'])} vs {mib(torch_['pss_peak'])}" if ours and torch_ and peaks else "n/a",
+            "met": ours["pss_peak"] <= torch_["pss_peak"] if ours and torch_ and peaks else None,
+        },
+    ]

@@ -1,41 +1,95 @@
-"""A real input pipeline: JPEGs decoded and augmented in worker processes, a ResNet-18
-trained on them; torch's DataLoader against queuetune.Prefetcher against torchdata.nodes.
+"""A real input pipeline over several epochs, a new iterator each: JPEGs decoded
+and augmented in worker processes, a ResNet-18 trained on them; torch's
+DataLoader (with and without persistent workers) and torchdata.nodes against
+queuetune.Prefetcher, in throughput and in the real memory of the process tree.
 
-Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--images 600]
-         [--batch 16] [--workers 2] [--steps 24] [--rounds 2] [--json] [--out DIR]
+Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders NAME,...]
+         [--epoch-batches 20] [--epochs 3] [--batch 16] [--workers 2] [--size 500x375]
+         [--rounds 2] [--warmup-steps 3] [--json] [--out DIR]
 
-- The data: ``--images`` JPEGs of 320x240 (quality 90), made on the spot with
-  Pillow from seeded noise and shapes, in a temporary folder.
+- The data: ``--epoch-batches * --batch`` JPEGs (320 at the defaults) of
+  ``--size`` (500x375, ImageNet's typical size; quality 90), made on the spot
+  with Pillow from seeded noise and shapes (``examples/images.py``'s
+  ``make_images``), in a temporary folder. The dataset is exactly that many
+  batches, so every loader's epoch is ``--epoch-batches`` batches with no
+  batch dropped (the benchmark stops with an error if an epoch has another
+  count).
 - A sample: the JPEG decoded with Pillow, then the transforms of torchvision's
   ImageNet recipe written with Pillow and torch in ``examples/images.py``
   (torchvision is not used: its builds for torch 2.13.0 do not load against
-  the CPU build of torch):
-  ``RandomResizedCrop(224)`` (scale 0.08-1, ratio 3/4-4/3, bilinear),
-  a horizontal flip with p=0.5, ``ToTensor`` (uint8 HWC to float CHW in [0, 1]),
-  ``Normalize`` with ImageNet's mean and std. Batches are collated in the workers.
-- The model: ResNet-18 (torchvision's layout: 7x7 stem, four stages of two basic
-  blocks, 64-512 channels, 10 classes here), SGD with momentum, cross-entropy,
-  trained one step per batch; bf16 autocast on CUDA, float32 on the CPU.
-- The loaders, each with ``--workers`` worker processes (fork):
-  ``torch.utils.data.DataLoader(dataset, batch_size, shuffle=True, num_workers,
-  pin_memory=cuda, persistent_workers=False)`` (prefetch_factor 2);
-  ``queuetune.Prefetcher(dataset, batch_size, shuffle=True, mode="process",
-  workers, max_bytes="2GiB", sample_memory=False)`` with its other defaults
-  (adaptive depth, in order; no memory sampling, which the other two lack);
-  torchdata.nodes: ``ParallelMapper(batches of indices, map_fn=load and collate,
-  num_workers, in_order=True, method="process")`` -> ``Prefetcher(2)`` -> ``Loader``.
-- Throughput: images per second over the steps after the first 4 (the model's
-  own warm-up included in those), the loaders interleaved for ``--rounds``
-  rounds, the median over rounds; the fraction of the time the step loop waited
-  for its next batch.
-- Memory: the most samples started (counted as each sample's load begins, in
-  the worker) and not yet released (the step loop releases a batch's samples
-  once its step is done), the same way for all three loaders; shown as batches
-  (samples / batch) and as the bytes of those decoded samples, the highest over
-  rounds.
-- Targets (issue 15): the Prefetcher's images/s >= 0.99 x the best loader's,
-  and its peak no more than the smallest peak among the loaders that reach
-  >= 0.98 x the best.
+  the CPU build of torch): ``RandomResizedCrop(224)`` (scale 0.08-1, ratio
+  3/4-4/3, bilinear), a horizontal flip with p=0.5, ``ToTensor`` (uint8 HWC to
+  float CHW in [0, 1]), ``Normalize`` with ImageNet's mean and std: 588 KiB of
+  float32 and an int label. Samples are collated into batches in the workers.
+- The model: ResNet-18 (torchvision's layout: 7x7 stem, four stages of two
+  basic blocks, 64-512 channels, 10 classes here), SGD with momentum,
+  cross-entropy, one step per batch, built anew (seed 0) for each run. On
+  CUDA: the model and each input in channels_last, inputs moved with
+  ``non_blocking=True``, bf16 autocast, ``cudnn.benchmark`` on and
+  ``torch.cuda.synchronize()`` after each step; on the CPU float32. Before
+  each run's loader is built, ``--warmup-steps`` steps on a random batch of the
+  same shape, so that the first steps' costs (cudnn's autotuning, the
+  allocators' first blocks) fall outside every loader's timing.
+- The consumer: ``for epoch in range(epochs): for x, y in loader: step``, a new
+  iterator each epoch, as training does.
+- The loaders (``--loaders``; by default the first four), each with
+  ``--workers`` worker processes started by fork, each built anew for each run
+  and closed after it, exactly as short_epochs.py builds them
+  (``common.epoch_loader``): ``torch``: ``DataLoader(dataset, batch_size,
+  shuffle=True, num_workers, persistent_workers=False, pin_memory=(device is
+  cuda))`` (prefetch_factor 2); ``torch-persistent``: the same with
+  ``persistent_workers=True`` (its workers shut down after the run);
+  ``torchdata.nodes``: ``ParallelMapper(batches of indices, map_fn=load and
+  collate, num_workers, in_order=True, method="process")`` -> ``Prefetcher(2)``
+  -> ``Loader``, the batches of indices from
+  ``SamplerWrapper(BatchSampler(RandomSampler))`` so that each epoch is
+  shuffled anew (skipped, with a note, where torchdata does not import);
+  ``prefetcher``: ``queuetune.Prefetcher(dataset, batch_size, shuffle=True,
+  mode="process", workers, max_bytes="4GiB", multiprocessing_context="fork")``
+  with all its other defaults (adaptive depth, memory sampling on);
+  ``prefetcher-fixed`` (not run unless named): the same with
+  ``adaptive=False, depth=24, sample_memory=False``, a reference for the data
+  path at a fixed depth. Only the two torch loaders pin memory (on CUDA).
+- Throughput: images per second over the whole run, epoch starts included:
+  ``epochs * epoch-batches * batch`` over the time from just before the first
+  epoch's ``iter()`` (the ``for`` loop's start) to the end of the last step
+  (its ``synchronize()`` on CUDA). Within that span: every epoch's ``iter()``
+  (worker starts, where a loader starts workers), every wait for a batch,
+  every step, the end of each epoch but the last; outside it: building the
+  loader object, the warm-up steps, the last epoch's ``StopIteration`` and
+  closing the loader. The input wait: the part of that span the loop spent
+  outside its steps (from the end of one step, or the span's start, to the
+  next batch in hand: epoch ends and starts included), over the span; the
+  first batch: each epoch's wait from ``iter()`` to its first batch, the median
+  over epochs and rounds; the step: the median step (each step's seconds are in
+  the JSON's runs). A step's time includes what the loader's processes cost it
+  on the same cores: on 2 cores the first step after a loader forks its
+  workers took about 1 s against 0.35 s (batch 8; the workers starting, and
+  copy-on-write after the fork), once an epoch for a loader that starts
+  workers each epoch, once a run for one that keeps them. The loaders
+  interleaved for ``--rounds`` rounds, the order rotated one each round; the
+  median over rounds, and its ratio to the best median of the references
+  (``torch``, ``torch-persistent``, ``torchdata.nodes``, those that ran).
+- Memory, as short_epochs.py measures it: ``common.tree_memory()``, the PSS of
+  this process and all its descendants plus the bytes of this tree's files in
+  /dev/shm that none of its processes maps, sampled every 0.5 s by a thread
+  (``common.Sampler``) from just before the first ``iter()`` to the end of the
+  last epoch; the highest peak over rounds and the median of the rounds'
+  medians. The same measure of this process alone (the model built and warmed
+  up, no loader yet) is shown as the floor. The sampler costs CPU itself (about
+  0.1 s a sample on 2 cores), the same for every loader. On CUDA, torch's cached GPU and
+  pinned host memory is emptied after each run, so that one loader's pinned
+  batches do not stay in the next one's PSS. Also the most samples started
+  (counted as each sample's load begins, in whichever process loads it) and not
+  yet released (the step loop releases a batch's samples once its step is
+  done), the highest over rounds, in batches and in the bytes of those decoded
+  samples; the Prefetcher's count includes the one sample its worker builds to
+  guess a batch's size before the first batch.
+- Between runs the benchmark checks (psutil) that no child process is left:
+  it waits up to 10 s for the loader's children to end, records how many did
+  not, and ends those itself.
+- Targets (issue 39): the Prefetcher's defaults at >= 1.0 x the best of the
+  references' images/s, and its PSS peak <= the DataLoader's (``torch``).
 """
 
 from __future__ import annotations
@@ -49,13 +103,33 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Counted, machine, mib, nodes_loader, package_versions, publish, rotated, target_lines
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from images import ImageFolder, make_images, resnet18, train_transform
 
-WARMUP = 4
-LOADERS = ("torch", "prefetcher", "torchdata.nodes")
+from common import (
+    FIXED_DEPTH,
+    SAMPLE_EVERY,
+    Counted,
+    Sampler,
+    children,
+    epoch_loader,
+    issue39_targets,
+    machine,
+    mib,
+    package_versions,
+    preamble,
+    publish,
+    reap,
+    rotated,
+    summarize_epochs,
+    target_lines,
+    tree_memory,
+)
+
+LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-fixed")
+DEFAULT_LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher")
+QUALITY = 90  # make_images' JPEG quality
 
 
 class CountedImages:
@@ -73,192 +147,301 @@ class CountedImages:
         return self.data[i]
 
 
-class Collated:
-    """torchdata.nodes' map function: the batch of samples at a list of indices, collated."""
+class Trainer:
+    """A ResNet-18 trained one step per batch on ``device``, built anew (seed 0)."""
 
-    def __init__(self, data: CountedImages) -> None:
-        self.data = data
+    def __init__(self, device: str) -> None:
+        import torch
+        from torch import nn
 
-    def __call__(self, indices: list[int]) -> Any:
-        from torch.utils.data import default_collate
+        torch.manual_seed(0)
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        model = resnet18().to(self.device)
+        self.model = (model.to(memory_format=torch.channels_last) if self.cuda else model).train()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.loss_fn = nn.CrossEntropyLoss()
 
-        return default_collate([self.data[i] for i in indices])
+    def step(self, x: Any, y: Any) -> None:
+        import torch
 
+        x = torch.as_tensor(x).to(self.device, non_blocking=True)
+        if self.cuda:
+            x = x.contiguous(memory_format=torch.channels_last)
+        y = torch.as_tensor(y).to(self.device, non_blocking=True)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
+            loss = self.loss_fn(self.model(x), y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        if self.cuda:
+            torch.cuda.synchronize()
 
-def loader_for(name: str, data: CountedImages, args: argparse.Namespace, steps: int) -> tuple[Any, Any]:
-    """The loader, and what closes it."""
-    import torch
+    def warm_up(self, steps: int, batch: int, shape: tuple[int, ...]) -> None:
+        """``steps`` steps on a random batch of ``batch`` samples of ``shape``."""
+        import torch
 
-    if name == "torch":
-        from torch.utils.data import DataLoader
-
-        loader = DataLoader(
-            data,
-            batch_size=args.batch,
-            shuffle=True,
-            num_workers=args.workers,
-            pin_memory=args.device == "cuda",
-            drop_last=True,
-        )
-        return loader, lambda: None
-    if name == "prefetcher":
-        import queuetune
-
-        prefetcher = queuetune.Prefetcher(
-            data,
-            batch_size=args.batch,
-            shuffle=True,
-            mode="process",
-            workers=args.workers,
-            max_bytes="2GiB",
-            sample_memory=False,
-        )
-        return prefetcher, prefetcher.close
-    from torchdata.nodes import IterableWrapper
-
-    order = torch.randperm(len(data)).tolist()
-    batches = [order[i : i + args.batch] for i in range(0, steps * args.batch, args.batch)]
-    return nodes_loader(IterableWrapper(batches), Collated(data), args.workers)
-
-
-def run(name: str, data: ImageFolder, args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    device = torch.device(args.device)
-    model = resnet18().to(device).train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-    steps = min(args.steps, len(data) // args.batch)
-    counted = Counted()
-    loader, close = loader_for(name, CountedImages(data, counted), args, steps)
-    arrived, waited = [], []
-    try:
-        iterator = iter(loader)
+        x, y = torch.randn(batch, *shape), torch.randint(0, 10, (batch,))
         for _ in range(steps):
-            asked = time.perf_counter()
-            x, y = next(iterator)
-            got = time.perf_counter()
-            x, y = torch.as_tensor(x).to(device, non_blocking=True), torch.as_tensor(y).to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                loss = loss_fn(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            arrived.append(got)
-            waited.append(got - asked)
-            del x, y
-            counted.release(args.batch)
-        del iterator
+            self.step(x, y)
+
+
+def host_cache_emptier() -> Any:
+    """What gives back torch's cached pinned host memory: ``torch.accelerator``'s
+    ``empty_host_cache`` (newer torch), else ``torch._C._host_emptyCache`` (CUDA
+    builds), else None."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    return getattr(accelerator, "empty_host_cache", None) or getattr(torch._C, "_host_emptyCache", None)
+
+
+def empty_caches(device: str) -> None:
+    """On CUDA, give back torch's cached GPU memory and its cached pinned host memory."""
+    if device != "cuda":
+        return
+    import torch
+
+    torch.cuda.empty_cache()
+    emptier = host_cache_emptier()
+    if emptier is not None:
+        emptier()
+
+
+def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Namespace) -> dict[str, Any]:
+    """One run of ``args.epochs`` epochs of a loader built for it; its row."""
+    before = children()
+    if before:
+        raise RuntimeError(f"child processes left before {name} ran: {[p.pid for p in before]}")
+    trainer = Trainer(args.device)
+    trainer.warm_up(args.warmup_steps, args.batch, shape)
+    alone = tree_memory()["total"]  # this process alone: the model built and warmed up, no loader yet
+    counted = Counted()
+    loader, close = epoch_loader(
+        name, CountedImages(data, counted), args.batch, args.workers, pin_memory=args.device == "cuda"
+    )
+    firsts, counts, steps = [], [], []
+    waited = 0.0
+    try:
+        with Sampler() as sampler:
+            started = done = time.perf_counter()
+            for _ in range(args.epochs):
+                began = time.perf_counter()
+                count = 0
+                for x, y in loader:
+                    got = time.perf_counter()
+                    if count == 0:
+                        firsts.append(got - began)
+                    waited += got - done
+                    trainer.step(x, y)
+                    del x, y
+                    counted.release(args.batch)
+                    count += 1
+                    done = time.perf_counter()
+                    steps.append(done - got)
+                counts.append(count)
+            ended = time.perf_counter()
     finally:
         close()
-    timed = arrived[WARMUP:]
-    span = timed[-1] - timed[0]
+        del loader, trainer
+        gc.collect()
+        empty_caches(args.device)
+    left = reap()
+    if any(count != args.epoch_batches for count in counts):
+        raise RuntimeError(f"{name}: epochs of {counts} batches, not {args.epoch_batches}")
+    span = done - started
+    totals = sampler.totals
     return {
-        "images_per_s": (len(timed) - 1) * args.batch / span,
-        "input_wait_fraction": sum(waited[WARMUP + 1 :]) / span,
+        "images_per_s": args.epochs * args.epoch_batches * args.batch / span,
+        "seconds": span,
+        "seconds_to_loop_end": ended - started,
+        "input_wait_fraction": waited / span,
+        "step_median_s": statistics.median(steps),
+        "step_seconds": sum(steps),  # the span is this and the input wait
+        "steps": steps,
+        "first_batch_waits": firsts,
+        "pss_before": alone,
+        "pss_peak": max(totals) if totals else None,
+        "pss_median": statistics.median(totals) if totals else None,
+        "unmapped_shm_peak": max(sampler.shm) if sampler.shm else None,
+        "pss_samples": len(totals),
+        "sample_cost_median": statistics.median(sampler.costs) if sampler.costs else None,
+        "children_left": left,
         "peak_started_samples": counted.peak,
     }
 
 
-def targets(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 15's two checks of the Prefetcher: its throughput against the best
-    loader's, and its peak against the leanest loader within 0.98 x the best."""
-    ours = summary["prefetcher"]
-    best = max(s["images_per_s"] for s in summary.values())
-    close = [s["peak_started_samples"] for s in summary.values() if s["images_per_s"] >= 0.98 * best]
-    leanest = min(close)
-    return [
-        {
-            "target": "prefetcher images/s >= 0.99 x the best loader's",
-            "value": ours["images_per_s"] / best,
-            "met": ours["images_per_s"] >= 0.99 * best,
-        },
-        {
-            "target": "prefetcher peak started samples <= the least of the loaders at >= 0.98 x the best",
-            "value": f"{ours['peak_started_samples']} vs {leanest}",
-            "met": ours["peak_started_samples"] <= leanest,
-        },
+def summarize(runs: dict[str, list[dict[str, Any]]], batch: int, sample_bytes: int) -> dict[str, dict[str, Any]]:
+    """short_epochs.py's summary in images/s, with the input wait, the step and the started samples."""
+    summary = summarize_epochs(runs, "images_per_s", 1)
+    for name, rows in runs.items():
+        peak = max(r["peak_started_samples"] for r in rows)
+        summary[name].update(
+            input_wait_fraction=statistics.median(r["input_wait_fraction"] for r in rows),
+            step_median_s=statistics.median(r["step_median_s"] for r in rows),
+            peak_started_samples=peak,
+            peak_started_batches=peak / batch,
+            peak_started_bytes=peak * sample_bytes,
+        )
+    return summary
+
+
+def render(result: dict[str, Any]) -> str:
+    s = result["settings"]
+    lines = [
+        *preamble(
+            f"Real pipeline: {s['epochs']} epochs of {s['epoch_batches']} batches, a new iterator each; JPEG "
+            f"{s['size'][0]}x{s['size'][1]} (quality {s['quality']}) -> RandomResizedCrop(224), flip, ToTensor, "
+            f"Normalize, batches of {s['batch']} ({mib(result['sample_bytes'] * s['batch'])}) -> ResNet-18 training "
+            f"on {result['device']}; {s['workers']} worker processes (fork); {s['rounds']} interleaved rounds, "
+            f"{s['warmup_steps']} model warm-up steps before each run",
+            result,
+        ),
+        "images/s: whole run, epoch starts included; x best ref: to the best median of torch, torch-persistent, "
+        "torchdata.nodes; input wait: the run's time outside the steps; step: median step; first batch: median "
+        "wait from iter() to an epoch's first batch; PSS: the process tree's PSS + its unmapped /dev/shm files, "
+        f"sampled every {s['sample_every_s']} s (peak: highest over rounds; median: of the rounds' medians); "
+        "started: most samples started and not yet released (batches)",
+        "",
+        f"{'loader':<17} {'images/s per round':<20} {'median':>7} {'x best ref':>11} {'input wait':>11} "
+        f"{'step':>8} {'first batch':>12} {'PSS peak':>12} {'PSS median':>12} {'started':>8}",
     ]
+    for name, r in result["loaders"].items():
+        ratio = "n/a" if r["x_best_reference"] is None else f"{r['x_best_reference']:.3f}"
+        lines.append(
+            f"{name:<17} {', '.join(f'{x:.1f}' for x in r['rounds']):<20} {r['images_per_s']:>7.1f} {ratio:>11} "
+            f"{r['input_wait_fraction']:>11.1%} {r['step_median_s'] * 1e3:>5.0f} ms "
+            f"{r['first_batch_wait_median'] * 1e3:>9.0f} ms {mib(r['pss_peak']):>12} {mib(r['pss_median']):>12} "
+            f"{r['peak_started_batches']:>8.2f}"
+        )
+    before = [r["pss_before"] for rows in result["runs"].values() for r in rows]
+    lines.append(
+        f"PSS of this process alone before each run (model built, no loader): {mib(min(before))} to {mib(max(before))}"
+    )
+    left = {name: r["children_left"] for name, r in result["loaders"].items() if r["children_left"]}
+    lines.append(
+        "child processes left after a run: "
+        + (", ".join(f"{name} {n}" for name, n in left.items()) + " (ended by the benchmark)" if left else "none")
+    )
+    for note in result["notes"]:
+        lines.append(f"note: {note}")
+    lines += ["", *target_lines(result["targets"])]
+    return "\n".join(lines)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--images", type=int, default=600)
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument(
+        "--loaders", default=",".join(DEFAULT_LOADERS), help="comma-separated, of: " + ", ".join(LOADERS)
+    )
+    parser.add_argument("--epoch-batches", type=int, default=20, help="batches an epoch: the dataset is this x --batch")
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--size", default="500x375", help="the JPEGs' WIDTHxHEIGHT")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup-steps", type=int, default=3, help="model steps on a random batch before each run")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", type=Path, help="write real_pipeline[_DEVICE].json and .txt here")
+    parser.add_argument("--out", type=Path, help="write real_pipeline[_cuda].json and .txt into this folder")
     args = parser.parse_args()
+    names = [name.strip() for name in args.loaders.split(",") if name.strip()]
+    unknown = [name for name in names if name not in LOADERS]
+    if unknown or not names or len(set(names)) != len(names):
+        parser.error(f"--loaders: distinct names of {', '.join(LOADERS)}; got {args.loaders!r}")
+    try:
+        width, height = (int(n) for n in args.size.lower().split("x"))
+    except ValueError:
+        parser.error(f"--size: WIDTHxHEIGHT, got {args.size!r}")
+    if min(width, height) < 48:
+        parser.error("--size: at least 48x48 (make_images draws shapes up to 40 pixels in from the edges)")
+    args.size = (width, height)
+    if min(args.workers, args.batch, args.epoch_batches, args.epochs, args.rounds) < 1:
+        parser.error("--workers, --batch, --epoch-batches, --epochs and --rounds must be at least 1")
+    if args.warmup_steps < 0:
+        parser.error("--warmup-steps must not be below 0")
     import torch
+    import torch.utils.data
 
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LOADERS}
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device")
+        torch.backends.cudnn.benchmark = True
+    notes = []
+    if args.device == "cuda" and host_cache_emptier() is None:
+        notes.append("this torch has no call to empty its pinned host memory cache: kept between runs")
+    # Every loader's modules imported before the first run, so that each run forks the same process.
+    try:
+        import torchdata.nodes  # noqa: F401
+    except ImportError as error:
+        if "torchdata.nodes" in names:
+            names.remove("torchdata.nodes")
+            notes.append(f"torchdata.nodes skipped: torchdata does not import here ({error})")
+            print(f"note: {notes[-1]}", file=sys.stderr, flush=True)
+    if any(name.startswith("prefetcher") for name in names):
+        try:
+            import queuetune  # noqa: F401
+        except ImportError as error:
+            parser.error(f"queuetune does not import ({error}): put src and its dependencies on PYTHONPATH")
+    if not names:
+        parser.error("--loaders: none of them can run here")
+    ordered = [name for name in LOADERS if name in names]
+
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ordered}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="queuetune-jpegs-") as folder:
-        make_images(Path(folder), args.images)
+        count = args.epoch_batches * args.batch
+        making = time.perf_counter()
+        make_images(Path(folder), count, size=args.size)
+        print(f"{count} JPEGs of {width}x{height} made in {time.perf_counter() - making:.1f} s", file=sys.stderr)
         data = ImageFolder(folder, train_transform())
-        sample_bytes = int(data[0][0].nbytes) + 8  # the image tensor and its label, collated as int64
+        image = data[0][0]
+        shape, sample_bytes = tuple(image.shape), int(image.nbytes) + 8  # and its label, collated as int64
         for round_ in range(args.rounds):
-            for name in rotated(list(LOADERS), round_):
-                row = run(name, data, args)
-                # The loader's objects, now, here: not in a worker process forked from this one later.
-                gc.collect()
+            for name in rotated(ordered, round_):
+                row = run(name, data, shape, args)
                 runs[name].append(row)
                 print(
-                    f"round {round_ + 1} {name}: {row['images_per_s']:.1f} images/s, "
-                    f"input wait {row['input_wait_fraction']:.1%}",
+                    f"round {round_ + 1} {name}: {row['images_per_s']:.1f} images/s, input wait "
+                    f"{row['input_wait_fraction']:.1%}, step {row['step_median_s'] * 1e3:.0f} ms, first batches "
+                    + ", ".join(f"{w * 1e3:.0f}" for w in row["first_batch_waits"])
+                    + f" ms, PSS peak {mib(row['pss_peak'])} (unmapped /dev/shm {mib(row['unmapped_shm_peak'])}), "
+                    f"median {mib(row['pss_median'])} "
+                    f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each), "
+                    f"started {row['peak_started_samples']} samples, children left {row['children_left']}",
                     file=sys.stderr,
                     flush=True,
                 )
-    summary = {
-        name: {
-            "images_per_s": statistics.median(r["images_per_s"] for r in rs),
-            "rounds": [round(r["images_per_s"], 1) for r in rs],
-            "input_wait_fraction": statistics.median(r["input_wait_fraction"] for r in rs),
-            "peak_started_samples": max(r["peak_started_samples"] for r in rs),
-        }
-        for name, rs in runs.items()
-    }
-    best = max(s["images_per_s"] for s in summary.values())
-    for s in summary.values():
-        s["x_best"] = s["images_per_s"] / best
-        s["peak_started_batches"] = s["peak_started_samples"] / args.batch
-        s["peak_started_bytes"] = s["peak_started_samples"] * sample_bytes
-    device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
-    result = {
+    summary = summarize(runs, args.batch, sample_bytes)
+    result: dict[str, Any] = {
         "benchmark": "real_pipeline",
         "machine": machine(),
-        "device": device,
-        "versions": package_versions("torch", "torchdata", "pillow", "queuetune"),
-        "settings": {k: getattr(args, k) for k in ("images", "batch", "workers", "steps", "rounds")},
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "CPU",
+        "versions": package_versions("torch", "torchdata", "pillow", "numpy", "queuetune"),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "settings": {
+            "loaders": ordered,
+            "epoch_batches": args.epoch_batches,
+            "epochs": args.epochs,
+            "batch": args.batch,
+            "workers": args.workers,
+            "size": list(args.size),
+            "quality": QUALITY,
+            "rounds": args.rounds,
+            "warmup_steps": args.warmup_steps,
+            "device": args.device,
+            "fixed_depth": FIXED_DEPTH,
+            "sample_every_s": SAMPLE_EVERY,
+        },
+        "sample_bytes": sample_bytes,
         "seconds": time.monotonic() - started,
         "loaders": summary,
-        "sample_bytes": sample_bytes,
-        "targets": targets(summary),
+        "runs": runs,
+        "notes": notes,
+        "targets": issue39_targets(summary, "images/s"),
     }
-    lines = [
-        f"JPEG 320x240 -> RandomResizedCrop(224), flip, ToTensor, Normalize -> ResNet-18 training on {device}",
-        f"machine: {result['machine']}; versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()),
-        f"batch {args.batch}, {args.workers} worker processes, {args.steps} steps (first {WARMUP} not counted), "
-        f"{args.rounds} interleaved rounds; wall {result['seconds']:.0f} s",
-        "",
-        f"{'loader':<16} {'images/s':>9} {'x best':>7} {'input wait':>11} {'peak started':>22}  rounds",
-    ]
-    for name, s in summary.items():
-        peak = f"{s['peak_started_batches']:.2f} b, {mib(s['peak_started_bytes'])}"
-        lines.append(
-            f"{name:<16} {s['images_per_s']:>9.1f} {s['x_best']:>7.3f} {s['input_wait_fraction']:>10.1%} {peak:>22}  "
-            + ", ".join(map(str, s["rounds"]))
-        )
-    lines += ["", *target_lines(result["targets"])]
     stem = "real_pipeline" if args.device == "cpu" else f"real_pipeline_{args.device}"
-    publish(result, "\n".join(lines), stem, args.json, args.out)
+    publish(result, render(result), stem, args.json, args.out)
     return 0
 
 

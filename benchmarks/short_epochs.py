@@ -22,9 +22,10 @@ The GPU machine's case of design.md ("What a real GPU showed": the defaults at
   ``torch``: ``DataLoader(dataset, batch_size, shuffle=True, num_workers,
   persistent_workers=False)`` (prefetch_factor 2); ``torch-persistent``: the
   same with ``persistent_workers=True`` (its workers stopped after the run);
-  ``torchdata.nodes`` (as real_pipeline.py builds it): ``ParallelMapper(batches
-  of indices, map_fn=load and collate, num_workers, in_order=True,
-  method="process")`` -> ``Prefetcher(2)`` -> ``Loader``, the batches of indices
+  ``torchdata.nodes`` (``common.epoch_loader`` builds all of these, for
+  real_pipeline.py too): ``ParallelMapper(batches of indices, map_fn=load and
+  collate, num_workers, in_order=True, method="process")`` ->
+  ``Prefetcher(2)`` -> ``Loader``, the batches of indices
   from ``SamplerWrapper(BatchSampler(RandomSampler))`` so that each epoch is
   shuffled anew as the others' are (``iter(Loader)`` resets the root node each
   epoch, and the ParallelMapper starts new worker processes), stopped with
@@ -71,22 +72,34 @@ import argparse
 import gc
 import statistics
 import sys
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, mib, nodes_loader, package_versions, preamble, publish, rotated, target_lines, tree_memory
+from common import (
+    FIXED_DEPTH,
+    SAMPLE_EVERY,
+    Sampler,
+    children,
+    epoch_loader,
+    issue39_targets,
+    machine,
+    mib,
+    package_versions,
+    preamble,
+    publish,
+    reap,
+    rotated,
+    summarize_epochs,
+    target_lines,
+    tree_memory,
+)
 
 LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-unsampled", "prefetcher-fixed")
-REFERENCES = ("torch", "torch-persistent", "torchdata.nodes")
-FIXED_DEPTH = 24
-SAMPLE_EVERY = 0.5
 
 
 class Samples:
@@ -104,114 +117,6 @@ class Samples:
         return self.image + np.float32(i % 7), i % 10
 
 
-class Collated:
-    """torchdata.nodes' map function: the batch of samples at a list of indices, collated."""
-
-    def __init__(self, data: Samples) -> None:
-        self.data = data
-
-    def __call__(self, indices: list[int]) -> Any:
-        from torch.utils.data import default_collate
-
-        return default_collate([self.data[i] for i in indices])
-
-
-class Sampler:
-    """``tree_memory()`` every ``every`` seconds from a thread, until stopped."""
-
-    def __init__(self, every: float = SAMPLE_EVERY) -> None:
-        self.every = every
-        self.totals: list[int] = []
-        self.shm: list[int] = []
-        self.costs: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pss-sampler", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            began = time.perf_counter()
-            memory = tree_memory()
-            self.totals.append(memory["total"])
-            self.shm.append(memory["shm"])
-            self.costs.append(time.perf_counter() - began)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def loader_for(name: str, data: Samples, args: argparse.Namespace) -> tuple[Iterable[Any], Callable[[], None]]:
-    """The loader, and what stops all it runs."""
-    if name in ("torch", "torch-persistent"):
-        from torch.utils.data import DataLoader
-
-        loader = DataLoader(
-            data,
-            batch_size=args.batch,
-            shuffle=True,
-            num_workers=args.workers,
-            persistent_workers=name == "torch-persistent",
-            multiprocessing_context="fork",
-        )
-
-        def close() -> None:
-            iterator = getattr(loader, "_iterator", None)  # kept only with persistent workers
-            if iterator is not None:
-                iterator._shutdown_workers()
-                loader._iterator = None
-
-        return loader, close
-    if name.startswith("prefetcher"):
-        import queuetune
-
-        fixed: dict[str, Any] = {
-            "prefetcher": {},
-            "prefetcher-unsampled": {"sample_memory": False},
-            "prefetcher-fixed": {"adaptive": False, "depth": FIXED_DEPTH, "sample_memory": False},
-        }[name]
-        prefetcher = queuetune.Prefetcher(
-            data,
-            batch_size=args.batch,
-            shuffle=True,
-            mode="process",
-            workers=args.workers,
-            max_bytes="4GiB",
-            multiprocessing_context="fork",
-            **fixed,
-        )
-        return prefetcher, prefetcher.close
-    from torch.utils.data import BatchSampler, RandomSampler
-    from torchdata.nodes import SamplerWrapper
-
-    batches = SamplerWrapper(BatchSampler(RandomSampler(range(len(data))), args.batch, drop_last=False))
-    return nodes_loader(batches, Collated(data), args.workers)
-
-
-def children() -> list[Any]:
-    import psutil
-
-    return psutil.Process().children(recursive=True)
-
-
-def reap() -> int:
-    """Wait up to 10 s for this process's children to end; end those left (they
-    are the loader's) and return how many there were."""
-    import psutil
-
-    _, alive = psutil.wait_procs(children(), timeout=10)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5)
-    return len(alive)
-
-
 def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One run of ``args.epochs`` epochs of a loader built for it; its row."""
     before = children()
@@ -220,7 +125,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     alone = tree_memory()["total"]  # this process alone, before the loader is built
     data = Samples(args.epoch_batches * args.batch, args.shape, args.build_ms / 1e3)
     step = args.step_ms / 1e3
-    loader, close = loader_for(name, data, args)
+    loader, close = epoch_loader(name, data, args.batch, args.workers)
     firsts, counts = [], []
     try:
         with Sampler() as sampler:
@@ -259,48 +164,6 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "sample_cost_median": statistics.median(sampler.costs) if sampler.costs else None,
         "children_left": left,
     }
-
-
-def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    summary = {}
-    for name, rows in runs.items():
-        peaks = [r["pss_peak"] for r in rows if r["pss_peak"] is not None]
-        medians = [r["pss_median"] for r in rows if r["pss_median"] is not None]
-        summary[name] = {
-            "batches_per_s": statistics.median(r["batches_per_s"] for r in rows),
-            "rounds": [round(r["batches_per_s"], 2) for r in rows],
-            "first_batch_wait_median": statistics.median(w for r in rows for w in r["first_batch_waits"]),
-            "pss_peak": max(peaks) if peaks else None,
-            "pss_median": statistics.median(medians) if medians else None,
-            "unmapped_shm_peak": max((r["unmapped_shm_peak"] or 0) for r in rows),
-            "children_left": sum(r["children_left"] for r in rows),
-        }
-    references = [summary[name]["batches_per_s"] for name in REFERENCES if name in summary]
-    best = max(references) if references else None
-    for s in summary.values():
-        s["x_best_reference"] = s["batches_per_s"] / best if best else None
-    return summary
-
-
-def targets(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 39's two checks of the Prefetcher's defaults: its batches/s against
-    the best reference's, its PSS peak against the DataLoader's."""
-    ours = summary.get("prefetcher")
-    ratio = ours["x_best_reference"] if ours else None
-    torch_ = summary.get("torch")
-    peaks = ours and torch_ and ours["pss_peak"] is not None and torch_["pss_peak"] is not None
-    return [
-        {
-            "target": "prefetcher (defaults) batches/s >= 1.0 x the best of torch, torch-persistent, torchdata.nodes",
-            "value": ratio if ratio is not None else "n/a",
-            "met": None if ratio is None else ratio >= 1.0,
-        },
-        {
-            "target": "prefetcher (defaults) PSS peak <= torch's (DataLoader, persistent_workers=False)",
-            "value": f"{mib(ours['pss_peak'])} vs {mib(torch_['pss_peak'])}" if peaks else "n/a",
-            "met": ours["pss_peak"] <= torch_["pss_peak"] if peaks else None,
-        },
-    ]
 
 
 def render(result: dict[str, Any]) -> str:
@@ -391,7 +254,7 @@ def main() -> int:
                 file=sys.stderr,
                 flush=True,
             )
-    summary = summarize(runs)
+    summary = summarize_epochs(runs, "batches_per_s", 2)
     result = {
         "benchmark": "short_epochs",
         "machine": machine(),
@@ -414,7 +277,7 @@ def main() -> int:
         "seconds": time.monotonic() - started,
         "loaders": summary,
         "runs": runs,
-        "targets": targets(summary),
+        "targets": issue39_targets(summary, "batches/s"),
     }
     publish(result, render(result), "short_epochs", args.json, args.out)
     return 0

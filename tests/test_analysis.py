@@ -187,6 +187,7 @@ REPORT_KEYS = {
     "peak_in_flight_bytes",
     "mean_in_flight_batches",
     "peak_building_batches",
+    "peak_pool_bytes",
     "producer_time",
     "consumer_step",
     "input_wait_seconds",
@@ -214,6 +215,7 @@ def test_report_json_schema():
     trace = Trace(meta={"num_batches": 1}, produced=produced, consumed=[Consumed(0, 1)], end=1)
     data = json.loads(analyze(trace).to_json())
     assert set(data) == REPORT_KEYS
+    assert data["peak_pool_bytes"] is None  # no pool marks: not a Prefetcher in process mode
     assert set(data["producer_time"]) == {"n", "median", "p95", "mean"}
     assert set(data["start"]) == {"runs", "first_batch_seconds", "seconds", "built_before_asked"}
     assert set(data["series"]) == {"t", "batches", "bytes"}

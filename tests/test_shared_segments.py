@@ -16,8 +16,12 @@ import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher
+from queuetune.analysis import analyze
 from queuetune.prefetch import shm, workers
 from queuetune.prefetch.errors import PrefetcherClosed, WorkerDied
+from queuetune.render.console import report_rows
+from queuetune.trace import Trace
+from queuetune.units import format_bytes
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
 
@@ -115,31 +119,139 @@ def test_batches_that_grow_and_shrink_and_a_collate_fn_of_ones_own_arrive_whole(
     assert_nothing_left_running()
 
 
-def test_a_pool_keeps_few_spares_and_tells_workers_what_it_dropped():
+def built(pool: shm.Pool, value: float, size: int = 200_000) -> shm.Shipped:
+    """A batch of ``size`` bytes built under the pool's next lease and settled, as a worker's would be."""
+    lease = pool.lend(size)
+    shipped = shm.ship(np.full(size // 4, value, dtype=np.float32), lease, pool.shelf)
+    pool.settle(shipped, lease)
+    return shipped
+
+
+def test_a_pool_shelves_few_spares_and_tells_workers_what_it_dropped():
     pool = shm.Pool(os.getpid())
     try:
-        leases = [pool.lend(200_000) for _ in range(5)]
-        assert len({lease.name for lease in leases}) == 5 and len(segments(pool.prefix)) == 5
+        batches = [built(pool, i) for i in range(5)]  # the shelf is empty: five new segments
+        names = [b.segments().pop() for b in batches]
+        assert len(set(names)) == 5 and segments(pool.prefix) == sorted(names)
         assert f"{pool.prefix}lock" in files(pool.prefix)
-        opened = []
-        for i, lease in enumerate(leases):
-            shipped = shm.ship(np.full(40_000, i, dtype=np.float32), lease)
-            pool.settle(shipped, lease)
-            opened.append(pool.open(shipped))
+        opened = [pool.open(b) for b in batches]
         assert pool.held() == 5 and [int(a[0]) for a in opened] == [0, 1, 2, 3, 4]
         del opened
         gc.collect()
-        assert pool.held() == 0
-        lease = pool.lend(200_000)  # from the spares; the others were removed
-        assert len(segments(pool.prefix)) == shm.SPARE
-        assert len(lease.dropped) == 5 - shm.SPARE and lease.name not in lease.dropped
-        assert pool.lend(0).name is None  # size unknown: nothing lent
+        assert pool.held() == 0 and len(pool.shelf.names()) == shm.SPARE  # the others were removed
+        lease = pool.lend(200_000)
+        assert len(segments(pool.prefix)) == shm.SPARE and len(lease.dropped) == 5 - shm.SPARE
+        taken = shm.ship(np.ones(50_000, dtype=np.float32), lease, pool.shelf)
+        assert taken.lent in pool.shelf.names() | set(names) and taken.lent not in lease.dropped
+        assert taken.made == {} and pool.held() == 0  # taken by a build, not settled yet
+        assert pool.lend(0).size == 0  # size unknown: no room lent
+        pool.settle(taken, lease)
+        assert pool.held() == 1
         unused = pool.lend(200_000)
-        pool.settle(shm.ship([1, 2], unused), unused)  # nothing large: the lent segment comes back at once
-        assert pool.held() == 1  # only `lease`, never settled
+        small = shm.ship([1, 2], unused, pool.shelf)  # nothing large: no segment taken
+        assert small.lent is None and small.made == {}
     finally:
         pool.close()
     assert files(pool.prefix) == []
+
+
+def test_spare_segments_count_against_the_budget():
+    size = shm._round(200_000)
+    pool = shm.Pool(os.getpid(), budget=3 * size)
+    try:
+        batches = [built(pool, i) for i in range(4)]  # lending is the schedule's to bound, not the pool's
+        assert pool.bytes == 4 * size and pool.held() == 4
+        opened = [pool.open(b) for b in batches[:2]]  # handed over: outside the budget
+        del opened
+        gc.collect()
+        # two batches built and not handed over, one spare: a second spare would break the
+        # budget (SPARE alone would keep it)
+        assert pool.held() == 2 and len(pool.shelf.names()) == 1 and pool.bytes == 3 * size and shm.SPARE == 2
+        x = pool.open(batches[2])
+        assert pool.held() == 2 and len(pool.shelf.names()) == 1  # nothing came back
+        pool.discard(batches[3])  # never to be handed over: back, and the budget has room for it
+        assert pool.held() == 1 and len(pool.shelf.names()) == 2 and pool.bytes == 3 * size
+        del x
+        gc.collect()
+        assert pool.held() == 0 and len(pool.shelf.names()) == 2 and pool.bytes == 2 * size
+    finally:
+        pool.close()
+    assert files(pool.prefix) == [] and pool.bytes == 0
+
+
+def test_a_spare_segment_too_large_or_too_small_for_the_batches_asked_for_is_dropped():
+    pool = shm.Pool(os.getpid())
+    try:
+        big = built(pool, 1, 250_000)  # as while the size is guessed, with a margin
+        pool.discard(big)
+        small = built(pool, 2, 200_000)  # the size known: a quarter smaller
+        assert small.lent is None and big.segments().pop() not in segments(pool.prefix)
+        pool.discard(small)
+        close = built(pool, 3, 190_000)  # within an eighth: the spare fits and is taken again
+        assert close.lent == small.segments().pop()
+        pool.discard(close)
+        larger = pool.lend(300_000)  # batches grew: the spare is too small for them
+        assert pool.shelf.names() == set() and close.lent in larger.dropped
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_shared_memory_a_prefetcher_keeps_stays_within_its_budget_and_is_reported():
+    batch = 8  # 1 MiB a batch
+    budget = 6 * batch * SAMPLE * 4
+    seen = []
+    with Prefetcher(Samples(batch * 30), batch_size=batch, mode="process", workers=4, max_bytes=budget) as p:
+        for _ in range(2):
+            for x, _label in p:
+                seen.append(p._epoch.workers.pool_bytes())
+                del x
+        report = p.report()
+        saved = p.trace().to_json()
+    # The budget, the batch the step holds and the one it held last (released as this one
+    # arrives), each segment rounded up to whole pages.
+    bound = budget + 2 * shm._round(batch * SAMPLE * 4) + 8 * shm._PAGE
+    assert len(seen) == 60 and 0 < max(seen) <= bound
+    assert report.peak_pool_bytes == max(seen)
+    assert analyze(Trace.from_json(saved)).peak_pool_bytes == max(seen)  # the marks are in the saved trace
+    shown = dict(report_rows(report))["shared-memory pool (peak)"]
+    assert shown.startswith(format_bytes(max(seen)))
+    assert report.to_dict()["peak_pool_bytes"] == max(seen)
+    assert files() == []
+    assert_nothing_left_running()
+
+
+class SlowLast(Samples):
+    """As Samples, but the last sample of each batch after the first sleeps
+    ``seconds``: its batch is being built, not yet collated, meanwhile."""
+
+    def __init__(self, n: int, batch: int, seconds: float) -> None:
+        super().__init__(n)
+        self.batch, self.seconds = batch, seconds
+
+    def __getitem__(self, i: int):
+        if i >= self.batch and i % self.batch == self.batch - 1:
+            time.sleep(self.seconds)
+        return super().__getitem__(i)
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_takes_its_segment_as_it_is_collated_not_as_its_build_starts():
+    batch = 8
+    with Prefetcher(
+        SlowLast(batch * 6, batch, 2.0), batch_size=batch, mode="process", workers=4, max_bytes="64MiB"
+    ) as p:
+        got = []
+        for position, (x, y) in enumerate(p):
+            if position == 0:
+                # Batches 1 to 3 are being built (asleep on their last sample): no segment yet.
+                pool = p._epoch.workers.segments
+                assert len(segments(pool.prefix)) == 1 and p._epoch.schedule.building >= 3
+            got.append([int(v) for v in y])
+            del x, y
+    assert got == [list(range(b * batch, (b + 1) * batch)) for b in range(6)]
+    assert files() == []
+    assert_nothing_left_running()
 
 
 def test_a_view_outlives_the_pool_and_its_file():
@@ -167,7 +279,7 @@ def test_allocate_places_arrays_in_the_lent_segment_only_while_building():
         shipped = arena.ship((inside, np.ones(50_000, dtype=np.float32)))
         # the second array did not fit: a segment of its own
         first, second = shipped.batch
-        assert first.name == lease.name and second.name.startswith(pool.prefix) and second.name != lease.name
+        assert first.name == arena.name and second.name.startswith(pool.prefix) and second.name != arena.name
         assert shipped.nbytes == 400_000 + 200_000 and shipped.segments() == {first.name, second.name}
         pool.settle(shipped, lease)
         x, y = pool.open(shipped)
@@ -468,7 +580,7 @@ def test_a_large_batch_that_cannot_be_sent_back_fails_clearly_and_its_segment_is
     settle = shm.Pool.settle
 
     def spy(self, shipped, lease):
-        settled.append(lease.name)
+        settled.append(shipped is not None)
         return settle(self, shipped, lease)
 
     monkeypatch.setattr(shm.Pool, "settle", spy)

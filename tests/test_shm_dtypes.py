@@ -342,7 +342,7 @@ def test_bfloat16_samples_are_stacked_straight_into_the_lent_segment():
         lease = pool.lend(1_000_000)
         with shm.building(lease) as arena:
             shipped, copies, _ = arena.plan(default_collate(samples))
-        assert copies == [] and shipped.batch.name == lease.name and shipped.batch.tensor_dtype == "bfloat16"
+        assert copies == [] and shipped.batch.name == arena.name and shipped.batch.tensor_dtype == "bfloat16"
         pool.settle(shipped, lease)
         got = pool.open(shipped)
         assert got.dtype == torch.bfloat16 and tensor_bytes(got) == tensor_bytes(torch.stack(samples))

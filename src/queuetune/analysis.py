@@ -132,6 +132,9 @@ class Report:
     peak_in_flight_bytes: int
     mean_in_flight_batches: float
     peak_building_batches: int
+    #: The most shared memory a Prefetcher in process mode kept for its batches (its
+    #: segments: in flight, held by the step, and spare), from its ``pool`` marks; None without.
+    peak_pool_bytes: int | None
     producer_time: Timing
     consumer_step: Timing
     input_wait_seconds: float | None
@@ -241,6 +244,7 @@ def analyze(trace: Trace) -> Report:
         peak_in_flight_bytes=peak_bytes,
         mean_in_flight_batches=mean_batches,
         peak_building_batches=_peak_overlap([(p.start, p.end) for p in produced]),
+        peak_pool_bytes=max((int(m.value) for m in trace.marks if m.kind == "pool"), default=None),
         producer_time=Timing.of([p.end - p.start for p in produced]),
         consumer_step=Timing.of([r - c.consumed for c, r in zip(consumed, releases) if r is not None]),
         input_wait_seconds=wait_total,

@@ -57,7 +57,9 @@ class Consumed:
 @dataclass
 class Mark:
     """A point in time on the consumer's side: ``run_begin``, ``run_end``,
-    ``epoch_begin``, ``epoch_end``, ``error``, ``pause``."""
+    ``epoch_begin``, ``epoch_end``, ``error``, ``pause_begin``, ``pause_end``; and a
+    Prefetcher's ``depth``, ``workers`` and ``pool`` (the bytes of its shared-memory
+    segments) as they change."""
 
     t: float
     kind: str
@@ -353,7 +355,7 @@ def _build(kind: type, data: Any, where: str) -> Any:
 
 
 _SIZES = ("nbytes", "rss", "children", "n_children", "rows")
-_COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end")
+_COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end", "pool")
 
 
 def _is_key(value: Any) -> bool:

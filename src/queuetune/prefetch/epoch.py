@@ -95,6 +95,7 @@ class Epoch:
                 schedule.fill()
             steps: deque[float] = deque(maxlen=STEP_WINDOW)
             got = None
+            pooled: int | None = None
             while True:
                 asked = clock()
                 if got is not None:
@@ -122,6 +123,10 @@ class Epoch:
                     self._start_more()
                 samples = task.indices if isinstance(task.indices, list) else None
                 recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
+                pool = self.workers.pool_bytes()
+                if pool is not None and pool != pooled:
+                    recorder.mark("pool", pool)
+                    pooled = pool
                 yield batch
         except GeneratorExit:
             raise

@@ -1,21 +1,26 @@
 """Arrays and tensors from worker processes through reused shared memory.
 
 The receiving process keeps a :class:`Pool` of segments: files in /dev/shm, each
-mapped once. With each batch a worker is asked to build, the pool lends it a
-segment as large as the largest batch so far (a :class:`Lease`). The worker maps
-the segment once and keeps it mapped, collates straight into it where it can
+mapped once. With each batch a worker is asked to build, the pool lends it room
+as large as the largest batch so far (a :class:`Lease`). As the batch's first
+large array goes in, the worker takes a spare segment of that size from the
+pool's :class:`Shelf` (memory shared with the receiver) or makes one, maps it
+once and keeps it mapped, collates straight into it where it can
 (:func:`allocate`, used by :func:`.collate.default_collate`) or copies the
 batch's large arrays into it, and sends back only descriptors (:class:`Piece`).
+So a segment holds memory from its batch's collation until the batch is gone,
+not while the worker builds the samples.
 A large copy may be made behind the worker's next build (see
 :class:`.workers.Shipper`): then the batch says so (``pending``) and the
 receiver waits for the worker's word before opening it.
 The receiver hands out arrays over its own mapping: no copy, and once a segment
-has been used no new page either. The segment comes back to the pool when the
-last view of its batch is gone; a few spare ones are kept, the rest removed.
+has been used no new page either. The segment goes back on the shelf when the
+last view of its batch is gone; a few spare ones are kept (within the budget,
+where there is one), the rest removed.
 
 Files are named with the receiver's pid, so :func:`sweep` removes what a killed
-worker left behind, and :meth:`Pool.close` removes every name at the epoch's end
-(a mapping stays valid for the views still alive).
+worker left behind, and :meth:`Pool.close` removes every name as the prefetcher
+closes (a mapping stays valid for the views still alive).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import ctypes
 import errno
 import fcntl
 import mmap
+import multiprocessing
 import os
 import re
 import shutil
@@ -58,16 +64,20 @@ _ALIGN = 64
 _PAGE = mmap.PAGESIZE
 # Spare segments a pool keeps for the next batches; more are removed.
 SPARE = 2
+# A spare segment larger than the batches asked for by more than this share is removed, not lent.
+OVERSIZE = 1 / 8
+# Bytes of a segment's name after its pool's prefix (a uuid's hex).
+_KEY = 32
 
 
 @dataclass(frozen=True)
 class Lease:
-    """What a worker is lent for one batch: a segment (``name`` None: none yet,
-    the size of a batch is not known), how many segments the pool holds (the
-    worker keeps no more mapped), and the segments the pool removed lately (the
-    worker lets go of its mappings of them)."""
+    """What a worker is lent for one batch: room for ``size`` bytes (0: none, the
+    size of a batch is not known yet), in a segment from the shelf or one it
+    makes; how many segments the pool holds (the worker keeps no more mapped);
+    and the segments the pool removed lately (the worker lets go of its
+    mappings of them)."""
 
-    name: str | None
     size: int
     keep: int
     prefix: str
@@ -272,22 +282,116 @@ def describe_space() -> str:
 # --- in the receiver ---------------------------------------------------------------------
 
 
-class Pool:
-    """The receiver's segments: lent to builds, holding batches, or spare.
+class Shelf:
+    """Spare segments offered to the workers, in memory shared with them. A worker
+    takes one as the first large array of its batch goes in, not as its build
+    starts: a segment holds memory for a batch from its collation until the batch
+    is let go of, never while its worker builds the samples, and a reused
+    segment needs no new page. The receiver offers and recalls them.
 
-    >>> pool = Pool(os.getpid())
-    >>> lease = pool.lend(100_000)
-    >>> shipped = ship((np.arange(20_000.0), 3), lease)
-    >>> pool.settle(shipped, lease)
-    >>> x, y = pool.open(shipped)
-    >>> bool((x == np.arange(20_000.0)).all()), y, pool.held()
-    (True, 3, 1)
-    >>> del x; pool.held(), pool.lend(100_000).name == lease.name  # its segment is lent again
-    (0, True)
-    >>> pool.close()
+    Each operation waits at most ``wait`` seconds for the lock, which a worker
+    killed while holding it would keep for ever: then the shelf is passed by (a
+    worker makes a segment of its own; the receiver removes what it would offer).
+
+    >>> import multiprocessing
+    >>> shelf = Shelf("queuetune-0-test-", multiprocessing.get_context())
+    >>> shelf.offer("queuetune-0-test-" + "a" * 32, 4096), shelf.offer("queuetune-0-test-" + "b" * 32, 8192)
+    (True, True)
+    >>> shelf.take(5000) == "queuetune-0-test-" + "b" * 32, len(shelf.names())
+    (True, 1)
+    >>> shelf.take(5000) is None  # nothing large enough
+    True
     """
 
-    def __init__(self, owner: int, spare: int = SPARE) -> None:
+    CAPACITY = 16
+
+    def __init__(self, prefix: str, context: Any, wait: float = 1.0) -> None:
+        self.prefix, self.wait = prefix, wait
+        self._lock = context.Lock()
+        self._sizes = context.RawArray("q", self.CAPACITY)  # 0: an empty place
+        self._keys = context.RawArray("c", self.CAPACITY * _KEY)
+
+    def offer(self, name: str, size: int) -> bool:
+        """Put segment ``name`` of ``size`` bytes on the shelf; False if it is full or locked."""
+        key = name[len(self.prefix) :].encode()
+        if not self._lock.acquire(timeout=self.wait):
+            return False
+        try:
+            for place in range(self.CAPACITY):
+                if self._sizes[place] == 0:
+                    self._keys[place * _KEY : (place + 1) * _KEY] = key
+                    self._sizes[place] = size
+                    return True
+            return False
+        finally:
+            self._lock.release()
+
+    def take(self, need: int) -> str | None:
+        """The smallest segment of ``need`` bytes or more, taken off the shelf; None if none."""
+        if not self._lock.acquire(timeout=self.wait):
+            return None
+        try:
+            fitting = [p for p in range(self.CAPACITY) if self._sizes[p] >= need]
+            if not fitting:
+                return None
+            place = min(fitting, key=lambda p: self._sizes[p])
+            self._sizes[place] = 0
+            return self.prefix + self._keys[place * _KEY : (place + 1) * _KEY].decode()
+        finally:
+            self._lock.release()
+
+    def recall(self, name: str) -> bool:
+        """Take segment ``name`` back off the shelf; False if a worker took it first (or it is locked)."""
+        key = name[len(self.prefix) :].encode()
+        if not self._lock.acquire(timeout=self.wait):
+            return False
+        try:
+            for place in range(self.CAPACITY):
+                if self._sizes[place] and self._keys[place * _KEY : (place + 1) * _KEY] == key:
+                    self._sizes[place] = 0
+                    return True
+            return False
+        finally:
+            self._lock.release()
+
+    def names(self) -> set[str] | None:
+        """The segments on the shelf now (None: its lock could not be had)."""
+        if not self._lock.acquire(timeout=self.wait):
+            return None
+        try:
+            return {
+                self.prefix + self._keys[p * _KEY : (p + 1) * _KEY].decode()
+                for p in range(self.CAPACITY)
+                if self._sizes[p]
+            }
+        finally:
+            self._lock.release()
+
+
+class Pool:
+    """The receiver's segments: on the shelf (spare), taken by a build, or holding batches.
+
+    >>> pool = Pool(os.getpid())
+    >>> lease = pool.lend(200_000)
+    >>> shipped = ship((np.arange(20_000.0), 3), lease, pool.shelf)  # a new segment: the shelf is empty
+    >>> pool.settle(shipped, lease)
+    >>> x, y = pool.open(shipped)
+    >>> bool((x == np.arange(20_000.0)).all()), y, pool.held(), pool.bytes  # 200,000 bytes in whole pages
+    (True, 3, 1, 204800)
+    >>> del x; pool.held(), pool.shelf.names() == shipped.segments()  # its segment is on the shelf again
+    (0, True)
+    >>> again = ship(np.ones(20_000), pool.lend(200_000), pool.shelf)
+    >>> again.segments() == shipped.segments(), pool.shelf.names()  # the next batch took it
+    (True, set())
+    >>> pool.close()
+
+    At most ``spare`` segments are on the shelf; with ``budget`` (bytes), only
+    while they, the segments taken by builds and those of batches not yet
+    opened fit in it. ``context``: the multiprocessing context the workers are
+    started with (the shelf's lock and memory are made with it).
+    """
+
+    def __init__(self, owner: int, spare: int = SPARE, budget: int | None = None, context: Any = None) -> None:
         # Each pool's own names: closing one removes no other's files.
         self.prefix = f"{_PREFIX}{owner}-{uuid.uuid4().hex[:8]}-"
         # Held by this process and the workers it forks while any of them runs (see :func:`pools`).
@@ -295,45 +399,59 @@ class Pool:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         self._release = weakref.finalize(self, os.close, self._lock_fd)
         self.spare = spare
+        self.budget = budget
+        self.shelf = Shelf(self.prefix, context or multiprocessing.get_context())
         self._lock = threading.Lock()
         self._maps: dict[str, mmap.mmap] = {}
-        self._free: list[str] = []
+        # Segments put on the shelf and not settled since (on it, or taken by a build),
+        # and those of batches built and not opened: with the spare ones, what the budget bounds.
+        self._offered: set[str] = set()
+        self._waiting: set[str] = set()
+        self._bytes = 0
         # Segments whose batch is gone, appended by finalizers (in any thread, at
-        # any moment, so never under the lock) and taken in by the next lend.
+        # any moment) and shelved at once, or by the next lend where the lock is held.
         self._back: deque[str] = deque()
         self._dropped: deque[str] = deque(maxlen=64)
         self._closed = False
 
     def lend(self, reserve: int) -> Lease:
-        """A segment of at least ``reserve`` bytes for the next build (none while ``reserve`` is 0)."""
+        """What the next build is lent: room for ``reserve`` bytes (0: its size is
+        not known), taken from the shelf or made as its first array goes in.
+        Spare segments that a batch of that size would not use are removed first:
+        too small, or much larger (made while the size was only guessed)."""
         with self._lock:
-            self._take_back()
-            name = None
-            if reserve > 0 and not self._closed:
-                fitting = [n for n in self._free if len(self._maps[n]) >= reserve]
-                if fitting:
-                    name = min(fitting, key=lambda n: len(self._maps[n]))
-                    self._free.remove(name)
-                else:
-                    name = self._create(_round(reserve))
-            size = len(self._maps[name]) if name else 0
-            return Lease(name, size, len(self._maps) + 1, self.prefix, tuple(self._dropped))
+            self._take_back(reserve)
+            return Lease(reserve, len(self._maps) + 1, self.prefix, tuple(self._dropped))
+
+    @property
+    def bytes(self) -> int:
+        """The bytes of every segment the pool holds: spare, taken by builds, or holding batches."""
+        return self._bytes
 
     def settle(self, shipped: Shipped | None, lease: Lease) -> None:
-        """After a build (``shipped`` None: it failed): map the segments the worker
-        made; the lent segment comes back at once if the batch is not in it."""
+        """After a build (``shipped`` None: it failed, and its worker put back
+        what it took): map the segments the worker made; a segment taken
+        from the shelf comes back at once if the batch is not in it."""
         with self._lock:
-            if shipped is not None:
-                for name in shipped.made:
-                    self._adopt(name)
-            used = shipped.segments() if shipped is not None else set()
-        if lease.name is not None and lease.name not in used:
-            self._back.append(lease.name)
+            if shipped is None:
+                return
+            for name in shipped.made:
+                self._adopt(name)
+            used = shipped.segments()
+            self._offered -= used
+            self._waiting.update(n for n in used if n in self._maps)
+            unused = shipped.lent is not None and shipped.lent not in used
+            if unused:
+                self._offered.discard(shipped.lent or "")
+        if unused:
+            self._back.append(shipped.lent or "")
 
     def open(self, shipped: Shipped) -> Any:
         """The batch with arrays (and tensors) over the segments; each segment
         comes back when the last view into it is gone."""
         holders: dict[str, Any] = {}
+        with self._lock:
+            self._waiting.difference_update(shipped.segments())
 
         def view(piece: Any) -> Any:
             if not isinstance(piece, Piece):
@@ -345,7 +463,7 @@ class Pool:
                 if mapped is None:  # a segment made by a worker that this pool has not seen
                     mapped = _map(piece.name)
                 holder = (ctypes.c_char * len(mapped)).from_buffer(mapped)
-                weakref.finalize(holder, self._back.append, piece.name)
+                weakref.finalize(holder, _returned, weakref.ref(self), piece.name)
                 holders[piece.name] = holder
             # The holder is the arrays' base: its finalizer runs once the last view is gone.
             array = _laid_out(memoryview(holder), piece)
@@ -353,15 +471,28 @@ class Pool:
 
         return _replace(shipped.batch, view)
 
+    def returned(self, name: str) -> None:
+        """Segment ``name``'s batch is gone: shelve it now if the pool is free,
+        else at the next lend (a finalizer may run while this thread holds the lock)."""
+        self._back.append(name)
+        if self._lock.acquire(blocking=False):
+            try:
+                if not self._closed:
+                    self._take_back()
+            finally:
+                self._lock.release()
+
     def discard(self, shipped: Shipped) -> None:
         """Take back the segments of a batch that will never be opened."""
+        with self._lock:
+            self._waiting.difference_update(shipped.segments())
         self._back.extend(shipped.segments())
 
     def held(self) -> int:
-        """Segments neither spare nor lent: holding batches."""
+        """Segments holding batches: neither spare nor taken by a build under way."""
         with self._lock:
             self._take_back()
-            return len(self._maps) - len(self._free)
+            return len(self._maps) - len(self._offered)
 
     def close(self) -> None:
         """Remove every segment's name (those of builds never settled too); views
@@ -369,31 +500,79 @@ class Pool:
         with self._lock:
             self._closed = True
             self._maps.clear()
-            self._free.clear()
+            self._offered.clear()
+            self._waiting.clear()
+            self._bytes = 0
         sweep_pool(self.prefix)
         self._release()
 
-    def _take_back(self) -> None:
+    def _take_back(self, reserve: int = 0) -> set[str] | None:
+        """Shelve the segments whose batches are gone, as far as the spare count and
+        the budget allow, and remove the rest; the segments on the shelf now."""
+        shelved = self.shelf.names()
+        back = []
         while self._back:
             name = self._back.popleft()
-            if name in self._maps and name not in self._free:
-                self._free.append(name)
-        while len(self._free) > self.spare:
-            name = min(self._free, key=lambda n: len(self._maps[n]))
-            self._free.remove(name)
-            del self._maps[name]  # unmapped once no view is left
-            _unlink(str(ROOT / name))
-            self._dropped.append(name)
+            if name in self._maps and name not in self._offered:
+                back.append(name)
+        if shelved is None:  # the shelf's lock is stuck (a worker killed holding it): nothing goes on it
+            for name in back:
+                self._drop(name)
+            return None
+        if reserve > 0:
+            useless = [n for n in shelved if not reserve <= len(self._maps.get(n, b"")) <= _oversized(reserve)]
+            for name in useless:
+                if name in self._maps and self.shelf.recall(name):
+                    shelved.discard(name)
+                    self._offered.discard(name)
+                    self._drop(name)
+            back_useless = [n for n in back if not reserve <= len(self._maps[n]) <= _oversized(reserve)]
+            for name in back_useless:
+                back.remove(name)
+                self._drop(name)
+        taken = self._offered - shelved
+        for name in sorted(back, key=lambda n: -len(self._maps[n])):
+            size = len(self._maps[name])
+            if len(shelved) < self.spare and self._within_budget(shelved, taken, size) and self.shelf.offer(name, size):
+                shelved.add(name)
+                self._offered.add(name)
+            else:
+                self._drop(name)
+        while shelved and (len(shelved) > self.spare or not self._within_budget(shelved, taken, 0)):
+            name = min(shelved, key=lambda n: len(self._maps.get(n, b"")))
+            shelved.discard(name)
+            if self.shelf.recall(name):
+                self._offered.discard(name)
+                self._drop(name)
+            else:
+                taken.add(name)
+        return shelved
 
-    def _create(self, size: int) -> str:
-        name, mapped = _new_segment(self.prefix, size)
-        self._maps[name] = mapped
-        return name
+    def _within_budget(self, shelved: set[str], taken: set[str], more: int) -> bool:
+        if self.budget is None:
+            return True
+        kept = sum(len(self._maps[n]) for n in shelved | taken | self._waiting if n in self._maps)
+        return kept + more <= self.budget
+
+    def _drop(self, name: str) -> None:
+        mapped = self._maps.pop(name, None)  # unmapped once no view is left
+        if mapped is None:
+            return
+        self._bytes -= len(mapped)
+        _unlink(str(ROOT / name))
+        self._dropped.append(name)
 
     def _adopt(self, name: str) -> None:
         if name in self._maps or self._closed:
             return
-        self._maps[name] = _map(name)
+        mapped = self._maps[name] = _map(name)
+        self._bytes += len(mapped)
+
+
+def _returned(pool: weakref.ref[Pool], name: str) -> None:
+    alive = pool()
+    if alive is not None:
+        alive.returned(name)
 
 
 # --- in a worker process -------------------------------------------------------------------
@@ -422,23 +601,54 @@ class _Mapped:
 
 _MAPPED = _Mapped()
 _ARENA: list[Arena] = []
+# The shelf of the pool this worker process builds for (set as it starts).
+_SHELF: list[Shelf] = []
 
 
 class Arena:
-    """Where one batch's large arrays go in a worker: the lent segment, from its start.
+    """Where one batch's large arrays go in a worker: one segment, from its start,
+    taken from ``shelf`` (by default this worker's) or made as the first array goes in.
 
-    >>> arena = Arena(Lease(None, 0, 0, "queuetune-test-"))
-    >>> arena.allocate((100_000,), np.float32) is None  # nothing lent
+    >>> arena = Arena(Lease(0, 0, "queuetune-test-"))
+    >>> arena.allocate((100_000,), np.float32) is None  # no room lent
     True
     """
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, shelf: Shelf | None = None) -> None:
         self.lease = lease
-        self.buffer = _MAPPED.get(lease.name) if lease.name is not None else None
+        self.shelf = shelf if shelf is not None else (_SHELF[0] if _SHELF else None)
+        self.name: str | None = None
+        self.buffer: mmap.mmap | None = None
+        # The segment taken from the shelf (None: none, or one made here: in ``made``).
+        self.lent: str | None = None
         self.used = 0
         # Arrays placed by allocate: data address -> offset.
         self.placed: dict[int, int] = {}
         self.made: dict[str, int] = {}
+
+    def give_back(self) -> None:
+        """After a build that failed: the segment taken goes back on the shelf, one made is removed."""
+        if self.lent is not None and self.shelf is not None and self.buffer is not None:
+            if not self.shelf.offer(self.lent, len(self.buffer)):
+                _unlink(str(ROOT / self.lent))
+        for name in self.made:
+            _MAPPED.maps.pop(name, None)
+            _unlink(str(ROOT / name))
+        self.lent = self.name = self.buffer = None
+        self.made = {}
+
+    def _segment(self) -> mmap.mmap | None:
+        """The batch's segment, taken or made now if it has none yet (None: no room was lent)."""
+        if self.buffer is None and self.lease.size > 0:
+            name = self.shelf.take(self.lease.size) if self.shelf is not None else None
+            if name is not None:
+                self.buffer, self.lent = _MAPPED.get(name), name
+            else:
+                name, self.buffer = _new_segment(self.lease.prefix, _round(self.lease.size))
+                _MAPPED.add(name, self.buffer)
+                self.made[name] = len(self.buffer)
+            self.name = name
+        return self.buffer
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
         """An array in the lent segment, or None (too small to share, or no room)."""
@@ -489,30 +699,32 @@ class Arena:
                 return obj
             array, kind, tensor_dtype = shareable
             size += array.nbytes
-            piece = Piece(self.lease.name or "", 0, array.shape, array.dtype, kind, _order(array), tensor_dtype)
+            piece = Piece("", 0, array.shape, array.dtype, kind, _order(array), tensor_dtype)
             placed = self._placed_at(array)
             if placed is not None:
-                piece.offset = placed
+                piece.name, piece.offset = self.name or "", placed
                 return piece
             alone = alone and unshared is not None and id(obj) in unshared
             offset = self._room(array.nbytes)
             if offset is None or self.buffer is None:
                 overflow.append((array, piece))  # placed by _spill
             else:
-                piece.offset = offset
+                piece.name, piece.offset = self.name or "", offset
                 copies.append(_copy_into(self.buffer, piece, array))
             return piece
 
         shipped = _replace(batch, place)
         if overflow:
             copies.extend(self._spill(overflow))
-        return Shipped(shipped, self.lease.name, self.made, size), copies, alone and bool(copies)
+        return Shipped(shipped, self.lent, self.made, size), copies, alone and bool(copies)
 
     def _room(self, size: int) -> int | None:
         if size < MIN_BYTES:
             return None
         offset = _aligned(self.used)
-        if offset + size > self.lease.size:
+        if offset + size > (len(self.buffer) if self.buffer is not None else self.lease.size):
+            return None
+        if self._segment() is None:
             return None
         self.used = offset + size
         return offset
@@ -524,7 +736,7 @@ class Arena:
         return offset
 
     def _spill(self, overflow: list[tuple[np.ndarray, Piece]]) -> list[Copy]:
-        """One new segment for the arrays that did not fit in the lent one; the copies into it."""
+        """One new segment for the arrays that did not fit in the batch's first one; the copies into it."""
         offsets, end = [], 0
         for array, _piece in overflow:
             offsets.append(_aligned(end))
@@ -612,20 +824,24 @@ def copy(copies: list[Copy]) -> None:
         target[...] = array
 
 
-def ship(batch: Any, lease: Lease) -> Shipped:
+def ship(batch: Any, lease: Lease, shelf: Shelf | None = None) -> Shipped:
     """``batch`` as a worker sends it under ``lease`` (see :class:`Arena`)."""
     _MAPPED.trim(lease)
-    return Arena(lease).ship(batch)
+    return Arena(lease, shelf).ship(batch)
 
 
 @contextlib.contextmanager
-def building(lease: Lease) -> Iterator[Arena]:
+def building(lease: Lease, shelf: Shelf | None = None) -> Iterator[Arena]:
     """While a worker builds a batch under ``lease``: :func:`allocate` places
-    arrays in its segment; then ship the batch with the arena's :meth:`Arena.ship`."""
+    arrays in its segment; then ship the batch with the arena's :meth:`Arena.ship`.
+    If the build fails, what the arena took goes back (:meth:`Arena.give_back`)."""
     _MAPPED.trim(lease)
-    _ARENA[:] = [Arena(lease)]
+    _ARENA[:] = [Arena(lease, shelf)]
     try:
         yield _ARENA[0]
+    except BaseException:
+        _ARENA[0].give_back()
+        raise
     finally:
         _ARENA.clear()
 
@@ -752,6 +968,11 @@ def _reserve(fd: int, size: int) -> None:
 
 def _aligned(offset: int) -> int:
     return -(-offset // _ALIGN) * _ALIGN
+
+
+def _oversized(size: int) -> int:
+    """The largest segment worth lending for batches of ``size`` bytes."""
+    return _round(int(size * (1 + OVERSIZE)))
 
 
 def _round(size: int) -> int:

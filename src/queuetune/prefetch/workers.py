@@ -113,6 +113,10 @@ class Workers(Protocol):
         """Whether a worker process has exited."""
         ...
 
+    def pool_bytes(self) -> int | None:
+        """The bytes of shared memory kept for batches (lent, holding, or spare); None where none is."""
+        ...
+
     def usable(self) -> bool:
         """Whether the workers can build another epoch's batches: not shut down, none dead."""
         ...
@@ -238,6 +242,9 @@ class ThreadWorkers:
     def dead(self) -> bool:
         return False
 
+    def pool_bytes(self) -> int | None:
+        return None
+
     def usable(self) -> bool:
         return self._stop.alive
 
@@ -351,7 +358,7 @@ class ProcessWorkers:
         self.budget = budget
         if budget is not None:
             _check_room(budget)
-        self.segments = shm.Pool(os.getpid())
+        self.segments = shm.Pool(os.getpid(), budget=budget, context=context)
         self._shut = False
         # Batches dropped while a copy into their segments was under way: each
         # goes back to the pool once its copy is made (see _take_back_copied).
@@ -377,6 +384,7 @@ class ProcessWorkers:
                 channel,
                 os.getpid(),
                 self.segments.prefix,
+                self.segments.shelf,
                 self._done,
                 context.Value("i", 0),
             ),
@@ -493,6 +501,9 @@ class ProcessWorkers:
 
     def dead(self) -> bool:
         return any(process.exitcode is not None for process in list(self._processes.values()))
+
+    def pool_bytes(self) -> int | None:
+        return self.segments.bytes
 
     def usable(self) -> bool:
         return not self._shut and not self.dead() and not getattr(self._pool, "_broken", False)
@@ -690,6 +701,7 @@ def _init_process(
     channel: Channel,
     owner: int,
     prefix: str,
+    shelf: shm.Shelf,
     done: list[Any],
     slots: Any,
 ) -> None:
@@ -699,6 +711,7 @@ def _init_process(
         slot = slots.value
         slots.value += 1
     shipper = Shipper(slot, done[slot]) if slot < len(done) else Shipper(None, None)
+    shm._SHELF[:] = [shelf]
     _WORKER.update(
         source=source, batch_size=batch_size, collate_fn=collate_fn, channel=channel, owner=owner, shipper=shipper
     )

@@ -49,6 +49,8 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
             f"{report.peak_in_flight_batches} batches, {format_bytes(report.peak_in_flight_bytes)}",
         )
     )
+    if report.peak_pool_bytes is not None:
+        rows.append(("shared-memory pool (peak)", f"{format_bytes(report.peak_pool_bytes)}: in flight, in use, spare"))
     rows.append(("mean in flight", f"{report.mean_in_flight_batches:.1f} batches"))
     rows.append(("peak being built at once", f"{report.peak_building_batches} batches"))
     if report.batch_bytes.median is not None:
