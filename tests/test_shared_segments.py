@@ -128,7 +128,7 @@ def built(pool: shm.Pool, value: float, size: int = 200_000) -> shm.Shipped:
 
 
 def test_a_pool_shelves_few_spares_and_tells_workers_what_it_dropped():
-    pool = shm.Pool(os.getpid())
+    pool = shm.Pool(os.getpid(), least=shm.SPARE)
     try:
         batches = [built(pool, i) for i in range(5)]  # the shelf is empty: five new segments
         names = [b.segments().pop() for b in batches]
@@ -155,9 +155,36 @@ def test_a_pool_shelves_few_spares_and_tells_workers_what_it_dropped():
     assert files(pool.prefix) == []
 
 
+def test_a_pool_keeps_a_second_spare_only_while_its_workers_miss_it():
+    pool = shm.Pool(os.getpid())  # from 1 to SPARE spares
+    try:
+        batches = [built(pool, i) for i in range(3)]
+        for b in batches:
+            pool.discard(b)
+        assert pool.held() == 0 and len(pool.shelf.names()) == 1 == pool.wanted  # two removed: one is wanted
+        a, b = pool.lend(200_000), pool.lend(200_000)
+        first = shm.ship(np.ones(50_000, dtype=np.float32), a, pool.shelf)
+        second = shm.ship(np.ones(50_000, dtype=np.float32), b, pool.shelf)  # the shelf is empty: made anew
+        assert first.lent is not None and second.lent is None and second.made
+        pool.settle(first, a)
+        pool.settle(second, b)  # made soon after one was removed: a miss
+        assert pool.wanted == 2
+        for shipped in (first, second):
+            pool.discard(shipped)
+        assert pool.held() == 0 and len(pool.shelf.names()) == 2
+        for i in range(shm.CALM):  # builds that find a spare, taken and given back each time
+            again = built(pool, i)
+            assert again.lent is not None and not again.made
+            pool.discard(again)
+        assert pool.held() == 0 and pool.wanted == 1 and len(pool.shelf.names()) == 1
+    finally:
+        pool.close()
+    assert files(pool.prefix) == []
+
+
 def test_spare_segments_count_against_the_budget():
     size = shm._round(200_000)
-    pool = shm.Pool(os.getpid(), budget=3 * size)
+    pool = shm.Pool(os.getpid(), budget=3 * size, least=shm.SPARE)
     try:
         batches = [built(pool, i) for i in range(4)]  # lending is the schedule's to bound, not the pool's
         assert pool.bytes == 4 * size and pool.held() == 4

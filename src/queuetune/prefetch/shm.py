@@ -62,8 +62,12 @@ MIN_BYTES = 64 * 1024
 # Offsets of arrays in a segment; segment sizes are whole pages.
 _ALIGN = 64
 _PAGE = mmap.PAGESIZE
-# Spare segments a pool keeps for the next batches; more are removed.
+# Spare segments a pool keeps at most for the next batches; more are removed.
 SPARE = 2
+# It keeps one fewer while its workers do not miss it: a worker that makes a segment within
+# MISSED builds of one removed for the shelf being full counts a miss, and CALM builds without
+# one take the count back down.
+MISSED, CALM = 16, 256
 # A spare segment larger than the batches asked for by more than this share is removed, not lent.
 OVERSIZE = 1 / 8
 # Bytes of a segment's name after its pool's prefix (a uuid's hex).
@@ -385,13 +389,17 @@ class Pool:
     (True, set())
     >>> pool.close()
 
-    At most ``spare`` segments are on the shelf; with ``budget`` (bytes), only
-    while they, the segments taken by builds and those of batches not yet
-    opened fit in it. ``context``: the multiprocessing context the workers are
-    started with (the shelf's lock and memory are made with it).
+    At most ``spare`` segments are on the shelf, and ``least`` while the
+    workers do not miss more (a miss: a worker made a segment soon after one was
+    removed for the shelf being full; see :data:`MISSED`); with ``budget``
+    (bytes), only while they, the segments taken by builds and those of batches
+    not yet opened fit in it. ``context``: the multiprocessing context the
+    workers are started with (the shelf's lock and memory are made with it).
     """
 
-    def __init__(self, owner: int, spare: int = SPARE, budget: int | None = None, context: Any = None) -> None:
+    def __init__(
+        self, owner: int, spare: int = SPARE, budget: int | None = None, context: Any = None, least: int = 1
+    ) -> None:
         # Each pool's own names: closing one removes no other's files.
         self.prefix = f"{_PREFIX}{owner}-{uuid.uuid4().hex[:8]}-"
         # Held by this process and the workers it forks while any of them runs (see :func:`pools`).
@@ -400,6 +408,14 @@ class Pool:
         self._release = weakref.finalize(self, os.close, self._lock_fd)
         self.spare = spare
         self.budget = budget
+        # The spares wanted now, from least to spare; builds settled, and the
+        # count of them when a segment was last removed for the shelf being full,
+        # and when the wanted count last changed.
+        self.wanted = min(least, spare)
+        self.least = self.wanted
+        self._settled = 0
+        self._overflowed: int | None = None
+        self._changed = 0
         self.shelf = Shelf(self.prefix, context or multiprocessing.get_context())
         self._lock = threading.Lock()
         self._maps: dict[str, mmap.mmap] = {}
@@ -437,6 +453,7 @@ class Pool:
                 return
             for name in shipped.made:
                 self._adopt(name)
+            self._learn(missed=bool(shipped.made))
             used = shipped.segments()
             self._offered -= used
             self._waiting.update(n for n in used if n in self._maps)
@@ -533,12 +550,17 @@ class Pool:
         taken = self._offered - shelved
         for name in sorted(back, key=lambda n: -len(self._maps[n])):
             size = len(self._maps[name])
-            if len(shelved) < self.spare and self._within_budget(shelved, taken, size) and self.shelf.offer(name, size):
+            if len(shelved) >= self.wanted:
+                self._overflowed = self._settled
+                self._drop(name)
+            elif self._within_budget(shelved, taken, size) and self.shelf.offer(name, size):
                 shelved.add(name)
                 self._offered.add(name)
             else:
                 self._drop(name)
-        while shelved and (len(shelved) > self.spare or not self._within_budget(shelved, taken, 0)):
+        while shelved and (len(shelved) > self.wanted or not self._within_budget(shelved, taken, 0)):
+            if len(shelved) > self.wanted:
+                self._overflowed = self._settled
             name = min(shelved, key=lambda n: len(self._maps.get(n, b"")))
             shelved.discard(name)
             if self.shelf.recall(name):
@@ -547,6 +569,17 @@ class Pool:
             else:
                 taken.add(name)
         return shelved
+
+    def _learn(self, missed: bool) -> None:
+        """One more build settled; ``missed``: its worker made a segment."""
+        self._settled += 1
+        recent = self._overflowed is not None and self._settled - self._overflowed <= MISSED
+        if missed and recent:
+            self.wanted = min(self.spare, self.wanted + 1)
+            self._changed = self._settled
+        elif self.wanted > self.least and self._settled - self._changed >= CALM:
+            self.wanted -= 1
+            self._changed = self._settled
 
     def _within_budget(self, shelved: set[str], taken: set[str], more: int) -> bool:
         if self.budget is None:
