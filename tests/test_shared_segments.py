@@ -55,15 +55,20 @@ class Samples:
         return x, i
 
 
-def address(x) -> int:
-    return x.data_ptr() if hasattr(x, "data_ptr") else x.ctypes.data
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
-def test_batches_come_in_reused_segments_and_a_kept_batch_is_never_overwritten(kind):
+def test_batches_come_in_reused_segments_and_a_kept_batch_is_never_overwritten(kind, monkeypatch):
     batch, depth, n = 4, 3, 40
-    kept, addresses = [], set()
+    kept = []
+    made = []  # the segments the workers made, as this process adopts each
+    adopt = shm.Pool._adopt
+
+    def adopted(self, name):
+        if name not in self._maps:
+            made.append(name)
+        return adopt(self, name)
+
+    monkeypatch.setattr(shm.Pool, "_adopt", adopted)
     with Prefetcher(
         Samples(batch * n, kind),
         batch_size=batch,
@@ -77,7 +82,6 @@ def test_batches_come_in_reused_segments_and_a_kept_batch_is_never_overwritten(k
             assert type(x).__module__.split(".")[0] == ("torch" if kind == "torch" else "numpy")
             assert x.shape == (batch, SAMPLE)
             assert [int(v) for v in y] == list(range(position * batch, (position + 1) * batch))
-            addresses.add(address(x))
             if position % 10 == 0:
                 kept.append((position, x))  # held on to: its segment must not be lent again
             del x, y
@@ -86,9 +90,12 @@ def test_batches_come_in_reused_segments_and_a_kept_batch_is_never_overwritten(k
         values = np.asarray(x)
         expected = np.repeat(np.arange(position * batch, (position + 1) * batch, dtype=np.float32), SAMPLE)
         assert np.array_equal(values.reshape(-1), expected)
-    # 40 batches in few segments: at most the depth, the batches kept, the spares, and the
-    # batch the consumer holds while the next is started
-    assert len(addresses) <= depth + len(kept) + shm.SPARE + 2 < n
+    # 40 batches in fewer segments. The working set is the depth, the batches kept, the
+    # spares and the batch the consumer holds while the next is started (11 here); a
+    # worker that finds the shelf empty makes one more, as a busy machine's timing may
+    # have it (11 to 16 were made in runs on 2 cores, busy or not), so the bound is
+    # loose, but below a segment a batch.
+    assert len(made) == len(set(made)) and depth + len(kept) <= len(made) <= 3 * n // 4
     assert files() == []
     del kept
     assert_nothing_left_running()
