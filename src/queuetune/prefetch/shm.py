@@ -539,8 +539,8 @@ class Pool:
         if reserve > 0:
             useless = [n for n in shelved if not reserve <= len(self._maps.get(n, b"")) <= _oversized(reserve)]
             for name in useless:
+                shelved.discard(name)  # recalled and removed, or taken by a worker meanwhile
                 if name in self._maps and self.shelf.recall(name):
-                    shelved.discard(name)
                     self._offered.discard(name)
                     self._drop(name)
             back_useless = [n for n in back if not reserve <= len(self._maps[n]) <= _oversized(reserve)]
