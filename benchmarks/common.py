@@ -172,12 +172,48 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
+    def figures(self) -> dict[str, Any]:
+        """What a run's row says of the samples: peak and median PSS, the peak of
+        unmapped /dev/shm, how many samples and the median seconds one took."""
+        totals = self.totals
+        return {
+            "pss_peak": max(totals) if totals else None,
+            "pss_median": statistics.median(totals) if totals else None,
+            "unmapped_shm_peak": max(self.shm) if self.shm else None,
+            "pss_samples": len(totals),
+            "sample_cost_median": statistics.median(self.costs) if self.costs else None,
+        }
+
 
 def children() -> list[Any]:
     """This process's descendants (psutil processes)."""
     import psutil
 
     return psutil.Process().children(recursive=True)
+
+
+def check_no_children(name: str) -> None:
+    """Stop before loader ``name`` runs if a child process of an earlier run is still here."""
+    before = children()
+    if before:
+        raise RuntimeError(f"child processes left before {name} ran: {[p.pid for p in before]}")
+
+
+def children_left_line(loaders: dict[str, dict[str, Any]]) -> str:
+    """The table's line on the child processes each loader left after a run."""
+    left = {name: r["children_left"] for name, r in loaders.items() if r["children_left"]}
+    return "child processes left after a run: " + (
+        ", ".join(f"{name} {n}" for name, n in left.items()) + " (ended by the benchmark)" if left else "none"
+    )
+
+
+def chosen_loaders(parser: Any, text: str, known: tuple[str, ...]) -> list[str]:
+    """``--loaders``: distinct names of ``known``, comma-separated (else the parser's error)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names or len(set(names)) != len(names):
+        parser.error(f"--loaders: distinct names of {', '.join(known)}; got {text!r}")
+    return names
 
 
 def reap() -> int:

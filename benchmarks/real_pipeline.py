@@ -112,7 +112,9 @@ from common import (
     SAMPLE_EVERY,
     Counted,
     Sampler,
-    children,
+    check_no_children,
+    children_left_line,
+    chosen_loaders,
     epoch_loader,
     issue39_targets,
     machine,
@@ -210,9 +212,7 @@ def empty_caches(device: str) -> None:
 
 def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Namespace) -> dict[str, Any]:
     """One run of ``args.epochs`` epochs of a loader built for it; its row."""
-    before = children()
-    if before:
-        raise RuntimeError(f"child processes left before {name} ran: {[p.pid for p in before]}")
+    check_no_children(name)
     trainer = Trainer(args.device)
     trainer.warm_up(args.warmup_steps, args.batch, shape)
     alone = tree_memory()["total"]  # this process alone: the model built and warmed up, no loader yet
@@ -250,7 +250,6 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
     if any(count != args.epoch_batches for count in counts):
         raise RuntimeError(f"{name}: epochs of {counts} batches, not {args.epoch_batches}")
     span = done - started
-    totals = sampler.totals
     return {
         "images_per_s": args.epochs * args.epoch_batches * args.batch / span,
         "seconds": span,
@@ -261,11 +260,7 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
         "steps": steps,
         "first_batch_waits": firsts,
         "pss_before": alone,
-        "pss_peak": max(totals) if totals else None,
-        "pss_median": statistics.median(totals) if totals else None,
-        "unmapped_shm_peak": max(sampler.shm) if sampler.shm else None,
-        "pss_samples": len(totals),
-        "sample_cost_median": statistics.median(sampler.costs) if sampler.costs else None,
+        **sampler.figures(),
         "children_left": left,
         "peak_started_samples": counted.peak,
     }
@@ -318,11 +313,7 @@ def render(result: dict[str, Any]) -> str:
     lines.append(
         f"PSS of this process alone before each run (model built, no loader): {mib(min(before))} to {mib(max(before))}"
     )
-    left = {name: r["children_left"] for name, r in result["loaders"].items() if r["children_left"]}
-    lines.append(
-        "child processes left after a run: "
-        + (", ".join(f"{name} {n}" for name, n in left.items()) + " (ended by the benchmark)" if left else "none")
-    )
+    lines.append(children_left_line(result["loaders"]))
     for note in result["notes"]:
         lines.append(f"note: {note}")
     lines += ["", *target_lines(result["targets"])]
@@ -345,10 +336,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="write real_pipeline[_cuda].json and .txt into this folder")
     args = parser.parse_args()
-    names = [name.strip() for name in args.loaders.split(",") if name.strip()]
-    unknown = [name for name in names if name not in LOADERS]
-    if unknown or not names or len(set(names)) != len(names):
-        parser.error(f"--loaders: distinct names of {', '.join(LOADERS)}; got {args.loaders!r}")
+    names = chosen_loaders(parser, args.loaders, LOADERS)
     try:
         width, height = (int(n) for n in args.size.lower().split("x"))
     except ValueError:

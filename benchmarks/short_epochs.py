@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
 import sys
 import time
 import warnings
@@ -84,7 +83,9 @@ from common import (
     FIXED_DEPTH,
     SAMPLE_EVERY,
     Sampler,
-    children,
+    check_no_children,
+    children_left_line,
+    chosen_loaders,
     epoch_loader,
     issue39_targets,
     machine,
@@ -119,9 +120,7 @@ class Samples:
 
 def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One run of ``args.epochs`` epochs of a loader built for it; its row."""
-    before = children()
-    if before:
-        raise RuntimeError(f"child processes left before {name} ran: {[p.pid for p in before]}")
+    check_no_children(name)
     alone = tree_memory()["total"]  # this process alone, before the loader is built
     data = Samples(args.epoch_batches * args.batch, args.shape, args.build_ms / 1e3)
     step = args.step_ms / 1e3
@@ -150,18 +149,13 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if any(count != args.epoch_batches for count in counts):
         raise RuntimeError(f"{name}: epochs of {counts} batches, not {args.epoch_batches}")
     span = done - started
-    totals = sampler.totals
     return {
         "batches_per_s": args.epochs * args.epoch_batches / span,
         "seconds": span,
         "seconds_to_loop_end": ended - started,
         "first_batch_waits": firsts,
         "pss_before": alone,
-        "pss_peak": max(totals) if totals else None,
-        "pss_median": statistics.median(totals) if totals else None,
-        "unmapped_shm_peak": max(sampler.shm) if sampler.shm else None,
-        "pss_samples": len(totals),
-        "sample_cost_median": statistics.median(sampler.costs) if sampler.costs else None,
+        **sampler.figures(),
         "children_left": left,
     }
 
@@ -193,11 +187,7 @@ def render(result: dict[str, Any]) -> str:
         )
     before = [r["pss_before"] for rows in result["runs"].values() for r in rows]
     lines.append(f"PSS of this process alone before each run (no loader): {mib(min(before))} to {mib(max(before))}")
-    left = {name: r["children_left"] for name, r in result["loaders"].items() if r["children_left"]}
-    lines.append(
-        "child processes left after a run: "
-        + (", ".join(f"{name} {n}" for name, n in left.items()) + " (ended by the benchmark)" if left else "none")
-    )
+    lines.append(children_left_line(result["loaders"]))
     lines += ["", *target_lines(result["targets"])]
     return "\n".join(lines)
 
@@ -216,10 +206,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="write short_epochs.json and .txt into this folder")
     args = parser.parse_args()
-    names = [name.strip() for name in args.loaders.split(",") if name.strip()]
-    unknown = [name for name in names if name not in LOADERS]
-    if unknown or not names or len(set(names)) != len(names):
-        parser.error(f"--loaders: distinct names of {', '.join(LOADERS)}; got {args.loaders!r}")
+    names = chosen_loaders(parser, args.loaders, LOADERS)
     try:
         args.shape = tuple(int(n) for n in args.shape.split(","))
     except ValueError:
