@@ -317,59 +317,50 @@ class Shelf:
 
     def offer(self, name: str, size: int) -> bool:
         """Put segment ``name`` of ``size`` bytes on the shelf; False if it is full or locked."""
-        key = name[len(self.prefix) :].encode()
-        if not self._lock.acquire(timeout=self.wait):
-            return False
-        try:
-            for place in range(self.CAPACITY):
-                if self._sizes[place] == 0:
-                    self._keys[place * _KEY : (place + 1) * _KEY] = key
-                    self._sizes[place] = size
-                    return True
-            return False
-        finally:
-            self._lock.release()
+        with self._held() as held:
+            empty = [place for place in range(self.CAPACITY) if self._sizes[place] == 0] if held else []
+            if not empty:
+                return False
+            self._keys[empty[0] * _KEY : (empty[0] + 1) * _KEY] = name[len(self.prefix) :].encode()
+            self._sizes[empty[0]] = size
+            return True
 
     def take(self, need: int) -> str | None:
         """The smallest segment of ``need`` bytes or more, taken off the shelf; None if none."""
-        if not self._lock.acquire(timeout=self.wait):
-            return None
-        try:
-            fitting = [p for p in range(self.CAPACITY) if self._sizes[p] >= need]
+        with self._held() as held:
+            fitting = [place for place in range(self.CAPACITY) if self._sizes[place] >= need] if held else []
             if not fitting:
                 return None
             place = min(fitting, key=lambda p: self._sizes[p])
             self._sizes[place] = 0
-            return self.prefix + self._keys[place * _KEY : (place + 1) * _KEY].decode()
-        finally:
-            self._lock.release()
+            return self._name(place)
 
     def recall(self, name: str) -> bool:
         """Take segment ``name`` back off the shelf; False if a worker took it first (or it is locked)."""
-        key = name[len(self.prefix) :].encode()
-        if not self._lock.acquire(timeout=self.wait):
-            return False
-        try:
-            for place in range(self.CAPACITY):
-                if self._sizes[place] and self._keys[place * _KEY : (place + 1) * _KEY] == key:
-                    self._sizes[place] = 0
-                    return True
-            return False
-        finally:
-            self._lock.release()
+        with self._held() as held:
+            found = [p for p in range(self.CAPACITY) if self._sizes[p] and self._name(p) == name] if held else []
+            if not found:
+                return False
+            self._sizes[found[0]] = 0
+            return True
 
     def names(self) -> set[str] | None:
         """The segments on the shelf now (None: its lock could not be had)."""
-        if not self._lock.acquire(timeout=self.wait):
-            return None
+        with self._held() as held:
+            return {self._name(place) for place in range(self.CAPACITY) if self._sizes[place]} if held else None
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[bool]:
+        """The lock for at most ``wait`` seconds: whether it was had."""
+        held = self._lock.acquire(timeout=self.wait)
         try:
-            return {
-                self.prefix + self._keys[p * _KEY : (p + 1) * _KEY].decode()
-                for p in range(self.CAPACITY)
-                if self._sizes[p]
-            }
+            yield held
         finally:
-            self._lock.release()
+            if held:
+                self._lock.release()
+
+    def _name(self, place: int) -> str:
+        return self.prefix + self._keys[place * _KEY : (place + 1) * _KEY].decode()
 
 
 class Pool:
@@ -467,8 +458,6 @@ class Pool:
         """The batch with arrays (and tensors) over the segments; each segment
         comes back when the last view into it is gone."""
         holders: dict[str, Any] = {}
-        with self._lock:
-            self._waiting.difference_update(shipped.segments())
 
         def view(piece: Any) -> Any:
             if not isinstance(piece, Piece):
@@ -486,7 +475,10 @@ class Pool:
             array = _laid_out(memoryview(holder), piece)
             return from_array(array, piece.tensor_dtype) if piece.kind == "torch" else array
 
-        return _replace(shipped.batch, view)
+        batch = _replace(shipped.batch, view)
+        with self._lock:
+            self._waiting.difference_update(holders)  # the batch's segments, each opened once
+        return batch
 
     def returned(self, name: str) -> None:
         """Segment ``name``'s batch is gone: shelve it now if the pool is free,
@@ -537,13 +529,13 @@ class Pool:
                 self._drop(name)
             return None
         if reserve > 0:
-            useless = [n for n in shelved if not reserve <= len(self._maps.get(n, b"")) <= _oversized(reserve)]
+            useless = [n for n in shelved if not _worth_lending(len(self._maps.get(n, b"")), reserve)]
             for name in useless:
                 shelved.discard(name)  # recalled and removed, or taken by a worker meanwhile
                 if name in self._maps and self.shelf.recall(name):
                     self._offered.discard(name)
                     self._drop(name)
-            back_useless = [n for n in back if not reserve <= len(self._maps[n]) <= _oversized(reserve)]
+            back_useless = [n for n in back if not _worth_lending(len(self._maps[n]), reserve)]
             for name in back_useless:
                 back.remove(name)
                 self._drop(name)
@@ -677,9 +669,7 @@ class Arena:
             if name is not None:
                 self.buffer, self.lent = _MAPPED.get(name), name
             else:
-                name, self.buffer = _new_segment(self.lease.prefix, _round(self.lease.size))
-                _MAPPED.add(name, self.buffer)
-                self.made[name] = len(self.buffer)
+                name, self.buffer = self._make(_round(self.lease.size))
             self.name = name
         return self.buffer
 
@@ -774,15 +764,19 @@ class Arena:
         for array, _piece in overflow:
             offsets.append(_aligned(end))
             end = offsets[-1] + array.nbytes
-        size = _round(end)
-        name, mapped = _new_segment(self.lease.prefix, size)
+        name, mapped = self._make(_round(end))
         copies = []
         for (array, piece), offset in zip(overflow, offsets):
             piece.name, piece.offset = name, offset
             copies.append(_copy_into(mapped, piece, array))
+        return copies
+
+    def _make(self, size: int) -> tuple[str, mmap.mmap]:
+        """A new segment of ``size`` bytes for this batch, kept mapped and told to the receiver."""
+        name, mapped = _new_segment(self.lease.prefix, size)
         _MAPPED.add(name, mapped)
         self.made[name] = size
-        return copies
+        return name, mapped
 
 
 #: One copy into shared memory: the array over the segment, and the array to copy into it.
@@ -1003,9 +997,14 @@ def _aligned(offset: int) -> int:
     return -(-offset // _ALIGN) * _ALIGN
 
 
-def _oversized(size: int) -> int:
-    """The largest segment worth lending for batches of ``size`` bytes."""
-    return _round(int(size * (1 + OVERSIZE)))
+def _worth_lending(segment: int, reserve: int) -> bool:
+    """Whether a spare segment of ``segment`` bytes suits batches of ``reserve``
+    bytes: large enough, and not more than :data:`OVERSIZE` larger (in whole pages).
+
+    >>> _worth_lending(_round(100_000), 100_000), _worth_lending(_round(200_000), 100_000), _worth_lending(500, 100_000)
+    (True, False, False)
+    """
+    return reserve <= segment <= _round(int(reserve * (1 + OVERSIZE)))
 
 
 def _round(size: int) -> int:
