@@ -109,7 +109,7 @@ import numpy as np
 import queuetune
 from common import machine, rotated
 from queuetune import frameworks
-from queuetune.analysis import match
+from queuetune.matching import match
 from queuetune.model import Distribution, fit, fit_unbuffered, kept_by_consumer, simulate, transit_time
 from queuetune.trace import Trace
 from queuetune.tune import after_warmup, run_trial

@@ -109,7 +109,7 @@ import numpy as np
 
 import queuetune
 from common import Counted, machine, publish, stop_nodes
-from queuetune.analysis import match
+from queuetune.matching import match
 from queuetune.tune import throughput
 
 ROWS, COLS = 512, 1024

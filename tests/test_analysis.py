@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from queuetune.analysis import analyze, match, verdict
+from queuetune.analysis import analyze, verdict
+from queuetune.matching import match
 from queuetune.trace import Consumed, Mark, MemorySample, Produced, Trace
 
 

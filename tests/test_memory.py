@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from helpers import ARTICLE_ROWS
 from queuetune import cores
-from queuetune.frameworks.ray import ray_object_store_bytes
+from queuetune.frameworks.ray.spec import ray_object_store_bytes
 from queuetune.memory import (
     ARTICLE_BATCHES,
     ARTICLE_SIZES,

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from queuetune.frameworks import rules_of
 from queuetune.model import (
     Distribution,
     PipelineModel,
@@ -28,6 +29,24 @@ from queuetune.model import (
 )
 from queuetune.model.simulate import WARMUP
 from queuetune.trace import Consumed, Produced, Trace
+
+
+def fitted(trace, ordered=True):
+    """The model of a recorded run, by the rules of the loader its meta names."""
+    return fit(trace, rules_of(trace.meta), ordered)
+
+
+def fitted_unbuffered(unbuffered, buffered):
+    return fit_unbuffered(unbuffered, buffered, rules_of(buffered.meta))
+
+
+def transit(trace):
+    return transit_time(trace, rules_of(trace.meta))
+
+
+def dispatch(trace):
+    return dispatch_time(trace, rules_of(trace.meta))
+
 
 C = Distribution.constant
 MiB = 2.0**20
@@ -217,9 +236,9 @@ def serial_trace(build=0.002, step=0.002, n=40):
 
 
 def test_a_generator_built_on_request_has_no_dispatch_delay_and_reads_ahead_in_parallel():
-    model = fit(serial_trace())
+    model = fitted(serial_trace())
     # The build starts at the request, not a step after the last hand-over.
-    assert dispatch_time(serial_trace()) == pytest.approx(0.0, abs=1e-9)
+    assert dispatch(serial_trace()) == pytest.approx(0.0, abs=1e-9)
     assert model.dispatch == pytest.approx(0.0, abs=1e-9)
     # One thread reading ahead overlaps build and step: about 1 / 2 ms, not 1 / 4 ms.
     (at_two,) = predict_curve(model, depths=[2], workers=[1], seed=0)
@@ -227,7 +246,7 @@ def test_a_generator_built_on_request_has_no_dispatch_delay_and_reads_ahead_in_p
     # The same trace from a loader that reads ahead would count the step as dispatch.
     ahead = serial_trace()
     ahead.meta.depth = 2
-    assert dispatch_time(ahead) == pytest.approx(0.002)
+    assert dispatch(ahead) == pytest.approx(0.002)
 
 
 def request_trace(build: float, step: float, n: int = 40) -> Trace:
@@ -252,7 +271,7 @@ def test_a_read_ahead_out_of_sight_is_modelled_from_a_run_without_it():
     # request waits 6 ms for its batch: what stays with the consumer is
     # 11 - 10 = 1 ms, not the 7 ms a request lasts.
     assert kept_by_consumer(request_trace(0.011, 0.004), cycled_trace(0.007, 0.010)) == pytest.approx(0.001)
-    model = fit_unbuffered(request_trace(0.011, 0.004), cycled_trace(0.007, 0.010))
+    model = fitted_unbuffered(request_trace(0.011, 0.004), cycled_trace(0.007, 0.010))
     assert model.producer.mean == pytest.approx(0.010) and model.consumer.mean == pytest.approx(0.005)
     # The place frees as the request pops the batch: at depth 1 the next build
     # starts then, not after the 1 ms the consumer keeps.
@@ -261,10 +280,10 @@ def test_a_read_ahead_out_of_sight_is_modelled_from_a_run_without_it():
     assert at_one.throughput == pytest.approx(100.0, rel=0.02)
     assert deep.throughput == pytest.approx(100.0, rel=0.02)
     # The step bounds it (every batch ready, 1 ms to take it): the requests' lower quartile.
-    fast = fit_unbuffered(request_trace(0.004, 0.008), cycled_trace(0.001, 0.009))
+    fast = fitted_unbuffered(request_trace(0.004, 0.008), cycled_trace(0.001, 0.009))
     assert fast.producer.mean == pytest.approx(0.003) and fast.consumer.mean == pytest.approx(0.009)
     # Fitted to the bare run alone, the model would put the 1 ms in the build.
-    assert fit(request_trace(0.011, 0.004)).producer.mean == pytest.approx(0.011)
+    assert fitted(request_trace(0.011, 0.004)).producer.mean == pytest.approx(0.011)
 
 
 def test_sampling_a_measured_distribution_keeps_its_rare_values():
@@ -279,7 +298,7 @@ def test_sampling_a_measured_distribution_keeps_its_rare_values():
 
 
 def test_fit_builds_the_distributions():
-    m = fit(hand_trace())
+    m = fitted(hand_trace())
     assert np.sort(m.producer.values) == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     # Batches 1, 3, 4, 5 were built before they were asked for; their waits
     # (0.1, 0, 0.25, 0.05) are hand-over time, mean 0.1, added to each step.
@@ -289,23 +308,30 @@ def test_fit_builds_the_distributions():
     assert m.workers == 2
     assert m.batch_bytes == 350.0
     assert m.ordered
-    assert not fit(hand_trace(), ordered=False).ordered
+    assert not fitted(hand_trace(), ordered=False).ordered
     assert simulate(m, 2, batches=100).throughput > 0
 
 
 @pytest.mark.parametrize(
-    "settings_, workers",
-    [({"workers": 4, "max_queue_size": 10}, 4), ({"num_workers": 3}, 3), ({"num_workers": 0}, 1), ({}, 2)],
+    "framework, settings_, workers",
+    [
+        ("keras", {"workers": 4, "max_queue_size": 10}, 4),
+        ("torch", {"num_workers": 3}, 3),
+        ("torch", {"num_workers": 0}, 1),
+        ("queuetune", {"workers": 3, "mode": "thread"}, 3),
+        ("queuetune", {"workers": "auto"}, 2),
+        (None, {}, 2),
+    ],
 )
-def test_fit_reads_the_workers_setting(settings_, workers):
-    assert fit(hand_trace({"settings": settings_})).workers == workers
+def test_fit_reads_the_workers_setting(framework, settings_, workers):
+    assert fitted(hand_trace({"framework": framework, "settings": settings_})).workers == workers
 
 
 def test_fit_single_worker_name():
     trace = hand_trace()
     for p in trace.produced:
         p.worker = ""
-    assert fit(trace).workers == 1
+    assert fitted(trace).workers == 1
 
 
 # --- the loaders' rules: assignment, release, transit ------------------------------------------
@@ -373,22 +399,22 @@ def test_round_robin_equals_shared_on_constant_times():
     ],
 )
 def test_fit_takes_the_loaders_rules(meta, rules):
-    m = fit(hand_trace(meta))
+    m = fitted(hand_trace(meta))
     assert (m.assignment, m.release) == rules
     assert m.handover == pytest.approx(handover_time(hand_trace(meta)))
 
 
 def test_transit_is_measured_from_waited_batches_or_assumed_for_processes():
     # hand_trace: batches 0 and 2 were waited for (end after the request).
-    assert transit_time(hand_trace()) == 0.0  # fewer than 3 waited batches, threads
+    assert transit(hand_trace()) == 0.0  # fewer than 3 waited batches, threads
     processes = hand_trace({"framework": "torch", "settings": {"num_workers": 2}})
-    assert transit_time(processes) == pytest.approx(handover_time(processes))
+    assert transit(processes) == pytest.approx(handover_time(processes))
     produced = [Produced(r - 0.5, r + 0.1, 1) for r in (1.0, 2.0, 3.0, 4.0)]
     consumed = [Consumed(r, r + 0.13) for r in (1.0, 2.0, 3.0)] + [Consumed(4.2, 4.21)]
     waited = Trace(meta={"framework": "torch", "settings": {"num_workers": 1}}, produced=produced, consumed=consumed)
     # 0.13 - 0.1 from end to hand-over for three waited batches; too few ready ones
     # for a hand-over time, so the whole trip is transit.
-    assert transit_time(waited) == pytest.approx(0.03)
+    assert transit(waited) == pytest.approx(0.03)
 
 
 def test_dispatch_delays_each_start_when_the_workers_bound_throughput():
@@ -409,16 +435,16 @@ def test_dispatch_time_is_measured_from_the_event_the_loaders_rule_names():
         produced=[Produced(0.0, 0.5, 1, worker="w")] + [Produced(i + 0.602, i + 1.5, 1, worker="w") for i in range(6)],
         consumed=[Consumed(i + 0.6, i + 0.7) for i in range(7)],
     )
-    assert dispatch_time(keras) == pytest.approx(0.002)
+    assert dispatch(keras) == pytest.approx(0.002)
     # The same times read by torch's rule: the place frees at the hand-over
     # (i + 0.7), after the start, so the latest event before it is the previous
     # batch's end at i + 0.5: 102 ms.
     torch_meta = {"framework": "torch", "settings": {"num_workers": 1}}
     torch_rule = Trace(meta=torch_meta, produced=keras.produced, consumed=keras.consumed)
-    assert dispatch_time(torch_rule) == pytest.approx(0.102)
-    assert fit(keras).dispatch == pytest.approx(0.002)
+    assert dispatch(torch_rule) == pytest.approx(0.102)
+    assert fitted(keras).dispatch == pytest.approx(0.002)
     # Too few batches after each worker's first: no estimate.
-    assert dispatch_time(Trace(produced=keras.produced[:3], consumed=keras.consumed[:3])) == 0.0
+    assert dispatch(Trace(produced=keras.produced[:3], consumed=keras.consumed[:3])) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -442,18 +468,18 @@ def test_too_short_traces_are_refused():
     short = hand_trace()
     short.produced = short.produced[:4]
     with pytest.raises(ValueError, match="4 produced batches"):
-        fit(short)
+        fitted(short)
     few_steps = hand_trace()
     few_steps.consumed = few_steps.consumed[:2] + few_steps.consumed[3:5]
     with pytest.raises(ValueError, match="2 consumer steps"):
-        fit(few_steps)
+        fitted(few_steps)
     with pytest.raises(ValueError):
-        fit(Trace())
+        fitted(Trace())
     instant = hand_trace()
     for p in instant.produced:
         p.end = p.start
     with pytest.raises(ValueError, match="positive mean"):
-        fit(instant)
+        fitted(instant)
 
 
 # --- bad input ---------------------------------------------------------------------------

@@ -322,7 +322,7 @@ def test_tune_a_ray_dataset(cluster):
     assert all(t.batches == 40 for t in result.trials)
     default = result.default
     assert default is not None and default.settings == result.default_settings
-    block = int(result.baseline["batch_bytes"]["median"])  # Ray's size of a block of two rows
+    block = int(result.baseline.batch_bytes.median)  # Ray's size of a block of two rows
     assert block == pytest.approx(2 * ROW_FLOATS * 4, rel=0.01)
     cpus = int(ray.cluster_resources()["CPU"])
     # Ray's own concurrency (every CPU) and, unless told, 1, 2, 4, ... up to the cores
@@ -350,7 +350,7 @@ def test_apply_puts_the_budget_in_the_dataset_context_and_the_prefetch_in_the_it
 
     settings = {"prefetch_batches": 2, "object_store_memory": 4 * 2**20, "concurrency": 1}
     chosen = Candidate(settings, 4, 10.0, 4, 4 * 2**17, None, None, 1)
-    result = TuneResult("ray", {}, [chosen], chosen, [], {}, 0.02, None, [])
+    result = TuneResult("ray", {}, [chosen], chosen, [], None, 0.02, None, [])
     before = ray.data.DataContext.get_current().execution_options.resource_limits.object_store_memory
     MADE.clear()
     job = result.apply(make)

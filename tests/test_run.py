@@ -418,17 +418,20 @@ def test_the_live_line_shows_each_loader_on_a_terminal_only(tmp_path):
 
 @pytest.mark.timeout(30)
 def test_a_hook_that_fails_leaves_the_framework_alone_and_the_import_works(tmp_path, monkeypatch):
-    from queuetune.frameworks import FRAMEWORKS, Framework
+    from queuetune.frameworks import FRAMEWORKS, Framework, adapters
+    from queuetune.frameworks.base import Adapter
 
     (tmp_path / "late_framework.py").write_text("VALUE = 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
     @dataclasses.dataclass(frozen=True)
-    class Broken(Framework):
+    class Broken(Adapter):
         def autowatch(self, session, module):
             raise AttributeError("no DataLoader in this version")
 
-    monkeypatch.setitem(FRAMEWORKS, "broken", Broken("broken", autowatch_module="late_framework"))
+    found = adapters.adapter_of
+    monkeypatch.setattr(adapters, "adapter_of", lambda spec: Broken(spec) if spec.name == "broken" else found(spec))
+    monkeypatch.setitem(FRAMEWORKS, "broken", Framework("broken", autowatch_module="late_framework"))
     with Session() as session:
         import late_framework
 

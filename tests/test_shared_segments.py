@@ -502,7 +502,7 @@ def test_a_collate_fn_that_returns_part_of_the_stacked_batch_is_copied_before_it
     """The view's memory lies in the segment lent for the batch, which goes back to
     the pool once the batch is sent: another build may be stacked into it."""
     torch = pytest.importorskip("torch")
-    from queuetune.frameworks.torch import collate
+    from queuetune.frameworks.torch.tensors import collate
 
     copy_in_ship_thread(monkeypatch, lambda copies: time.sleep(0.3))
 

@@ -1,17 +1,42 @@
-"""The package's shape: no import cycles, a data layer that imports no presentation,
-and framework names branched on in the frameworks registry alone."""
+"""The package's shape: a map of layers that every import keeps to (those only a
+type checker reads, and the package ``__init__`` each import runs, counted), no
+import cycle, and each framework's setting names in its own folder alone."""
 
 from __future__ import annotations
 
 import ast
+import fnmatch
+import os
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+from queuetune.frameworks import FRAMEWORKS
+
+#: The source to check: this checkout's, or another copy's (QUEUETUNE_SRC; see test_new_framework.py).
+SRC = Path(os.environ.get("QUEUETUNE_SRC") or Path(__file__).resolve().parents[1] / "src")
 PACKAGE = "queuetune"
-#: Recording, analysis, the estimate and the model: they must not import presentation.
-DATA = ("trace", "recorder", "analysis", "memory", "model", "units", "nbytes", "jsonio")
+
+#: The layers, lowest first: a module imports modules of its own layer or lower ones.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("core", ("units", "nbytes", "jsonio", "cores", "imports", "launch", "trace", "fingerprint")),
+    ("recording", ("recorder",)),
+    ("matching", ("matching",)),
+    ("model", ("model", "model.*")),
+    ("specs", ("frameworks", "frameworks.base", "frameworks.*.spec", "frameworks.*.tensors", "frameworks.?*[!.]")),
+    ("analysis", ("analysis",)),
+    ("estimate", ("memory", "experiment")),
+    ("adapters", ("frameworks.adapters", "frameworks.*.watch")),
+    ("prefetch", ("prefetch", "prefetch.*")),
+    ("probing", ("probe", "session")),
+    ("tuning", ("tune", "tune.*")),
+    ("running", ("runner", "program_result")),
+    ("presentation", ("render", "render.*", "ranks")),
+    ("api", ("", "__main__", "api", "cli", "demo", "program")),
+]
+#: Imports the source names only as strings: the adapter registry imports each
+#: framework's ``watch.py`` by name.
+DYNAMIC = {"queuetune.frameworks.adapters": "queuetune.frameworks.*.watch"}
 
 
 def module_name(path: Path) -> str:
@@ -28,36 +53,49 @@ def is_package(name: str) -> bool:
     return MODULES[name].name == "__init__.py"
 
 
-def type_checking_only(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of the first layer whose patterns match ``name``."""
+    local = name.removeprefix(PACKAGE).removeprefix(".")
+    for index, (_, patterns) in enumerate(LAYERS):
+        if any(_matches(local, pattern) for pattern in patterns):
+            return index
+    raise LookupError(f"{name} is in no layer")
+
+
+def _matches(local: str, pattern: str) -> bool:
+    if pattern == "frameworks.?*[!.]":  # a framework's folder itself (its package __init__)
+        parts = local.split(".")
+        return len(parts) == 2 and parts[0] == "frameworks" and is_package(f"{PACKAGE}.{local}")
+    return local == pattern or ("*" in pattern and fnmatch.fnmatchcase(local, pattern))
 
 
 def imports_of(name: str) -> set[str]:
-    """The queuetune modules ``name`` imports, at its top or inside functions (not
-    those only a type checker reads)."""
+    """The queuetune modules importing ``name`` runs: what it imports anywhere (at
+    its top, inside functions, for the type checker alone), and the packages whose
+    ``__init__`` each such import runs first."""
     found: set[str] = set()
     base = name if is_package(name) else name.rpartition(".")[0]
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if type_checking_only(child):
-                continue
-            if isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    anchor = base.split(".")[: len(base.split(".")) - child.level + 1]
-                    target = ".".join([*anchor, *([child.module] if child.module else [])])
-                else:
-                    target = child.module or ""
-                # `from package import module` imports the module; `from module import name`, the module
-                for alias in child.names:
-                    sub = f"{target}.{alias.name}"
-                    found.add(sub if sub in MODULES else target)
-            visit(child)
-
-    visit(ast.parse(MODULES[name].read_text()))
-    return {m for m in found if m in MODULES and m != name}
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base.split(".")[: len(base.split(".")) - node.level + 1]
+                target = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            # `from package import module` imports the module; `from module import name`, the module
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in MODULES else target)
+    if name in DYNAMIC:
+        found.update(m for m in MODULES if fnmatch.fnmatchcase(m, DYNAMIC[name]))
+    runs = set()
+    for module in found:
+        parts = module.split(".")
+        runs.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 2)}  # itself and its packages
+    return {m for m in runs if m in MODULES and m not in own}
 
 
 GRAPH = {name: imports_of(name) for name in MODULES}
@@ -99,7 +137,11 @@ def cycles() -> list[list[str]]:
 def test_the_import_graph_sees_the_package():
     assert len(MODULES) > 30
     assert "queuetune.frameworks" in GRAPH["queuetune.memory"]
-    assert "queuetune.frameworks.keras.watch" in GRAPH["queuetune.probe"]  # imported inside a function
+    assert "queuetune.render.console" in GRAPH["queuetune.api"]  # imported inside a method
+    # `from ..frameworks.torch.tensors import ...` runs both packages' __init__ first
+    assert {"queuetune.frameworks", "queuetune.frameworks.torch"} <= GRAPH["queuetune.prefetch.shm"]
+    assert "queuetune.analysis" in GRAPH["queuetune.probe"]  # for the type checker alone
+    assert "queuetune.frameworks.keras.watch" in GRAPH["queuetune.frameworks.adapters"]  # by name
 
 
 def test_a_cycle_would_be_found():
@@ -114,9 +156,27 @@ def test_no_import_cycles():
     assert cycles() == []
 
 
-@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.split(".")[1:2] and m.split(".")[1] in DATA))
-def test_the_data_layer_imports_no_presentation(name):
-    assert not [m for m in reachable(name) if m.startswith("queuetune.render")]
+def test_every_module_has_one_layer():
+    assert {name: layer_of(name) for name in MODULES}  # LookupError names one in none
+    assert layer_of("queuetune.frameworks.keras") == layer_of("queuetune.frameworks.keras.spec")
+    assert layer_of("queuetune.frameworks.keras.watch") > layer_of("queuetune.recorder")
+
+
+def upward_imports(name: str) -> list[str]:
+    return sorted(m for m in GRAPH[name] if layer_of(m) > layer_of(name))
+
+
+def test_an_upward_import_would_be_found():
+    GRAPH["queuetune.probe"].add("queuetune.render.console")
+    try:
+        assert upward_imports("queuetune.probe") == ["queuetune.render.console"]
+    finally:
+        GRAPH["queuetune.probe"].discard("queuetune.render.console")
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_keep_to_the_layers(name):
+    assert upward_imports(name) == []
 
 
 def framework_branches(name: str) -> list[str]:
@@ -142,3 +202,61 @@ def framework_branches(name: str) -> list[str]:
 def test_only_the_frameworks_branch_on_a_framework_name():
     outside = [m for m in MODULES if not m.startswith("queuetune.frameworks")]
     assert [b for m in outside for b in framework_branches(m)] == []
+
+
+def setting_homes() -> dict[str, set[str]]:
+    """Each framework setting's name, and the folders of the frameworks that have it."""
+    homes: dict[str, set[str]] = {}
+    for spec in FRAMEWORKS.values():
+        home = type(spec).__module__.rpartition(".")[0]
+        names = {spec.depth_knob, spec.workers_knob, *spec.tuned_knobs, *(spec.estimate_settings or ())}
+        for setting in names - {None}:
+            homes.setdefault(setting, set()).add(home)
+    return homes
+
+
+def strings_in(name: str) -> list[tuple[int, str]]:
+    """The string constants of a module's code (docstrings left out), with their lines."""
+    tree = ast.parse(MODULES[name].read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+#: Names of framework settings that are also queuetune's own words ("workers": the
+#: queue model's and the Prefetcher's), and modules that may name any setting: the
+#: frameworks' shared helpers, and the demo, which runs the article's Keras
+#: experiment and prints it (its JSON keys are Keras's settings).
+OWN_WORDS = {"workers"}
+ANY_SETTING = ("queuetune.frameworks.base", "queuetune.demo", "queuetune.experiment", "queuetune.render.console")
+
+
+def settings_outside_their_folders(homes: dict[str, set[str]]) -> list[str]:
+    found = []
+    for name in (m for m in MODULES if m not in ANY_SETTING):
+        for line, text in strings_in(name):
+            owners = homes.get(text) if text not in OWN_WORDS else None
+            if owners and not any(name == home or name.startswith(home + ".") for home in owners):
+                found.append(f"{MODULES[name].relative_to(SRC)}:{line}: {text!r}")
+    return found
+
+
+def test_a_setting_name_outside_its_folder_would_be_found():
+    assert setting_homes()["num_workers"] == {"queuetune.frameworks.torch"}
+    # The Prefetcher's own setting, were it a toy framework's: named outside the toy's folder.
+    found = settings_outside_their_folders({"max_bytes": {"queuetune.frameworks.toy"}})
+    assert any(f.startswith("queuetune/prefetch/handle.py:") and f.endswith("'max_bytes'") for f in found)
+
+
+def test_each_frameworks_setting_names_stay_in_its_folder():
+    assert settings_outside_their_folders(setting_homes()) == []

@@ -191,6 +191,7 @@ def test_the_tuner_measures_again_what_it_is_unsure_of_within_its_trial_budget(m
     assert result.chosen is not None and result.chosen.settings["buffer"] != 1
     assert any("Measured again" in line for line in explain(result))
     assert any("Not sure enough" in line and "buffer=1" in line for line in explain(result))
+    assert {"buffer": 1} in [c.settings for c in result.doubted]
     # With no budget for more trials, nothing is measured again.
     made.clear()
     quick = tune(slow_generator_factory(0.002, 0.002), steps=15, warmup=2, rounds=3, candidates=3, max_trials=9)
@@ -335,6 +336,9 @@ def test_result_saves_and_loads(tmp_path):
     assert again.chosen == result.chosen
     assert again.candidates == result.candidates
     assert again.predictions == result.predictions
+    assert again.baseline == dataclasses.replace(result.baseline, series={})  # saved without its time series
+    assert again.doubted == result.doubted
+    assert again.to_dict() == result.to_dict()
     data = json.loads(path.read_text())
     assert {
         "framework",
@@ -578,7 +582,7 @@ def test_explanation_notes_the_deepest_depth_only_for_a_setting_the_model_ranked
     predictions = [prediction(d, 100.0, d) for d in (2, 16, 32)]
 
     def lines(chosen):
-        result = TuneResult("python", {"buffer": 99}, [deep, default], chosen, predictions, {}, 0.02, None)
+        result = TuneResult("python", {"buffer": 99}, [deep, default], chosen, predictions, None, 0.02, None)
         return explain(result)
 
     assert any("deepest tried (32)" in line for line in lines(deep))

@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+from .api import Probe, print_report, probe_of, report, watch
 from .prefetch import (
     BudgetExceeded,
     Prefetcher,
@@ -11,7 +12,6 @@ from .prefetch import (
     WorkerDied,
     WorkerError,
 )
-from .probe import Probe, print_report, probe_of, report, watch
 from .trace import Trace
 
 __all__ = [

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from .frameworks import FRAMEWORKS, PYTHON, Framework
 from .jsonio import dumps
+from .matching import Span, match, releases_of, run_floors, runs_of
 from .trace import Consumed, Produced, Trace, TraceMeta
 
 MODERATE, HIGH = 0.05, 0.20
+#: The TensorFlow Profiler's words for an input-wait fraction (see :func:`verdict`).
+Verdict = Literal["unknown", "not input-bound", "moderately input-bound", "highly input-bound"]
+#: What identifies the items of a :class:`Coverage`.
+ItemUnit = Literal["batch", "sample", "sample key"]
 SERIES_POINTS = 500
 
 
@@ -49,7 +55,7 @@ class Coverage:
 
     run: int
     epoch: int
-    unit: str
+    unit: ItemUnit
     consumed: int
     total: int | None
     duplicates: list[int] = field(default_factory=list)
@@ -143,7 +149,7 @@ class Report:
     steady_wait_seconds: float | None
     steady_seconds: float | None
     input_bound_fraction: float | None
-    verdict: str
+    verdict: Verdict
     batch_bytes: Timing
     peak_rss_bytes: int | None
     peak_children_bytes: int | None
@@ -167,8 +173,30 @@ class Report:
     def to_json(self, indent: int | None = 2, series: bool = True) -> str:
         return dumps(self.to_dict(series=series), indent=indent)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        """The report :meth:`to_dict` made (its time series empty where it was left out).
 
-def verdict(fraction: float | None) -> str:
+        >>> from queuetune.trace import Trace, Produced
+        >>> r = analyze(Trace(produced=[Produced(0.0, 1.0, 10)]))
+        >>> Report.from_dict(r.to_dict(series=False)) == replace(r, series={})
+        True
+        """
+        fields = dict(data)
+        fields["meta"] = TraceMeta.from_dict(data["meta"])
+        fields["producer_time"] = Timing(**data["producer_time"])
+        fields["consumer_step"] = Timing(**data["consumer_step"])
+        fields["batch_bytes"] = Timing(**data["batch_bytes"])
+        fields["start"] = None if data["start"] is None else Start(**data["start"])
+        fields["coverage"] = [
+            Coverage(**{**c, "repeats": [Repeat(**r) for r in c["repeats"]]}) for c in data["coverage"]
+        ]
+        fields["nodes"] = {name: NodeHeld(**held) for name, held in data.get("nodes", {}).items()}
+        fields["series"] = data.get("series", {})
+        return cls(**fields)
+
+
+def verdict(fraction: float | None) -> Verdict:
     """The TensorFlow Profiler's words for an input-wait fraction.
 
     >>> verdict(0.01), verdict(0.05), verdict(0.2)
@@ -186,8 +214,8 @@ def verdict(fraction: float | None) -> str:
 def analyze(trace: Trace) -> Report:
     """Turn a :class:`Trace` into a :class:`Report` (pure; no clock, no I/O)."""
     produced, consumed = trace.produced, trace.consumed
-    runs = _runs(trace)
-    releases = _releases(consumed, runs, trace.end)
+    runs = runs_of(trace)
+    releases = releases_of(consumed, runs, trace.end)
     matching = match(trace, runs)
     matches = matching.consumed
     notes: list[str] = []
@@ -206,13 +234,13 @@ def analyze(trace: Trace) -> Report:
     else:
         consumed_bytes = [produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)]
         flows = [(r, 1, size) for r, size in zip(releases, consumed_bytes) if r is not None]
-        flows += [(runs[r][0], 1, produced[i].nbytes) for r, i in matching.hidden]
+        flows += [(runs[r].begin, 1, produced[i].nbytes) for r, i in matching.hidden]
         released = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
         read_ahead = len(produced) - len(consumed) - len(matching.hidden)
         freed = _freed_at(produced, matches, releases, matching.hidden, runs)
     unmatched = [p for i, p in enumerate(produced) if i not in released]
     if trace.meta.match_scope == "run":
-        floors = _run_floors(runs, bool(trace.meta.pre_run_consumes))
+        floors = run_floors(runs, bool(trace.meta.pre_run_consumes))
         flows += [(t, 1, size) for t, size in _dropped_with_run(unmatched, runs, floors)]
     times, batches, held = _in_flight(produced, flows)
     # The step functions start at 0 before their first change; a consumed batch whose
@@ -282,7 +310,7 @@ def built_before_asked(produced: list[Produced], consumed: list[Consumed]) -> in
 
 
 def _start_and_steady(
-    produced: list[Produced], consumed: list[Consumed], runs: dict[int, tuple[float, float]]
+    produced: list[Produced], consumed: list[Consumed], runs: dict[int, Span]
 ) -> tuple[Start | None, float | None, float | None]:
     """The start of the runs, and the seconds waited in their steady state and
     its length: from each run's first batch to its end, that batch's wait left
@@ -296,112 +324,19 @@ def _start_and_steady(
             first[c.run] = c
     if not first:
         return None, None, None
-    earliest = min(first, key=lambda r: runs[r][0])
+    earliest = min(first, key=lambda r: runs[r].begin)
     start = Start(
         runs=len(first),
-        first_batch_seconds=max(0.0, first[earliest].consumed - runs[earliest][0]),
-        seconds=sum(max(0.0, c.consumed - runs[r][0]) for r, c in first.items()),
+        first_batch_seconds=max(0.0, first[earliest].consumed - runs[earliest].begin),
+        seconds=sum(max(0.0, c.consumed - runs[r].begin) for r, c in first.items()),
         built_before_asked=built_before_asked(produced, consumed),
     )
-    steady = sum(max(0.0, runs[r][1] - c.consumed) for r, c in first.items())
+    steady = sum(max(0.0, runs[r].end - c.consumed) for r, c in first.items())
     return start, steady_wait, steady
 
 
-def _runs(trace: Trace) -> dict[int, tuple[float, float]]:
-    """Begin and end of each consuming run; an unfinished run ends at its last event."""
-    begins: dict[int, float] = {}
-    ends: dict[int, float] = {}
-    for m in trace.marks:
-        if m.kind == "run_begin":
-            begins[m.value] = m.t
-        elif m.kind == "run_end":
-            ends[m.value] = m.t
-    for c in trace.consumed:
-        begins.setdefault(c.run, c.requested)
-        ends[c.run] = max(ends.get(c.run, c.consumed), c.consumed)
-    return {r: (b, ends.get(r, b)) for r, b in begins.items()}
-
-
-def _releases(consumed: list[Consumed], runs: dict[int, tuple[float, float]], end: float) -> list[float | None]:
-    """When the consumer let go of each batch: when it asked for the next one in
-    the same run, else at the end of the run."""
-    releases: list[float | None] = []
-    for i, c in enumerate(consumed):
-        nxt = consumed[i + 1] if i + 1 < len(consumed) else None
-        if nxt is not None and nxt.run == c.run:
-            releases.append(nxt.requested)
-        else:
-            run_end = runs.get(c.run, (c.consumed, end))[1]
-            releases.append(max(run_end, c.consumed))
-    return releases
-
-
-@dataclass
-class Matching:
-    """Which produced batch each consumed batch was, and the batches the framework
-    took outside the training steps (``hidden``: (run, produced position))."""
-
-    consumed: list[int | None]
-    hidden: list[tuple[int, int]]
-
-
-def match(trace: Trace, runs: dict[int, tuple[float, float]] | None = None) -> Matching:
-    """For each consumed batch, the position of the produced batch it was.
-
-    A consumed batch with a key takes the earliest unmatched produced batch of
-    that key. Without a key, batches are taken first in, first out by the time
-    their building started (the order Keras's enqueuer submits and serves them).
-    When ``meta.match_scope == "run"`` (a loader whose workers are replaced
-    with every pass, or every ``fit``/``predict`` call), batches started before
-    the run began are never candidates. ``meta.pre_run_consumes = k`` says
-    batches built between the previous run's end and this run's begin belong to
-    this run, and the framework itself takes the first ``k`` of them (Keras
-    builds the model with one).
-    """
-    if runs is None:
-        runs = _runs(trace)
-    by_key: dict[Any, deque[int]] = defaultdict(deque)
-    for i, p in enumerate(trace.produced):
-        if p.key is not None:
-            by_key[p.key].append(i)
-    fifo = deque(range(len(trace.produced)))
-    taken: set[int] = set()
-    scoped = trace.meta.match_scope == "run"
-    pre_run = trace.meta.pre_run_consumes or 0
-    floors = _run_floors(runs, pre_run > 0) if scoped else {}
-    hidden: list[tuple[int, int]] = []
-    result: list[int | None] = []
-    current_run = None
-    for c in trace.consumed:
-        floor = floors.get(c.run, float("-inf"))
-        if scoped and c.run != current_run:
-            current_run = c.run
-            begin = runs[c.run][0] if c.run in runs else float("-inf")
-            early = [i for i in fifo if i not in taken and floor <= trace.produced[i].start < begin]
-            for i in early[:pre_run]:
-                taken.add(i)
-                hidden.append((c.run, i))
-        found = None
-        if c.key is not None:
-            queue = by_key.get(c.key, deque())
-            while queue and (queue[0] in taken or trace.produced[queue[0]].start < floor):
-                queue.popleft()
-            found = queue.popleft() if queue else None
-        else:
-            while fifo:
-                i = fifo.popleft()
-                if i in taken or trace.produced[i].start < floor:
-                    continue
-                found = i
-                break
-        if found is not None:
-            taken.add(found)
-        result.append(found)
-    return Matching(result, hidden)
-
-
 def _dropped_with_run(
-    unmatched: list[Produced], runs: dict[int, tuple[float, float]], floors: dict[int, float]
+    unmatched: list[Produced], runs: dict[int, Span], floors: dict[int, float]
 ) -> list[tuple[float, int]]:
     """Batches a run never handed over are let go when that run ends (its workers
     are replaced), or when they are finished if that is later. A batch belongs to
@@ -414,19 +349,8 @@ def _dropped_with_run(
             if floors[run] <= p.start:
                 owner = run
         if owner is not None:
-            released.append((max(p.end, runs[owner][1]), p.nbytes))
+            released.append((max(p.end, runs[owner].end), p.nbytes))
     return released
-
-
-def _run_floors(runs: dict[int, tuple[float, float]], before_begin: bool) -> dict[int, float]:
-    """For each run, the earliest start of a batch it can be handed: its own
-    begin, or with ``before_begin`` the end of the run before it."""
-    floors: dict[int, float] = {}
-    previous_end = float("-inf")
-    for run in sorted(runs):
-        floors[run] = previous_end if before_begin else runs[run][0]
-        previous_end = runs[run][1]
-    return floors
 
 
 def _in_flight(
@@ -529,14 +453,14 @@ def _freed_at(
     matches: list[int | None],
     releases: list[float | None],
     hidden: list[tuple[int, int]],
-    runs: dict[int, tuple[float, float]],
+    runs: dict[int, Span],
 ) -> list[float | None]:
     freed: list[float | None] = [None] * len(produced)
     for j, r in zip(matches, releases):
         if j is not None:
             freed[j] = r
     for run, i in hidden:
-        freed[i] = runs[run][0]
+        freed[i] = runs[run].begin
     return freed
 
 
@@ -608,7 +532,7 @@ class EpochItems:
     ``unit`` (None where nothing identifies items), the items, the workers that
     built each keyed sample, and the batches that carried no keys."""
 
-    unit: str | None
+    unit: ItemUnit | None
     items: dict[tuple[int, int], list[int]]
     built_by: dict[tuple[int, int], dict[int, list[str]]]
     unkeyed: Counter[tuple[int, int]]
@@ -626,7 +550,7 @@ def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
     by_epoch: dict[tuple[int, int], list[int]] = defaultdict(list)
     built_by: dict[tuple[int, int], dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     unkeyed: Counter[tuple[int, int]] = Counter()
-    unit = None
+    unit: ItemUnit | None = None
 
     def keyed(epoch: tuple[int, int], built: Produced, samples: list[int]) -> None:
         by_epoch[epoch].extend(samples)
@@ -681,7 +605,7 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
         origins = built_by.get((run, epoch), {})
         cov.repeats = [Repeat(i, counts[i], sorted(set(origins.get(i, [])))) for i in cov.duplicates[:20]]
         workers = {w for built in origins.values() for w in built if w}
-        cov.cause = _repeat_cause(counts, origins, len(workers))
+        cov.cause = _repeat_cause(counts, origins, len(workers), _framework(trace.meta).shard_advice)
         if isinstance(total, int):
             never = [i for i in range(total) if i not in counts]
             cov.never_count = len(never)
@@ -690,15 +614,18 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
     return result
 
 
-def _repeat_cause(counts: Counter[int], origins: dict[int, list[str]], workers: int) -> str | None:
-    """Each sample once from each worker: an iterable dataset that every worker
-    reads whole (not sharded with ``get_worker_info()``)."""
+def _repeat_cause(counts: Counter[int], origins: dict[int, list[str]], workers: int, advice: str | None) -> str | None:
+    """Each sample once from each worker: a dataset that every worker reads whole
+    (not sharded among them); ``advice``: the framework's way to shard it."""
     if workers < 2 or not origins or len(counts) < 2:
         return None
     every = all(n == workers and len(set(origins.get(i, []))) == workers for i, n in counts.items())
     if not every:
         return None
-    return (
-        f"each sample came once from each of {workers} workers: the dataset is read whole by every worker; "
-        "shard it in __iter__ with torch.utils.data.get_worker_info() (id, num_workers)"
-    )
+    cause = f"each sample came once from each of {workers} workers: the dataset is read whole by every worker"
+    return cause if advice is None else f"{cause}; {advice}"
+
+
+def _framework(meta: TraceMeta) -> Framework:
+    """The framework a trace's meta names (a plain iterable's when it names none known)."""
+    return FRAMEWORKS.get(meta.framework or "", PYTHON)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from queuetune import __version__
-from queuetune.frameworks import TUNED
+from queuetune.frameworks import ESTIMATED, TUNED, get
+from queuetune.frameworks.base import Setting
 from queuetune.jsonio import dumps
 from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
 from queuetune.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
@@ -157,48 +158,26 @@ def _run_table(args: argparse.Namespace) -> int:
 
 # estimate
 
-_FRAMEWORK_OPTIONS = (
-    ("--workers", "workers", _nonnegative("workers"), "keras: PyDataset workers (default 1)"),
-    ("--max-queue-size", "max_queue_size", _positive("max_queue_size"), "keras: max_queue_size (default 10)"),
-    ("--num-workers", "num_workers", _nonnegative("num_workers"), "torch: DataLoader num_workers (default 0)"),
-    ("--prefetch-factor", "prefetch_factor", _positive("prefetch_factor"), "torch: prefetch_factor (default 2)"),
-    ("--buffer", "buffer", _nonnegative("buffer"), "tfdata/generator: prefetch buffer in batches (default 1)"),
-    ("--backend", "backend", str, "generator: Keras backend, tensorflow, torch or jax (default tensorflow)"),
-    (
-        "--prefetch-batches",
-        "prefetch_batches",
-        _nonnegative("prefetch_batches"),
-        "ray: iter_batches prefetch_batches (default 1)",
-    ),
-    (
-        "--concurrency",
-        "concurrency",
-        _positive("concurrency"),
-        "ray: map_batches tasks at once (default: Ray's one per CPU, counted as this machine's CPUs)",
-    ),
-    (
-        "--object-store-memory",
-        "object_store_memory",
-        _arg(parse_bytes),
-        "ray: Ray Data's object store budget, e.g. 2GiB (or give one of the next two)",
-    ),
-    (
-        "--object-store-bytes",
-        "object_store_bytes",
-        _arg(parse_bytes),
-        "ray: the cluster's object store, e.g. 8GiB; Ray Data's budget is half of it",
-    ),
-    (
-        "--ram-bytes",
-        "ram_bytes",
-        _arg(parse_bytes),
-        "ray: one node's memory, e.g. 64GiB; its default object store is 30%% of it (at most 200 GB)",
-    ),
-)
-_FRAMEWORK_FLAGS = (
-    ("--use-multiprocessing", "use_multiprocessing", "keras: use_multiprocessing=True"),
-    ("--pin-memory", "pin_memory", "torch: pin_memory=True"),
-)
+
+def _setting_flags() -> list[tuple[Setting, str]]:
+    """Each setting the frameworks' estimates take, once (valued ones first, then
+    flags), with the help text that names the frameworks that have it."""
+    found: dict[str, tuple[Setting, list[str]]] = {}
+    for name in ESTIMATED:
+        for setting in get(name).settings or ():
+            found.setdefault(setting.name, (setting, []))[1].append(name)
+    ordered = sorted(found.values(), key=lambda entry: entry[0].kind == "flag")
+    return [(setting, f"{'/'.join(names)}: {setting.help}".replace("%", "%%")) for setting, names in ordered]
+
+
+def _setting_type(setting: Setting) -> Callable[[str], Any]:
+    kinds: dict[str, Callable[[str], Any]] = {
+        "count": _nonnegative(setting.name),
+        "positive": _positive(setting.name),
+        "bytes": _arg(parse_bytes),
+        "text": str,
+    }
+    return kinds[setting.kind]
 
 
 def _configure_estimate(parser: argparse.ArgumentParser) -> None:
@@ -209,10 +188,11 @@ def _configure_estimate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label-dtype", help="label dtype (default: float32 one-hot, int64 integer)")
     parser.add_argument("--framework", choices=list(FRAMEWORKS), help="loader whose read-ahead to count")
     loader = parser.add_argument_group("loader settings (defaults are the framework's own)")
-    for flag, dest, kind, text in _FRAMEWORK_OPTIONS:
-        loader.add_argument(flag, dest=dest, type=kind, help=text)
-    for flag, dest, text in _FRAMEWORK_FLAGS:
-        loader.add_argument(flag, dest=dest, action="store_true", default=None, help=text)
+    for setting, text in _setting_flags():
+        if setting.kind == "flag":
+            loader.add_argument(setting.flag, dest=setting.name, action="store_true", default=None, help=text)
+        else:
+            loader.add_argument(setting.flag, dest=setting.name, type=_setting_type(setting), help=text)
     parser.add_argument(
         "--transient-factor",
         type=_arg(_float),
@@ -226,7 +206,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
     from queuetune.render.tables import batch_table, footprint_table, print_renderable
 
     spec = BatchSpec.single(args.shape, args.batch, args.dtype, labels=args.labels, label_dtype=args.label_dtype)
-    names = [dest for _, dest, *_ in (*_FRAMEWORK_OPTIONS, *_FRAMEWORK_FLAGS)]
+    names = [setting.name for setting, _ in _setting_flags()]
     settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if settings and args.framework is None:
         flags = ", ".join("--" + name.replace("_", "-") for name in settings)
@@ -262,7 +242,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     with demo_status() as progress:
         result = run_demo(steps=args.steps, batch_size=args.batch_size, progress=progress)
     if args.json:
-        print(dumps(result))
+        print(dumps(result.to_dict()))
     else:
         print_demo(result)
     return 0
@@ -615,7 +595,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         args = build_parser().parse_args(argv)
-        return args.run(args)
+        code: int = args.run(args)
+        return code
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
     except (ValueError, TypeError, ImportError) as exc:

@@ -9,14 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .analysis import Report
+from .api import probe_of, watch
+from .experiment import ARTICLE, DemoResult, RunResult, advice
 from .memory import footprint
-from .probe import probe_of, watch
-
-ARTICLE = {
-    "source": "Keras 2 predict_generator(steps=10), batch 128",
-    "reached_model_samples": 1280,
-    "built_samples": {"max_queue_size=10": 2688, "max_queue_size=2": 1536},
-}
 
 
 @dataclass(frozen=True)
@@ -46,11 +41,11 @@ def run_demo(
     batch_size: int = 128,
     runs: tuple[DemoRun, ...] = DEFAULT_RUNS,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Run the experiment and return plain data (the ``queuetune demo --json`` schema).
+) -> DemoResult:
+    """Run the experiment (its ``to_dict()`` is the ``queuetune demo --json`` schema).
 
     >>> result = run_demo(steps=2, runs=(DemoRun("generator", 0, None),))  # doctest: +SKIP
-    >>> result["runs"][0]["consumed_batches"]  # doctest: +SKIP
+    >>> result.runs[0].consumed_batches  # doctest: +SKIP
     2
     """
     os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -70,7 +65,7 @@ def run_demo(
         y = np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)]
         return x, y
 
-    class RandomBatches(keras.utils.PyDataset):
+    class RandomBatches(keras.utils.PyDataset):  # type: ignore[misc]  # keras ships no types: its base is Any
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self.rng = np.random.default_rng(0)
@@ -110,83 +105,48 @@ def run_demo(
             probe.close()
         batch_nbytes = int(report.batch_bytes.median or 0)
         results.append(_run_result(run, batch_size, len(predictions), report, keras.backend.backend()))
-    return {
-        "keras": keras.__version__,
-        "backend": keras.backend.backend(),
-        "model": f"Dense({inputs}->{classes}) softmax",
-        "steps": steps,
-        "batch_size": batch_size,
-        "batch_bytes": batch_nbytes,
-        "runs": results,
-        "article": ARTICLE,
-        "advice": advice(results),
-    }
+    return DemoResult(
+        keras=keras.__version__,
+        backend=keras.backend.backend(),
+        model=f"Dense({inputs}->{classes}) softmax",
+        steps=steps,
+        batch_size=batch_size,
+        batch_bytes=batch_nbytes,
+        runs=results,
+        article=ARTICLE,
+        advice=advice(results),
+    )
 
 
-def _run_result(run: DemoRun, batch_size: int, predicted: int, report: Report, backend: str) -> dict[str, Any]:
+def _run_result(run: DemoRun, batch_size: int, predicted: int, report: Report, backend: str) -> RunResult:
     batch = int(report.batch_bytes.median or 1)
     if run.loader == "generator":
         estimate = footprint(batch, "generator", backend=backend)
     else:
         estimate = footprint(batch, "keras", workers=run.workers, max_queue_size=run.max_queue_size)
-    return {
-        "loader": run.loader,
-        "label": run.label,
-        "workers": run.workers,
-        "max_queue_size": run.max_queue_size,
-        "batch_size": batch_size,
-        "predicted_samples": predicted,
-        "consumed_batches": report.consumed_batches,
-        "consumed_samples": (report.consumed_batches or 0) * batch_size,
-        "produced_batches": report.produced_batches,
-        "produced_samples": report.produced_batches * batch_size,
-        "read_ahead_batches": report.read_ahead_batches,
-        "peak_in_flight_batches": report.peak_in_flight_batches,
-        "peak_in_flight_bytes": report.peak_in_flight_bytes,
-        "estimated_footprint_bytes": estimate.total_bytes,
-        "estimated_depth": estimate.depth,
-        "estimated_batches": estimate.total_batches,
-        "input_wait_seconds": report.input_wait_seconds,
-        "wall_seconds": report.wall_seconds,
-        "first_batch_seconds": None if report.start is None else report.start.first_batch_seconds,
-        "built_before_asked": None if report.start is None else report.start.built_before_asked,
-        "steady_wait_seconds": report.steady_wait_seconds,
-        "steady_seconds": report.steady_seconds,
-        "input_bound_fraction": report.input_bound_fraction,
-        "verdict": report.verdict,
-    }
-
-
-def advice(results: list[dict[str, Any]]) -> str:
-    """One sentence from the measured input-bound fraction of the deepest queue.
-
-    >>> advice([{"max_queue_size": 10, "input_bound_fraction": 0.3, "label": "q10",
-    ...          "peak_in_flight_bytes": 100, "loader": "pydataset"},
-    ...         {"max_queue_size": 2, "input_bound_fraction": 0.3, "label": "q2",
-    ...          "peak_in_flight_bytes": 40, "loader": "pydataset"}])[:36]
-    'Loading is the bottleneck (30% of th'
-    """
-    queued = [r for r in results if r.get("max_queue_size") is not None]
-    if not queued:
-        return "No queued loader was measured."
-    deepest = max(queued, key=lambda r: r["max_queue_size"])
-    shallowest = min(queued, key=lambda r: r["max_queue_size"])
-    fraction = deepest.get("input_bound_fraction")
-    if fraction is None:
-        return "Consumption was not recorded, so the bottleneck is unknown."
-    saved = deepest["peak_in_flight_bytes"] - shallowest["peak_in_flight_bytes"]
-    if fraction >= 0.05:
-        return (
-            f"Loading is the bottleneck ({fraction:.0%} of the time the model waited for input "
-            f"with {deepest['label']}): a deep queue buys nothing here, so lower max_queue_size "
-            f"before the batch size ({shallowest['label']} held {_mib(saved)} MiB less at peak)."
-        )
-    return (
-        f"The model is the bottleneck (it waited for input {fraction:.0%} of the time with "
-        f"{deepest['label']}): the queue keeps it fed, so keep the default unless memory is short; "
-        f"{shallowest['label']} would hold {_mib(saved)} MiB less at peak."
+    return RunResult(
+        loader=run.loader,
+        label=run.label,
+        workers=run.workers,
+        max_queue_size=run.max_queue_size,
+        batch_size=batch_size,
+        predicted_samples=predicted,
+        consumed_batches=report.consumed_batches,
+        consumed_samples=(report.consumed_batches or 0) * batch_size,
+        produced_batches=report.produced_batches,
+        produced_samples=report.produced_batches * batch_size,
+        read_ahead_batches=report.read_ahead_batches,
+        peak_in_flight_batches=report.peak_in_flight_batches,
+        peak_in_flight_bytes=report.peak_in_flight_bytes,
+        estimated_footprint_bytes=estimate.total_bytes,
+        estimated_depth=estimate.depth,
+        estimated_batches=estimate.total_batches,
+        input_wait_seconds=report.input_wait_seconds,
+        wall_seconds=report.wall_seconds,
+        first_batch_seconds=None if report.start is None else report.start.first_batch_seconds,
+        built_before_asked=None if report.start is None else report.start.built_before_asked,
+        steady_wait_seconds=report.steady_wait_seconds,
+        steady_seconds=report.steady_seconds,
+        input_bound_fraction=report.input_bound_fraction,
+        verdict=report.verdict,
     )
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.2f}"

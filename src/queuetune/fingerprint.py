@@ -174,7 +174,8 @@ def _as_array(value: Any) -> np.ndarray | None:
         return value
     if _is_tensor(value):
         try:
-            return value.detach().cpu().numpy()
+            array: np.ndarray = value.detach().cpu().numpy()
+            return array
         except (RuntimeError, TypeError):
             return None
     if type(value).__module__.startswith("tensorflow") and callable(getattr(value, "numpy", None)):

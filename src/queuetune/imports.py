@@ -90,7 +90,7 @@ class ImportHooks(importlib.abc.MetaPathFinder):
             find = getattr(finder, "find_spec", None)
             if finder is self or find is None:
                 continue
-            spec = find(fullname, path, target)
+            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
             if spec is not None:
                 break
         else:

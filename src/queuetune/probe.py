@@ -1,4 +1,5 @@
-"""watch(): wrap a loader so that it records what it builds and what is consumed."""
+"""Probing: wrap a loader so that it records what it builds and what is consumed,
+and the :class:`Probe` that reads the record (printing it is the API's, :mod:`queuetune.api`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from .frameworks import PYTHON, detect
+from .frameworks.adapters import adapter_of
 from .launch import Launch
 from .recorder import Recorder
 from .trace import Trace, TraceMeta
@@ -17,7 +19,7 @@ _PROBES: weakref.WeakKeyDictionary[Any, Probe] = weakref.WeakKeyDictionary()
 
 
 class Probe:
-    """The handle of a watched loader: its trace, its report, its Keras callback.
+    """The handle of a watched loader: its trace and its report.
 
     >>> import numpy as np, queuetune
     >>> loader = queuetune.watch([np.zeros(4), np.zeros(4)])
@@ -42,12 +44,6 @@ class Probe:
 
         return analyze(self.trace())
 
-    def print_report(self, console: Any = None) -> None:
-        """Print the report as a table on the terminal (on ``console``, a rich Console, if given)."""
-        from .render.console import print_report
-
-        print_report(self.report(), console)
-
     def settle(self, quiet: float = 0.2, timeout: float = 5.0) -> int:
         """Wait until no batch has been built for ``quiet`` seconds (workers that
         were still building when the consumer stopped finish or are stopped), at
@@ -71,29 +67,6 @@ class Probe:
                 break
         return count
 
-    def keras_callback(self, print_report: bool = True, tensorboard: str | None = None, every: float = 1.0) -> Any:
-        """A ``keras.callbacks.Callback`` that records consumption by ``fit``/``predict``/
-        ``evaluate`` and prints the report when the call ends.
-
-        Put it last in ``callbacks``: the time from its ``on_*_batch_end`` to the
-        next ``on_*_batch_begin`` counts as waiting for input, so callbacks after
-        it would count as input wait. ``tensorboard``: a log folder where the
-        input wait, bytes in flight and batches/s are written as TensorBoard
-        scalars each ``every`` seconds (``pip install 'queuetune[tensorboard]'``).
-
-        >>> # model.fit(ds, callbacks=[queuetune.probe_of(ds).keras_callback(tensorboard="logs")])
-        """
-        from .frameworks.keras.watch import ProbeCallback
-
-        scalars = None
-        if tensorboard is not None:
-            from .render.tensorboard import ScalarWriter, writer_class
-
-            writer_class()  # a missing tensorboard is an error now, not at the first batch
-            logdir = tensorboard
-            scalars = lambda: ScalarWriter(logdir)  # noqa: E731
-        return ProbeCallback(self, print_report=print_report, scalars=scalars, every=every)
-
     def close(self) -> None:
         """End the open run and stop the probe's helper threads."""
         self.recorder.close()
@@ -105,7 +78,9 @@ class Probe:
         self.close()
 
 
-def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True, key: Any = None) -> Any:
+def watch(
+    loader: Any, *, name: str | None = None, sample_memory: bool = True, key: Any = None, handle: type[Probe] = Probe
+) -> Any:
     """Wrap ``loader`` so that it records every batch it builds and hands over.
 
     Returns an object to pass to your training code in place of ``loader``:
@@ -114,7 +89,7 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True, k
     ``DataLoader``, a dataset to iterate as before (``iter_batches``,
     ``iter_torch_batches``) for a Ray Data ``Dataset`` (its blocks are counted in
     the remote tasks that build them; Ray starts as Ray Data would start it). Its probe
-    (``queuetune.probe_of(result)``) gives the report.
+    (``queuetune.probe_of(result)``, a ``handle``) gives the report.
 
     ``key`` says how samples are told apart for the coverage check where
     batches carry no index (a torch ``IterableDataset``): by default (None) a
@@ -151,8 +126,11 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True, k
     # A loader whose framework has no watcher of its own (tf.data) is read as a plain iterable.
     if key is not None and key is not False and not callable(key):
         raise TypeError(f"key must be a function of one sample, None or False, got {type(key).__name__}")
-    watched = framework.watch(loader, meta, sample_memory, key) or PYTHON.watch(loader, meta, sample_memory, key)
-    return _register(*watched)
+    watched = adapter_of(framework).watch(loader, meta, sample_memory, key)
+    if watched is None:
+        watched = adapter_of(PYTHON).watch(loader, meta, sample_memory, key)
+    assert watched is not None  # any iterable has a watcher
+    return _register(*watched, handle)
 
 
 def probe_of(watched: Any) -> Probe:
@@ -175,23 +153,8 @@ def report(watched: Any) -> Report:
     return probe_of(watched).report()
 
 
-def print_report(watched: Any, console: Any = None) -> None:
-    """Shortcut for ``probe_of(watched).print_report()``: the report as a table.
-
-    >>> import io, queuetune
-    >>> from rich.console import Console
-    >>> loader = queuetune.watch([b"12"])
-    >>> _ = list(loader)
-    >>> out = io.StringIO()
-    >>> queuetune.print_report(loader, Console(file=out, width=100))
-    >>> "produced (built)" in out.getvalue()
-    True
-    """
-    probe_of(watched).print_report(console)
-
-
-def _register(watched: Any, recorder: Recorder) -> Any:
-    _PROBES[watched] = Probe(recorder)
+def _register(watched: Any, recorder: Recorder, handle: type[Probe]) -> Any:
+    _PROBES[watched] = handle(recorder)
     return watched
 
 

@@ -9,38 +9,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analysis import Report, analyze
+from .analysis import analyze
 from .launch import Launch
+from .program_result import LoaderResult, ProgramResult
 from .runner import Target, run
 from .session import Session
-from .tune.recommend import Recommendation, recommend
-
-
-@dataclass
-class LoaderResult:
-    """One loader the program iterated: its label, where its trace was saved,
-    the report and the recommendation."""
-
-    label: str
-    trace_path: Path
-    report: Report
-    recommendation: Recommendation
-
-
-@dataclass
-class ProgramResult:
-    """The program's exit code, what it iterated, and the loaders left alone."""
-
-    exit_code: int
-    out: Path
-    loaders: list[LoaderResult] = field(default_factory=list)
-    left_alone: dict[str, str] = field(default_factory=dict)
-    #: The HTML report, when one was written.
-    html: Path | None = None
+from .tune.recommend import recommend
 
 
 def default_out(now: float | None = None) -> Path:

@@ -13,8 +13,9 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .analysis import MODERATE, EpochItems, Report, analyze, epoch_items, match
+from .analysis import MODERATE, EpochItems, Report, analyze, epoch_items
 from .jsonio import dumps
+from .matching import match
 from .trace import Trace
 
 

@@ -11,11 +11,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import psutil
 
-from .trace import Consumed, Mark, MemorySample, Produced, Trace, TraceMeta
+from .trace import Consumed, Mark, MarkKind, MemorySample, Produced, Trace, TraceMeta
 
 clock = time.monotonic
 
@@ -219,7 +219,7 @@ class Channel:
                     pass
         self._r = self._w = None
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Callable[..., Channel], tuple[int] | tuple[int, Any]]:
         from multiprocessing import context, reduction
 
         if context.get_spawning_popen() is None or self._w is None:
@@ -261,7 +261,7 @@ def _pack_samples(record: Built) -> list[bytes]:
     return records
 
 
-def _unpack(fields: tuple) -> Built:
+def _unpack(fields: tuple[float, float, int, int, int, int, int, int]) -> Built:
     start, end, nbytes, index, key, pid, tid, flags = fields
     return Built(
         start,
@@ -493,7 +493,7 @@ class Recorder:
             self.epoch_begin(requested)
         self._consumed.append(Consumed(requested, consumed, self.run, self.epoch, nbytes, key_of(key), samples, rows))
 
-    def mark(self, kind: str, value: Any = None, t: float | None = None) -> None:
+    def mark(self, kind: MarkKind, value: Any = None, t: float | None = None) -> None:
         self._marks.append(Mark(clock() if t is None else t, kind, value))
 
     def error(self, exc: BaseException) -> None:
@@ -543,13 +543,9 @@ class Recorder:
         self.channel.flush()
         # Each list is in the order it was recorded and earlier runs have ended:
         # what goes is a prefix, cut with `del` so a concurrent append is not lost.
-        for records, when in (
-            (self._produced, lambda r: r.start),
-            (self._consumed, lambda c: c.requested),
-            (self._memory, lambda m: m.t),
-        ):
-            cut = next((i for i, r in enumerate(records) if when(r) >= cutoff), len(records))
-            del records[:cut]
+        _cut_before(self._produced, lambda r: r.start, cutoff)
+        _cut_before(self._consumed, lambda c: c.requested, cutoff)
+        _cut_before(self._memory, lambda m: m.t, cutoff)
         self._marks[:] = [m for m in self._marks if m.t >= cutoff]
         self.meta.forgotten_runs = int(oldest.value)
         self.start = cutoff
@@ -633,6 +629,15 @@ class Recorder:
         while self._active:
             self.run_end()
         self._finalizer()
+
+
+_R = TypeVar("_R")
+
+
+def _cut_before(records: list[_R], when: Callable[[_R], float], cutoff: float) -> None:
+    """Drop the records before the first one ``when`` places at ``cutoff`` or later."""
+    cut = next((i for i, r in enumerate(records) if when(r) >= cutoff), len(records))
+    del records[:cut]
 
 
 def _shutdown(channel: Channel, sampler: MemorySampler | None) -> None:

@@ -1,22 +1,27 @@
 """A session: every loader a program iterates, watched without a change to its
 code, as ``queuetune run`` needs. Each framework's module says where to hook in
-(:meth:`~queuetune.frameworks.base.Framework.autowatch`); the session installs
+(:meth:`~queuetune.frameworks.base.Adapter.autowatch`); the session installs
 those hooks when the framework is imported, keeps what they watch, and undoes
 every hook at the end."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .imports import ImportHooks
+from .probe import Probe
 from .recorder import Live
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from .frameworks.base import Framework
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
@@ -66,7 +71,8 @@ class Session:
         self.active = True
         for framework in FRAMEWORKS.values():
             if framework.autowatch_module is not None:
-                self._hooks.add(framework.autowatch_module, self._installer(framework.name, framework.autowatch))
+                hook = functools.partial(_autowatch, framework)
+                self._hooks.add(framework.autowatch_module, self._installer(framework.name, hook))
         return self
 
     def _installer(
@@ -137,8 +143,8 @@ class Session:
             setattr(probe.recorder.meta, name, value)
         return watched
 
-    def probe(self, watched: Any) -> Any:
-        """The :class:`~queuetune.Probe` of a loader :meth:`watch` returned."""
+    def probe(self, watched: Any) -> Probe:
+        """The :class:`~queuetune.probe.Probe` of a loader :meth:`watch` returned."""
         from .probe import probe_of
 
         return probe_of(watched)
@@ -155,6 +161,14 @@ class Session:
             watched.close()
             out.append((watched, watched.trace()))
         return out
+
+
+def _autowatch(spec: Framework, session: Session, module: ModuleType) -> Callable[[], None] | None:
+    """``spec``'s adapter hooked into ``module`` for ``session`` (the adapter
+    imported now: its framework is)."""
+    from .frameworks.adapters import adapter_of
+
+    return adapter_of(spec).autowatch(session, module)
 
 
 def where_called() -> str:

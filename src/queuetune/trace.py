@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from . import units
 from .units import _is_int
@@ -54,15 +54,32 @@ class Consumed:
     rows: int | None = None
 
 
+#: What a :class:`Mark` marks.
+MarkKind = Literal[
+    "run_begin",
+    "run_end",
+    "epoch_begin",
+    "epoch_end",
+    "error",
+    "pause_begin",
+    "pause_end",
+    "depth",
+    "workers",
+    "pool",
+    "samples_capped",
+]
+
+
 @dataclass
 class Mark:
     """A point in time on the consumer's side: ``run_begin``, ``run_end``,
     ``epoch_begin``, ``epoch_end``, ``error``, ``pause_begin``, ``pause_end``; and a
     Prefetcher's ``depth``, ``workers`` and ``pool`` (the bytes of its shared-memory
-    segments) as they change."""
+    segments) as they change; ``samples_capped`` where a run's sample keys reached
+    the most it keeps."""
 
     t: float
-    kind: str
+    kind: MarkKind
     value: Any = None
 
 
@@ -280,6 +297,8 @@ _CHECKS: dict[str, tuple[str, Any]] = {
     "int": ("an integer", _is_int),
     "int | None": ("an integer or null", lambda v: v is None or _is_int(v)),
     "str": ("a string", lambda v: isinstance(v, str)),
+    # A kind this version does not know is kept: a newer version's trace.
+    "MarkKind": ("a string", lambda v: isinstance(v, str)),
     "dict | None": ("an object or null", lambda v: v is None or isinstance(v, dict)),
     "str-dict | None": (
         "an object of strings or null",

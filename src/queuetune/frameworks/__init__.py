@@ -1,23 +1,26 @@
-"""The frameworks queuetune knows, one module each, under one set of names.
+"""The frameworks queuetune knows, one folder each, under one set of names: the registry.
 
-Each framework's module holds everything queuetune knows about it (how to
-recognise its loader, its depth rule, its footprint, its settings, its rules
-for the queue model, its watcher); none imports its framework until a loader
-of it is watched. Adding a framework is adding its module and one line below.
+Each framework's folder holds everything queuetune knows about it: ``spec.py``
+(pure: how to recognise its loader, its settings, its depth rule, its footprint,
+its rules for the queue model; it never imports the framework) and ``watch.py``
+(its :class:`~.base.Adapter`: watching its loaders, hooking into it, reading
+its loaders in tuning trials; imported only when a loader of it is at hand, see
+:mod:`.adapters`). Adding a framework is adding its folder and a line below.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..model.rules import LoaderRules
 from ..trace import TraceMeta
-from .base import Framework, LoaderRules, reachable_depths, require
-from .keras import GENERATOR, KERAS
-from .python import NONE, PYTHON
-from .queuetune import QUEUETUNE
-from .ray import RAY
-from .tfdata import TFDATA
-from .torch import TORCH
+from .base import Framework, reachable_depths, require
+from .keras.spec import GENERATOR, KERAS
+from .python.spec import NONE, PYTHON
+from .queuetune.spec import QUEUETUNE
+from .ray.spec import RAY
+from .tfdata.spec import TFDATA
+from .torch.spec import TORCH
 
 __all__ = [
     "ESTIMATED",
@@ -32,9 +35,9 @@ __all__ = [
     "TORCH",
     "TUNED",
     "Framework",
-    "LoaderRules",
     "detect",
     "get",
+    "model_framework",
     "reachable_depths",
     "require",
     "rules_of",
@@ -74,11 +77,21 @@ def detect(loader: Any) -> Framework:
     raise TypeError(f"{type(loader).__name__} is not a loader: it is not iterable")
 
 
+def model_framework(consumer: Any) -> Framework | None:
+    """The framework whose model ``consumer`` is (one that reads a loader itself), or None.
+
+    >>> model_framework(print) is None
+    True
+    """
+    return next((f for f in FRAMEWORKS.values() if f.recognises_model(consumer)), None)
+
+
 def rules_of(meta: TraceMeta) -> LoaderRules:
-    """The rules of the loader a trace's ``meta`` describes (shared, take, threads when unknown).
+    """The rules of the loader a trace's ``meta`` describes (shared, take, threads,
+    workers not known, when its framework is unknown).
 
     >>> rules_of(TraceMeta(framework="torch", settings={"num_workers": 4}))
-    LoaderRules(assignment='round_robin', release='take', processes=True)
+    LoaderRules(assignment='round_robin', release='take', processes=True, workers=4)
     >>> rules_of(TraceMeta(framework="keras", settings={"workers": 4})).release
     'request'
     """

@@ -1,49 +1,48 @@
-"""What every framework module fills in: the :class:`Framework` protocol, and the
-:class:`LoaderRules` the queue model takes from it."""
+"""What every framework module fills in: the :class:`Framework` protocol (the
+queue model's :class:`~queuetune.model.rules.LoaderRules` among its answers)."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ..model.rules import LoaderRules
 from ..units import nonnegative_int
 
 if TYPE_CHECKING:
-    from ..recorder import Recorder
-    from ..session import Session
+    from ..recorder import Live, Recorder
     from ..trace import Trace, TraceMeta
-
-ASSIGNMENTS = ("shared", "round_robin")
-RELEASES = ("take", "request")
 
 #: A footprint's read-ahead lines: (label, batches, why).
 Lines = list[tuple[str, int, str]]
 
 
+#: How ``queuetune estimate`` reads a setting from its command line.
+SettingKind = Literal["count", "positive", "bytes", "text", "flag"]
+
+
 @dataclass(frozen=True)
-class LoaderRules:
-    """How a loader gives batches to its workers and frees places under its bound.
+class Setting:
+    """One setting of a framework's loader that the estimate takes: its name (the
+    framework's own), how a command line gives it (``kind``: a count from 0, a
+    positive count, a byte size, text, or a flag that sets it True) and its help.
 
-    ``assignment``: ``"shared"`` (any free worker builds the next batch: Keras's
-    executor, queuetune's prefetcher) or ``"round_robin"`` (batch ``i`` goes to
-    worker ``i mod workers``, after that worker's previous batch: torch's
-    DataLoader). ``release``: a place frees when the consumer ``"take"``s a
-    batch (torch sends the next index after receiving one) or as soon as it
-    ``"request"``s it (Keras's feeder submits the next batch when the consumer
-    removes the head of its queue, before that batch is ready).
-    ``processes``: batches cross from worker processes through a pipe.
-
-    >>> LoaderRules().assignment, LoaderRules().release
-    ('shared', 'take')
+    >>> Setting("num_workers", "count", "DataLoader num_workers (default 0)").flag
+    '--num-workers'
     """
 
-    assignment: str = "shared"
-    release: str = "take"
-    processes: bool = False
+    name: str
+    kind: SettingKind
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -56,19 +55,20 @@ class Framework:
     0 is no read-ahead at all (the consumer builds each batch when it asks).
     ``depth_knob``/``workers_knob``: the settings the tuner varies for depth and
     for workers; ``tuned_knobs``: every setting the tuner passes to a factory;
-    ``estimate_settings``: what :func:`queuetune.memory.footprint` takes;
+    ``settings``: the settings :func:`queuetune.memory.footprint` takes (and
+    ``queuetune estimate``'s flags), or None where it makes no estimate;
     ``extra``: the pip extra that installs the framework.
 
     >>> fw = Framework("demo", depth_knob="buffer")
     >>> fw.recognises([1]), fw.depth({}), fw.rules({})
-    (False, 0, LoaderRules(assignment='shared', release='take', processes=False))
+    (False, 0, LoaderRules(assignment='shared', release='take', processes=False, workers=None))
     """
 
     name: str
     depth_knob: str | None = None
     workers_knob: str | None = None
     tuned_knobs: tuple[str, ...] = ()
-    estimate_settings: tuple[str, ...] | None = None
+    settings: tuple[Setting, ...] | None = None
     extra: str | None = None
     #: A plain iterable: the tuner reads it ahead with queuetune's own thread
     #: (``buffer`` batches), in trials and in the job it hands over.
@@ -77,9 +77,16 @@ class Framework:
     job_methods: tuple[str, ...] = ("fit", "predict", "evaluate")
     #: The module whose import lets :meth:`autowatch` hook in (None: it never does).
     autowatch_module: str | None = None
+    #: How to share a dataset among the workers when each reads it whole (None: no advice).
+    shard_advice: str | None = None
     #: Why one watched run of its loader gives no recommendation (None: the
     #: queue model fitted to the run gives one, see queuetune.tune.recommend).
     unmodelled: str | None = None
+
+    @property
+    def estimate_settings(self) -> tuple[str, ...] | None:
+        """The names of :attr:`settings` (None where the framework makes no estimate)."""
+        return None if self.settings is None else tuple(s.name for s in self.settings)
 
     # --- recognising a loader, without importing its framework ---------------------------
 
@@ -107,37 +114,26 @@ class Framework:
         """How its loader with these settings hands batches to workers and frees places."""
         return LoaderRules()
 
+    def settings_of(self, loader: Any) -> dict[str, Any]:
+        """The settings a built loader carries, as the framework reads them."""
+        return {}
+
+    def recognises_model(self, consumer: Any) -> bool:
+        """Whether a tuning job's consumer is a model of this framework that reads
+        the loader itself (its adapter's :meth:`Adapter.run_model` runs it), never
+        by importing the framework."""
+        return False
+
+    def batch_count(self, loader: Any) -> int | None:
+        """The batches a loader says it holds where ``len()`` is not how it says so (None: ask ``len()``)."""
+        return None
+
     # --- the estimate -----------------------------------------------------------------
 
     def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
         """For :func:`queuetune.memory.footprint`: the settings resolved to their
         values, the read-ahead lines, and the depth they give."""
         raise ValueError(f"{self.name} has no estimate")
-
-    # --- watching ---------------------------------------------------------------------
-
-    def settings_of(self, loader: Any) -> dict[str, Any]:
-        """The settings a built loader carries, as the framework reads them."""
-        return {}
-
-    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder] | None:
-        """A watched ``loader`` and its recorder, or None when this framework has no
-        watcher of its own. A watcher imports its framework only when called.
-        ``key``: what keys a sample where batches carry no index (see
-        :func:`queuetune.watch`), for the watchers that can see samples."""
-        return None
-
-    def autowatch(self, session: Session, module: ModuleType) -> Callable[[], None] | None:
-        """Hook into the framework, whose :attr:`autowatch_module` is ``module``
-        (imported by now), so that every loader of it the program iterates while
-        ``session`` is active is watched through ``session``; return what undoes
-        the hook (``queuetune run``)."""
-        return None
-
-    def prefetcher_form(self) -> Callable[[Any], Any] | None:
-        """What turns a :class:`~queuetune.Prefetcher` of this framework's loader into
-        the form the framework reads, or None when it reads the prefetcher as it is."""
-        return None
 
     # --- tuning -----------------------------------------------------------------------
 
@@ -147,14 +143,90 @@ class Framework:
             shown = ", ".join(repr(m) for m in self.job_methods)
             raise ValueError(f"method must be {_either(shown)}, got {method!r}")
 
-    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The settings a factory's loader has when it is given none (its defaults)."""
-        carried = self.settings_of(loader)
-        return {k: carried[k] for k in self.tuned_knobs if k in carried}
-
     def factory_kwargs(self, settings: dict[str, Any]) -> dict[str, Any]:
         """The settings the factory is called with (queuetune applies the others itself)."""
         return dict(settings)
+
+    def model_settings(self, default: dict[str, Any]) -> dict[str, Any] | None:
+        """Settings for a second run that the queue model is fitted to, beside the
+        default's: None when the default's run shows the batches being built
+        (see :func:`queuetune.model.fit_unbuffered`)."""
+        return None
+
+    def estimated_peak(self, depth: int, batch_bytes: int) -> tuple[int, int] | None:
+        """Peak batches and bytes in flight, for a loader whose batches the probe
+        cannot see being built (None: the probe measures them)."""
+        return None
+
+
+class Watching(Protocol):
+    """What an adapter's hooks need of a :class:`~queuetune.session.Session`."""
+
+    active: bool
+
+    def watch(self, loader: Any, kind: str, **meta: Any) -> Any:
+        """The watched form of ``loader`` (None: left alone)."""
+
+    def probe(self, watched: Any) -> Probed:
+        """The probe of a loader :meth:`watch` returned."""
+
+    def add(
+        self, kind: str, trace: Callable[[], Trace], close: Callable[[], None], live: Callable[[], Live] | None = None
+    ) -> str:
+        """Keep a loader that records itself; its label."""
+
+
+class Probed(Protocol):
+    """What a session's probe gives an adapter: the recorder behind it."""
+
+    recorder: Recorder
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """What acts on the live loaders of the framework ``spec`` describes: watching
+    one, hooking into the framework, reading one in tuning trials. Each
+    framework's ``watch.py`` makes its own (its ``ADAPTERS``, by framework name;
+    :func:`queuetune.frameworks.adapters.adapter_of` finds them); this base is a
+    framework with none: not watched (read as a plain iterable), not hooked.
+
+    >>> from queuetune.frameworks import NONE
+    >>> Adapter(NONE).watch([1], None, False) is None
+    True
+    """
+
+    spec: Framework
+
+    def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder] | None:
+        """A watched ``loader`` and its recorder, or None when the framework has no
+        watcher of its own. ``key``: what keys a sample where batches carry no
+        index (see :func:`queuetune.watch`), for the watchers that can see samples."""
+        return None
+
+    def autowatch(self, session: Watching, module: ModuleType) -> Callable[[], None] | None:
+        """Hook into the framework, whose :attr:`~Framework.autowatch_module` is
+        ``module`` (imported by now), so that every loader of it the program
+        iterates while ``session`` is active is watched through ``session``;
+        return what undoes the hook (``queuetune run``)."""
+        return None
+
+    def prefetcher_form(self) -> Callable[[Any], Any] | None:
+        """What turns a :class:`~queuetune.Prefetcher` of this framework's loader into
+        the form the framework reads, or None when it reads the prefetcher as it is."""
+        return None
+
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The settings a factory's loader has when it is given none (its defaults)."""
+        carried = self.spec.settings_of(loader)
+        return {k: carried[k] for k in self.spec.tuned_knobs if k in carried}
+
+    def run_model(
+        self, model: Any, method: str, loader: Any, kwargs: dict[str, Any], probe: Probed, steps: int
+    ) -> None:
+        """Let ``model`` (one :meth:`Framework.recognises_model` took) read ``steps``
+        batches of the watched ``loader`` by its ``method``, its consumption recorded
+        through ``probe``."""
+        raise TypeError(f"{self.spec.name} has no model that reads a loader")
 
     def configure(self, job: Any, settings: dict[str, Any]) -> Any:
         """A tuning job with the settings queuetune applies itself (none by default)."""
@@ -164,24 +236,13 @@ class Framework:
         """The batches a step function reads from the watched loader."""
         return iter(watched)
 
-    def model_settings(self, default: dict[str, Any]) -> dict[str, Any] | None:
-        """Settings for a second run that the queue model is fitted to, beside the
-        default's: None when the default's run shows the batches being built
-        (see :func:`queuetune.model.fit_unbuffered`)."""
-        return None
-
     def bound(self) -> Framework:
-        """These rules bound to what they need to know before a baseline (Ray: the cluster)."""
-        return self
+        """The spec bound to what it needs to know before a baseline (Ray: the cluster)."""
+        return self.spec
 
-    def measured(self, baseline: Trace) -> Framework:
-        """These rules bound to what the baseline trial measured (Ray: the block size)."""
-        return self
-
-    def estimated_peak(self, depth: int, batch_bytes: int) -> tuple[int, int] | None:
-        """Peak batches and bytes in flight, for a loader whose batches the probe
-        cannot see being built (None: the probe measures them)."""
-        return None
+    def measured(self, spec: Framework, baseline: Trace) -> Framework:
+        """``spec`` (this one, bound) bound to what the baseline trial measured (Ray: the block size)."""
+        return spec
 
 
 def has_base(obj: Any, name: str, module: str) -> bool:
@@ -202,6 +263,18 @@ def reachable_depths(framework: Framework, workers: int | None, upto: int = 32) 
     [4, 8, 12]
     """
     return [d for d in range(0, upto + 1) if framework.settings_for(d, workers) is not None]
+
+
+def count_setting(settings: dict[str, Any], name: str) -> int | None:
+    """The count a setting holds (at least 1), or None where it holds none.
+
+    >>> count_setting({"workers": 0}, "workers"), count_setting({}, "workers")
+    (1, None)
+    """
+    value = settings.get(name)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return max(1, int(value))
+    return None
 
 
 def flag(value: Any, what: str) -> bool:

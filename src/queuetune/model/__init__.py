@@ -5,10 +5,12 @@ from .closed_form import compare_with_closed_form, tfdata_empty_probability, tfd
 from .distribution import Distribution
 from .fit import dispatch_time, fit, fit_unbuffered, handover_time, kept_by_consumer, transit_time
 from .pipeline import PipelineModel
+from .rules import LoaderRules
 from .simulate import Prediction, predict_curve, simulate
 
 __all__ = [
     "Distribution",
+    "LoaderRules",
     "PipelineModel",
     "Prediction",
     "compare_with_closed_form",

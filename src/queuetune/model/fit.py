@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import numpy as np
 
-from ..analysis import match
-from ..frameworks import rules_of
+from ..matching import match
 from ..trace import Trace
 from .distribution import Distribution
 from .pipeline import PipelineModel
+from .rules import LoaderRules
 
 __all__ = ["dispatch_time", "fit", "fit_unbuffered", "handover_time", "kept_by_consumer", "transit_time"]
 
@@ -19,30 +18,29 @@ MIN_PRODUCED = 5
 MIN_STEPS = 3
 
 
-def fit(trace: Trace, ordered: bool = True) -> PipelineModel:
+def fit(trace: Trace, rules: LoaderRules, ordered: bool = True) -> PipelineModel:
     """The model of a recorded run.
 
     Producer times are ``end - start`` of the produced batches; consumer
     steps are the times from one batch's ``consumed`` to the next batch's
     ``requested`` in the same run, plus :func:`handover_time`; ``workers`` is
-    ``meta.settings["workers"]`` (Keras) or ``["num_workers"]`` (torch)
-    when recorded, else the number of distinct ``worker`` values, at least 1;
-    ``batch_bytes`` is the median ``nbytes`` of the produced batches; the
-    assignment and release rules are the recorded loader's
-    (:func:`queuetune.frameworks.rules_of`), the transit :func:`transit_time`,
+    the ``rules``' workers (what the loader's settings give) when known, else the
+    number of distinct ``worker`` values, at least 1; ``batch_bytes`` is the
+    median ``nbytes`` of the produced batches; the assignment and release rules
+    are the loader's ``rules`` (for a recorded trace,
+    :func:`queuetune.frameworks.rules_of` its meta), the transit :func:`transit_time`,
     the hand-over :func:`handover_time`, the dispatch :func:`dispatch_time`.
 
     >>> from queuetune.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(i, i + 0.5, 100, worker="w") for i in range(6)],
     ...           consumed=[Consumed(i + 0.5, i + 0.5) for i in range(6)])
-    >>> m = fit(t)
+    >>> m = fit(t, LoaderRules())
     >>> m.producer.mean, m.consumer.mean, m.workers, m.batch_bytes, m.transit
     (0.5, 1.0, 1, 100.0, 0.0)
     """
     produced = trace.produced
     if len(produced) < MIN_PRODUCED:
         raise ValueError(f"the trace has {len(produced)} produced batches; the model needs at least {MIN_PRODUCED}")
-    rules = rules_of(trace.meta)
     ready, delivered = _handover_waits(trace)
     overhead = _mean_or_zero(ready)
     # Clamped at 0: a request recorded a hair before the previous hand-over
@@ -65,18 +63,18 @@ def fit(trace: Trace, ordered: bool = True) -> PipelineModel:
     return PipelineModel(
         producer=producer,
         consumer=consumer,
-        workers=_trace_workers(trace),
+        workers=_workers(trace, rules),
         batch_bytes=float(np.median([p.nbytes for p in produced])),
         ordered=ordered,
         assignment=rules.assignment,
         release=rules.release,
         transit=_transit(overhead, delivered, rules.processes),
         handover=overhead,
-        dispatch=dispatch_time(trace),
+        dispatch=dispatch_time(trace, rules),
     )
 
 
-def fit_unbuffered(unbuffered: Trace, buffered: Trace) -> PipelineModel:
+def fit_unbuffered(unbuffered: Trace, buffered: Trace, rules: LoaderRules) -> PipelineModel:
     """The model of a loader that reads ahead where the probe cannot see its
     builds (tf.data's ``prefetch`` runs inside TensorFlow), from two runs of it:
     ``unbuffered``, read without read-ahead, where each request builds its batch
@@ -90,11 +88,11 @@ def fit_unbuffered(unbuffered: Trace, buffered: Trace) -> PipelineModel:
     >>> bare = Trace(produced=[Produced(2 * i, 2 * i + 1.2, 1) for i in range(8)],
     ...              consumed=[Consumed(2 * i, 2 * i + 1.2) for i in range(8)])
     >>> ahead = Trace(consumed=[Consumed(i, i + 0.2) for i in range(8)])
-    >>> m = fit_unbuffered(bare, ahead)
+    >>> m = fit_unbuffered(bare, ahead, LoaderRules())
     >>> round(m.producer.mean, 6), round(m.consumer.mean, 6), m.handover
     (1.0, 1.0, 0.0)
     """
-    model = fit(unbuffered)
+    model = fit(unbuffered, rules)
     kept = kept_by_consumer(unbuffered, buffered)
     builds = model.producer.values
     assert builds is not None  # fitted to a trace: the measured times
@@ -185,7 +183,7 @@ def handover_time(trace: Trace) -> float:
     return _mean_or_zero(_handover_waits(trace)[0])
 
 
-def transit_time(trace: Trace) -> float:
+def transit_time(trace: Trace, rules: LoaderRules) -> float:
     """Seconds from a batch's end in its worker until a waiting consumer can take
     it, beyond :func:`handover_time`: the mean over the batches the consumer
     waited for (at least 3), else, when batches come from worker processes, the
@@ -194,14 +192,14 @@ def transit_time(trace: Trace) -> float:
     >>> from queuetune.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(r - 0.5, r + 0.1, 1) for r in (1.0, 2.0, 3.0)],
     ...           consumed=[Consumed(r, r + 0.13) for r in (1.0, 2.0, 3.0)])
-    >>> round(transit_time(t), 6)
+    >>> round(transit_time(t, LoaderRules()), 6)
     0.03
     """
     ready, delivered = _handover_waits(trace)
-    return _transit(_mean_or_zero(ready), delivered, rules_of(trace.meta).processes)
+    return _transit(_mean_or_zero(ready), delivered, rules.processes)
 
 
-def dispatch_time(trace: Trace) -> float:
+def dispatch_time(trace: Trace, rules: LoaderRules) -> float:
     """Seconds from the moment a batch could start until its build started: the
     median, over the produced batches after the first of each worker, of the
     time from the latest event that can start a batch (a build's end, or the
@@ -214,17 +212,17 @@ def dispatch_time(trace: Trace) -> float:
     >>> from queuetune.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(i + 0.001, i + 0.5, 1, worker="w") for i in range(6)],
     ...           consumed=[Consumed(i + 0.6, i + 1.0) for i in range(6)])
-    >>> round(dispatch_time(t), 6)
+    >>> round(dispatch_time(t, LoaderRules()), 6)
     0.001
     """
     produced = sorted(trace.produced, key=lambda p: p.start)
     # A loader of depth 0 (a plain generator run in the consumer's thread) starts
     # each batch when it is asked for: that request, not the last hand-over, is
     # what started it, or the consumer's whole step would read as dispatch.
-    at_request = rules_of(trace.meta).release == "request" or trace.meta.depth == 0
+    at_request = rules.release == "request" or trace.meta.depth == 0
     frees = [c.requested if at_request else c.consumed for c in trace.consumed]
     triggers = np.sort(np.array([p.end for p in produced] + frees, dtype=float))
-    skip = _trace_workers(trace)
+    skip = _workers(trace, rules)
     gaps = []
     for p in produced[skip:]:
         i = int(np.searchsorted(triggers, p.start, side="right"))
@@ -233,11 +231,7 @@ def dispatch_time(trace: Trace) -> float:
     return float(np.median(gaps)) if len(gaps) >= 3 else 0.0
 
 
-def _trace_workers(trace: Trace) -> int:
-    settings = trace.meta.settings
-    if isinstance(settings, dict):
-        for key in ("workers", "num_workers"):
-            value = settings.get(key)
-            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-                return max(1, int(value))
+def _workers(trace: Trace, rules: LoaderRules) -> int:
+    if rules.workers is not None:
+        return max(1, rules.workers)
     return max(1, len({p.worker for p in trace.produced}))

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..frameworks.base import ASSIGNMENTS, RELEASES
 from ..units import positive_int
 from .distribution import Distribution, _duration
+from .rules import ASSIGNMENTS, RELEASES, Assignment, Release
 
 __all__ = ["PipelineModel"]
 
@@ -44,8 +44,8 @@ class PipelineModel:
     workers: int
     batch_bytes: float
     ordered: bool = True
-    assignment: str = "shared"
-    release: str = "take"
+    assignment: Assignment = "shared"
+    release: Release = "take"
     transit: float = 0.0
     handover: float = 0.0
     dispatch: float = 0.0

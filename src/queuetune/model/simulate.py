@@ -78,10 +78,13 @@ class _Run:
 
 
 def _draw(dist: Distribution, rng: np.random.Generator, count: int) -> list[float]:
+    draws: list[float]
     if dist.kind in ("empirical", "replay"):  # passes over the values in turn: the same first ones for any count
-        return dist.sample(rng, count).tolist()
+        draws = dist.sample(rng, count).tolist()
+        return draws
     blocks = -(-count // _BLOCK)
-    return np.concatenate([dist.sample(rng, _BLOCK) for _ in range(blocks)])[:count].tolist()
+    draws = np.concatenate([dist.sample(rng, _BLOCK) for _ in range(blocks)])[:count].tolist()
+    return draws
 
 
 class _Simulation:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..frameworks.torch import collate, is_tensor
+from ..frameworks.torch.tensors import collate, is_tensor
 from ..nbytes import nbytes
 from .shm import allocate
 
 
-def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable | None) -> Any:
+def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable[[list[Any]], Any] | None) -> Any:
     """The batch ``source[indices]``, or with ``batch_size`` the samples at
     ``indices`` joined by ``collate_fn`` (:func:`default_collate` if None).
 

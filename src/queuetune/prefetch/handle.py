@@ -12,13 +12,13 @@ import random
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import cores
 from ..frameworks import detect
-from ..frameworks.keras import is_pydataset
+from ..frameworks.adapters import adapter_of
 from ..recorder import Recorder
 from ..trace import Trace, TraceMeta
 from ..units import _shown, parse_bytes, positive_int
@@ -30,6 +30,9 @@ from .crew import WorkerController
 from .epoch import Epoch
 from .schedule import depth_controller
 from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
+
+if TYPE_CHECKING:
+    from ..analysis import Report
 
 MODES = ("thread", "process")
 
@@ -121,7 +124,7 @@ class Prefetcher:
         # A framework that reads loaders of its own kind (a Keras PyDataset) gets
         # the prefetcher in that form.
         try:
-            form = detect(source).prefetcher_form()
+            form = adapter_of(detect(source)).prefetcher_form()
         except TypeError:  # not iterable: a map-style dataset
             form = None
         prefetcher = super().__new__(cls)
@@ -412,7 +415,7 @@ class Prefetcher:
         """What was recorded: batches built and taken, and every depth decision."""
         return self.recorder.trace()
 
-    def report(self) -> Any:
+    def report(self) -> Report:
         """The probe's report of everything recorded so far."""
         from ..analysis import analyze
 
@@ -501,7 +504,7 @@ def _flag(value: Any, name: str) -> bool:
     return bool(value)
 
 
-def _check_collate(collate_fn: Any) -> Callable[[list[Any]], Any] | None:
+def _check_collate(collate_fn: object) -> Callable[[list[Any]], Any] | None:
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(
             f"collate_fn must be a callable or None, got {_shown(collate_fn)} ({type(collate_fn).__name__})"
@@ -541,7 +544,10 @@ def _indexable(source: Any) -> bool:
 
 
 def _length(source: Any) -> int:
-    count = getattr(source, "num_batches", None) if is_pydataset(source) else None
+    try:
+        count = detect(source).batch_count(source)
+    except TypeError:  # not iterable: a map-style dataset
+        count = None
     if count is None:
         count = len(source)
     return int(count)

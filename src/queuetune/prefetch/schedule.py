@@ -42,7 +42,7 @@ class Task:
     position: int
     indices: Any
     reserved: int
-    future: cf.Future | None = None
+    future: cf.Future[Any] | None = None
     submitted_at: float = 0.0
     size: int | None = None
     taken: bool = False
@@ -202,7 +202,7 @@ class Schedule:
         if future is not None:
             future.add_done_callback(functools.partial(self._guessed, first))
 
-    def _guessed(self, first: Task, future: cf.Future) -> None:
+    def _guessed(self, first: Task, future: cf.Future[int]) -> None:
         if future.cancelled() or future.exception() is not None:
             return  # the first batch's own build says what went wrong, if anything
         with self.lock:
@@ -280,7 +280,7 @@ class Schedule:
 
     # --- the byte account ----------------------------------------------------------------
 
-    def _built(self, task: Task, future: cf.Future) -> None:
+    def _built(self, task: Task, future: cf.Future[Any]) -> None:
         with self.lock:
             try:
                 self._account(task, future)
@@ -289,7 +289,7 @@ class Schedule:
                 self.building -= 1
                 self.changed.notify_all()
 
-    def _account(self, task: Task, future: cf.Future) -> None:
+    def _account(self, task: Task, future: cf.Future[Any]) -> None:
         self.reserved -= task.reserved
         if future.cancelled():
             task.cancelled = True

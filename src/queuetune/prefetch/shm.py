@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ..frameworks.torch import as_array, from_array, owns_memory
+from ..frameworks.torch.tensors import as_array, from_array, owns_memory
 from ..nbytes import nbytes
 from ..units import format_bytes
 from . import lifeline
@@ -109,7 +109,9 @@ class Piece:
         self.name, self.offset, self.shape, self.dtype, self.kind = name, offset, shape, dtype, kind
         self.order, self.tensor_dtype = order, tensor_dtype
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(
+        self,
+    ) -> tuple[type[Piece], tuple[str, int, tuple[int, ...], np.dtype, str, tuple[int, ...] | None, str | None]]:
         return (Piece, (self.name, self.offset, self.shape, self.dtype, self.kind, self.order, self.tensor_dtype))
 
 
@@ -135,7 +137,11 @@ class Shipped:
         self.batch, self.lent, self.made, self.nbytes, self.spent = batch, lent, made, nbytes, spent
         self.pending = pending
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[Shipped], tuple[Any, str | None, dict[str, int], int, tuple[float, float] | None, tuple[int, int] | None]
+    ]:
         return (Shipped, (self.batch, self.lent, self.made, self.nbytes, self.spent, self.pending))
 
     def segments(self) -> set[str]:
@@ -360,7 +366,8 @@ class Shelf:
                 self._lock.release()
 
     def _name(self, place: int) -> str:
-        return self.prefix + self._keys[place * _KEY : (place + 1) * _KEY].decode()
+        key: bytes = self._keys[place * _KEY : (place + 1) * _KEY]  # a RawArray of chars: its slices are bytes
+        return self.prefix + key.decode()
 
 
 class Pool:
@@ -888,7 +895,7 @@ def allocate(shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
 
 def _shareable(obj: Any) -> tuple[np.ndarray, str, str | None] | None:
     """The array over ``obj``'s memory where it goes through shared memory, its
-    kind, and the torch dtype its bits stand for (see :func:`queuetune.frameworks.torch.as_array`)."""
+    kind, and the torch dtype its bits stand for (see :func:`queuetune.frameworks.torch.tensors.as_array`)."""
     if type(obj) is np.ndarray:
         array, kind, tensor_dtype = obj, "numpy", None
     else:

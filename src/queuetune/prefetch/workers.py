@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
-from ..frameworks.torch import in_worker_process
+from ..frameworks.torch.tensors import in_worker_process
 from ..nbytes import nbytes
 from ..recorder import Channel, built_here, clock
 from ..units import format_bytes
@@ -34,7 +34,7 @@ LIVENESS = 0.5
 
 # What a worker thread takes from its queue: a batch to build (its future and
 # indices), something to do before its next build, or None to end.
-Job = tuple[cf.Future, Any] | Callable[[], None] | None
+Job = tuple[cf.Future[Any], Any] | Callable[[], None] | None
 
 
 class _EndMarker:
@@ -67,7 +67,7 @@ class Workers(Protocol):
     @property
     def gate(self) -> int | None: ...
 
-    def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
+    def submit(self, indices: Any, reserve: int = 0) -> cf.Future[Any]:
         """Start building the batch made of ``indices``, ``reserve`` bytes or less as far as known."""
         ...
 
@@ -80,12 +80,12 @@ class Workers(Protocol):
         True; False where these workers cannot (the caller runs it itself)."""
         ...
 
-    def guess(self, index: Any) -> cf.Future | None:
+    def guess(self, index: Any) -> cf.Future[int] | None:
         """Start guessing the bytes of a batch from its sample ``index`` (see
         :func:`.collate.batch_bytes_guess`); None where these workers cannot."""
         ...
 
-    def spent(self, future: cf.Future) -> tuple[float, float] | None:
+    def spent(self, future: cf.Future[Any]) -> tuple[float, float] | None:
         """The CPU seconds and the seconds of the build whose result ``future`` holds, if known
         (told only by elastic workers, whose count is decided from them)."""
         ...
@@ -129,7 +129,7 @@ class Workers(Protocol):
         """Whether ``exc`` says a built batch could not be sent back from its worker (not picklable)."""
         ...
 
-    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
+    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future[Any]]) -> None:
         """Stop the workers; then let go of what ``unclaimed`` built (never to be handed over)."""
         ...
 
@@ -195,13 +195,13 @@ class ThreadWorkers:
             thread.start()
         self.count = count
 
-    def spent(self, future: cf.Future) -> tuple[float, float] | None:
+    def spent(self, future: cf.Future[Any]) -> tuple[float, float] | None:
         return getattr(future, "spent", None)
 
-    def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
+    def submit(self, indices: Any, reserve: int = 0) -> cf.Future[Any]:
         if not self._stop.alive:
             raise RuntimeError("cannot submit to workers that were shut down")
-        future: cf.Future = cf.Future()
+        future: cf.Future[Any] = cf.Future()
         self._jobs.put((future, indices))
         return future
 
@@ -211,11 +211,11 @@ class ThreadWorkers:
         self._jobs.put(action)
         return True
 
-    def guess(self, index: Any) -> cf.Future | None:
+    def guess(self, index: Any) -> cf.Future[int] | None:
         measure = self._measure
         if measure is None or not self._stop.alive:
             return None
-        future: cf.Future = cf.Future()
+        future: cf.Future[int] = cf.Future()
 
         def run() -> None:
             if future.set_running_or_notify_cancel():
@@ -254,7 +254,7 @@ class ThreadWorkers:
     def unsendable(self, exc: BaseException) -> bool:
         return False
 
-    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
+    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future[Any]]) -> None:
         """Stop the threads, cancelling builds not started; ``wait=False``: builds
         still running finish in the background. Once stopped, a second call does nothing."""
         if not self._stop.alive:
@@ -344,7 +344,7 @@ class ProcessWorkers:
         count: int,
         source: Any,
         batch_size: int | None,
-        collate_fn: Callable | None,
+        collate_fn: Callable[[list[Any]], Any] | None,
         channel: Channel,
         context: multiprocessing.context.BaseContext,
         capacity: int | None = None,
@@ -401,7 +401,7 @@ class ProcessWorkers:
                 "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
             ) from exc
 
-    def submit(self, indices: Any, reserve: int = 0) -> cf.Future:
+    def submit(self, indices: Any, reserve: int = 0) -> cf.Future[shm.Shipped]:
         if self._limbo:
             self._take_back_copied()
         lease = self.segments.lend(reserve)
@@ -427,18 +427,18 @@ class ProcessWorkers:
     def defer(self, action: Callable[[], None]) -> bool:
         return False  # no thread here takes jobs: the pool's manager thread sends them on
 
-    def guess(self, index: Any) -> cf.Future | None:
+    def guess(self, index: Any) -> cf.Future[int] | None:
         try:
             return self._pool.submit(_guess_in_process, index)
         except BrokenProcessPool:
             return None
 
-    def spent(self, future: cf.Future) -> tuple[float, float] | None:
+    def spent(self, future: cf.Future[shm.Shipped]) -> tuple[float, float] | None:
         if not self._elastic or future.cancelled() or future.exception() is not None:
             return None
         return future.result().spent
 
-    def _settle(self, lease: shm.Lease, future: cf.Future) -> None:
+    def _settle(self, lease: shm.Lease, future: cf.Future[shm.Shipped]) -> None:
         failure = None if future.cancelled() else future.exception()
         if failure is not None and self.unsendable(failure):
             # Built, but not sent: its copy may still be under way (see Shipper), so
@@ -536,7 +536,7 @@ class ProcessWorkers:
     def unsendable(self, exc: BaseException) -> bool:
         return "in _sendback_result" in str(exc.__cause__ or "")
 
-    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future]) -> None:
+    def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future[Any]]) -> None:
         """Stop the processes and wait for them (whatever ``wait`` says), then
         remove the shared memory of every batch not handed over."""
         if self._shut:
@@ -597,7 +597,9 @@ class Pull:
             return batch
 
 
-def build(source: Any, batch_size: int | None, collate_fn: Callable | None, channel: Channel, indices: Any) -> Any:
+def build(
+    source: Any, batch_size: int | None, collate_fn: Callable[[list[Any]], Any] | None, channel: Channel, indices: Any
+) -> Any:
     """Make the batch of ``source`` at ``indices`` (see :func:`.make_batch`) and record it to ``channel``.
 
     >>> from queuetune.recorder import Channel
@@ -697,7 +699,7 @@ _WORKER: dict[str, Any] = {}
 def _init_process(
     source: Any,
     batch_size: int | None,
-    collate_fn: Callable | None,
+    collate_fn: Callable[[list[Any]], Any] | None,
     channel: Channel,
     owner: int,
     prefix: str,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -13,7 +13,10 @@ from ..units import format_bytes
 
 if TYPE_CHECKING:
     from ..analysis import Coverage, Report, Start, Timing
+    from ..experiment import DemoResult
+    from ..program_result import ProgramResult
     from ..trace import TraceMeta
+    from ..tune import TuneResult
 
 
 def print_report(report: Report, console: Console | None = None) -> None:
@@ -163,17 +166,16 @@ def _listing(items: list[int]) -> str:
     return ", ".join(map(str, items[:10])) + (" …" if len(items) > 10 else "") if items else "none"
 
 
-def print_demo(result: dict[str, Any], console: Console | None = None) -> None:
+def print_demo(result: DemoResult, console: Console | None = None) -> None:
     """Print the article's experiment as the article did: what reached the model
     against what the loader built, then the footprint and one sentence of advice."""
     from .tables import print_renderable
 
     out = console.file if console is not None else None
-    batch = result["batch_size"]
     print_renderable(
-        f"queuetune demo: Keras {result['keras']} ({result['backend']} backend), "
-        f"{result['model']}, batch {batch}, predict(steps={result['steps']}); "
-        f"one batch = {format_bytes(result['batch_bytes'])}",
+        f"queuetune demo: Keras {result.keras} ({result.backend} backend), "
+        f"{result.model}, batch {result.batch_size}, predict(steps={result.steps}); "
+        f"one batch = {format_bytes(result.batch_bytes)}",
         out,
     )
     table = Table()
@@ -188,22 +190,22 @@ def print_demo(result: dict[str, Any], console: Console | None = None) -> None:
         "input wait",
     ):
         table.add_column(column, justify="right")
-    for run in result["runs"]:
-        fraction = run["input_bound_fraction"]
-        first = run.get("first_batch_seconds")
+    for run in result.runs:
+        fraction = run.input_bound_fraction
+        first = run.first_batch_seconds
         table.add_row(
-            run["label"],
-            f"{run['consumed_samples']} ({run['consumed_batches']})",
-            f"{run['produced_samples']} ({run['produced_batches']})",
-            f"{run['read_ahead_batches']}",
-            f"{run['peak_in_flight_batches']} ({format_bytes(run['peak_in_flight_bytes'])})",
-            f"{run['estimated_batches']} ({format_bytes(run['estimated_footprint_bytes'])})",
+            run.label,
+            f"{run.consumed_samples} ({run.consumed_batches})",
+            f"{run.produced_samples} ({run.produced_batches})",
+            f"{run.read_ahead_batches}",
+            f"{run.peak_in_flight_batches} ({format_bytes(run.peak_in_flight_bytes)})",
+            f"{run.estimated_batches} ({format_bytes(run.estimated_footprint_bytes)})",
             "-" if first is None else f"{first:.2f} s",
             "-" if fraction is None else f"{fraction:.0%}",
         )
     print_renderable(table, out)
-    article = result["article"]
-    built = ", ".join(f"{v} at {k}" for k, v in article["built_samples"].items())
+    article = result.article
+    built = ", ".join(f"{v} at {k}" for k, v in article.built_samples.items())
     print_renderable(
         "samples (batches); peak in flight = built and not yet released by the model, "
         "estimated = queuetune estimate for those settings; input wait = of the steady "
@@ -211,11 +213,11 @@ def print_demo(result: dict[str, Any], console: Console | None = None) -> None:
         out,
     )
     print_renderable(
-        f"The article ({article['source']}): {article['reached_model_samples']} samples reached "
+        f"The article ({article.source}): {article.reached_model_samples} samples reached "
         f"the model; the generator built {built}.",
         out,
     )
-    print_renderable(f"Advice: {result['advice']}", out)
+    print_renderable(f"Advice: {result.advice}", out)
 
 
 @contextmanager
@@ -241,7 +243,7 @@ def tune_progress() -> Iterator[Callable[[int, int, str], None]]:
         yield update
 
 
-def print_tune(result: Any, console: Console | None = None) -> None:
+def print_tune(result: TuneResult, console: Console | None = None) -> None:
     """Print the tuner's trials, its decision and the reasons."""
     from .explain import explain
     from .tables import print_renderable
@@ -276,7 +278,7 @@ WATCHED_KINDS = (
 )
 
 
-def print_program(result: Any, console: Console | None = None) -> None:
+def print_program(result: ProgramResult, console: Console | None = None) -> None:
     """Print what ``queuetune run`` found: each loader's report with its verdict
     and recommendation, where its trace went, and the loaders left alone."""
     console = console or Console()

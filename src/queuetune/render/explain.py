@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..analysis import MODERATE
-from ..tune.decide import unsettled
 from ..units import format_bytes
 
 if TYPE_CHECKING:
@@ -17,14 +16,14 @@ def explain(result: TuneResult) -> list[str]:
 
     >>> from queuetune.tune import Candidate, TuneResult
     >>> c = Candidate({"buffer": 1}, 2, 10.0, 2, 200, None, None, 1, is_default=True)
-    >>> explain(TuneResult("python", {"buffer": 1}, [c], c, [], {}, 0.02, None))[-1]
+    >>> explain(TuneResult("python", {"buffer": 1}, [c], c, [], None, 0.02, None))[-1]
     'The default is already the smallest setting that keeps throughput.'
     """
     lines = []
-    fraction = result.baseline.get("input_bound_fraction")
-    if fraction is not None:
+    fraction = None if result.baseline is None else result.baseline.input_bound_fraction
+    if result.baseline is not None and fraction is not None:
         side = "loading" if fraction >= MODERATE else "the model"
-        verdict = result.baseline.get("verdict")
+        verdict = result.baseline.verdict
         lines.append(
             f"Bottleneck: {side} (the consumer waited for input {fraction:.0%} of the default run's "
             f"steady state: {verdict})."
@@ -57,7 +56,7 @@ def explain(result: TuneResult) -> list[str]:
             f"Measured again: {result.extra_trials} more trial(s), beside the best or the default, of settings "
             f"the first rounds could not settle (at most {result.max_trials} trials in all)."
         )
-    doubted = [] if result.chosen is None else unsettled(candidates, result.chosen, result.tolerance, result.sure)
+    doubted = result.doubted
     if doubted:
         lines.append(
             f"Not sure enough, so not chosen: {', '.join(c.label() for c in doubted)} "

@@ -4,9 +4,13 @@ heatmap, and a report's batches and bytes in flight over time."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queuetune.units import format_number
+
+if TYPE_CHECKING:
+    from queuetune.analysis import Report
+    from queuetune.tune import TuneResult
 
 __all__ = ["plot_in_flight", "plot_table", "plot_tune"]
 
@@ -49,7 +53,7 @@ def plot_table(table: dict[str, Any], path: str | os.PathLike[str]) -> None:
     figure.savefig(os.fspath(path))
 
 
-def plot_in_flight(report: Any, path: str | os.PathLike[str]) -> None:
+def plot_in_flight(report: Report, path: str | os.PathLike[str]) -> None:
     """Draw a report's batches (left axis) and MiB (right axis) in flight over time.
 
     >>> import tempfile, pathlib
@@ -93,7 +97,7 @@ def _figure_class() -> Any:
     return AggFigure
 
 
-def plot_tune(result: Any, path: str | os.PathLike[str]) -> None:
+def plot_tune(result: TuneResult, path: str | os.PathLike[str]) -> None:
     """Draw throughput (top) and peak in-flight memory (bottom) against depth:
     the model's prediction as lines, the measured trials as points."""
     Figure = _figure_class()

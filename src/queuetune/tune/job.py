@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..frameworks import Framework, detect
-from ..frameworks.keras import is_keras_model
+from ..frameworks import Framework, detect, model_framework
+from ..frameworks.adapters import adapter_of
 
 Factory = Callable[..., Any]
 
@@ -46,7 +46,7 @@ def as_job(made: Any) -> Job:
         job = made
     elif isinstance(made, tuple) and len(made) == 2:
         loader, consumer = made
-        if is_keras_model(consumer):
+        if model_framework(consumer) is not None:
             job = Job(loader, model=consumer)
         elif callable(consumer):
             job = Job(loader, step=consumer)
@@ -88,14 +88,16 @@ def build(factory: Factory, framework: Framework, settings: dict[str, Any]) -> J
     try:
         parameters = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):
-        return framework.configure(as_job(factory(**kwargs)), settings)
+        job: Job = adapter_of(framework).configure(as_job(factory(**kwargs)), settings)
+        return job
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         names = {p.name for p in parameters}
         knob = framework.depth_knob
         if knob is not None and knob in kwargs and knob not in names:
             raise TypeError(f"the factory must take the keyword argument {knob!r}")
         kwargs = {k: v for k, v in kwargs.items() if k in names}
-    return framework.configure(as_job(factory(**kwargs)), settings)
+    job = adapter_of(framework).configure(as_job(factory(**kwargs)), settings)
+    return job
 
 
 def load_factory(spec: str) -> Factory:
@@ -119,7 +121,7 @@ def load_factory(spec: str) -> Factory:
         raise ValueError(f"cannot import {path!r} as Python")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    factory = getattr(module, name, None)
+    factory: object = getattr(module, name, None)
     if factory is None:
         raise ValueError(f"{path!r} has no {name!r}")
     if not callable(factory):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..analysis import built_before_asked, match
+from ..analysis import built_before_asked
+from ..matching import match
 from ..trace import Trace
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..frameworks import Framework, reachable_depths
+from ..frameworks import Framework, reachable_depths, rules_of
 from ..model import Prediction, fit, fit_unbuffered, predict_curve
 from ..trace import Trace
 
@@ -43,7 +43,8 @@ def predict(
     framework's settings reach with each worker count (empty when the traces
     cannot make a model)."""
     try:
-        model = fit(trace) if unbuffered is None else fit_unbuffered(unbuffered, trace)
+        rules = rules_of(trace.meta)
+        model = fit(trace, rules) if unbuffered is None else fit_unbuffered(unbuffered, trace, rules)
     except ValueError:
         return []
     rows = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis import Report, analyze
-from ..frameworks import Framework, get
-from ..frameworks.keras import run_model
+from ..frameworks import Framework, get, model_framework
+from ..frameworks.adapters import adapter_of
 from ..nbytes import nbytes
 from ..prefetch import read_ahead
 from ..probe import Probe, probe_of, watch
@@ -52,7 +52,8 @@ def run_trial(
         framework = get(framework)
     job = build(factory, framework, settings)
     if framework.read_ahead_by_queuetune:
-        trace = _run_read_ahead(job, settings["buffer"], steps)
+        assert framework.depth_knob is not None  # queuetune's read-ahead is its depth
+        trace = _run_read_ahead(job, settings[framework.depth_knob], steps)
     else:
         watched = watch(job.loader)
         probe = probe_of(watched)
@@ -71,9 +72,12 @@ def run_trial(
 
 def _consume(job: Job, framework: Framework, watched: Any, probe: Probe, steps: int) -> None:
     if job.model is not None:
-        run_model(job.model, job.method, watched, job.kwargs, probe.keras_callback(print_report=False), steps)
+        reader = model_framework(job.model)
+        if reader is None:
+            raise TypeError(f"the job's model is not one queuetune can run: {type(job.model).__name__}")
+        adapter_of(reader).run_model(job.model, job.method, watched, job.kwargs, probe, steps)
         return
-    iterator = framework.batches(watched, job)
+    iterator = adapter_of(framework).batches(watched, job)
     try:
         for _ in range(steps):
             try:

@@ -11,12 +11,24 @@ from pathlib import Path
 from typing import Any
 
 from .. import cores
-from ..analysis import consumed_by_block
+from ..analysis import Report, consumed_by_block
 from ..frameworks import get
+from ..frameworks.adapters import adapter_of
 from ..jsonio import dumps
 from ..prefetch import read_ahead
 from ..units import parse_bytes, positive_int
-from .decide import Candidate, Trial, decide, pick_settings, summarise, trial_noise, trial_of, unsure, weakest_reference
+from .decide import (
+    Candidate,
+    Trial,
+    decide,
+    pick_settings,
+    summarise,
+    trial_noise,
+    trial_of,
+    unsettled,
+    unsure,
+    weakest_reference,
+)
 from .job import Factory, as_job, build, framework_of
 from .measures import after_warmup
 from .predict import Predicted, predict
@@ -25,10 +37,12 @@ from .trials import run_trial
 
 @dataclass
 class TuneResult:
-    """The tuner's decision, with everything it measured and predicted; the
-    decision in words is :func:`queuetune.render.explain.explain`.
+    """The tuner's decision, with everything it measured and predicted: the
+    default run's report (``baseline``), the candidates, the one chosen and those
+    not chosen for want of sureness (``doubted``, see :func:`.decide.unsettled`);
+    the decision in words is :func:`queuetune.render.explain.explain`.
 
-    >>> r = TuneResult("python", {"buffer": 1}, [], None, [], {}, 0.02, None)
+    >>> r = TuneResult("python", {"buffer": 1}, [], None, [], None, 0.02, None)
     >>> r.kwargs()
     {}
     """
@@ -38,7 +52,7 @@ class TuneResult:
     candidates: list[Candidate]
     chosen: Candidate | None
     predictions: list[Predicted]
-    baseline: dict[str, Any]
+    baseline: Report | None
     tolerance: float
     budget: int | None
     trials: list[Trial] = field(default_factory=list)
@@ -49,6 +63,7 @@ class TuneResult:
     sure: float = 0.9
     max_trials: int | None = None
     extra_trials: int = 0
+    doubted: list[Candidate] = field(default_factory=list)
 
     def kwargs(self) -> dict[str, Any]:
         """The chosen settings as keyword arguments for the factory."""
@@ -64,7 +79,8 @@ class TuneResult:
         ``job.loader.iter_batches(**job.kwargs)``."""
         framework = get(self.framework)
         job = build(factory, framework, self.kwargs())
-        buffer = self.chosen.settings.get("buffer") if self.chosen is not None else None
+        knob = framework.depth_knob
+        buffer = self.chosen.settings.get(knob) if self.chosen is not None and knob is not None else None
         if framework.read_ahead_by_queuetune and buffer:
             job.loader = read_ahead(job.loader, buffer)
         return job
@@ -75,6 +91,7 @@ class TuneResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["baseline"] = None if self.baseline is None else self.baseline.to_dict(series=False)
         data["kwargs"] = self.kwargs()
         return data
 
@@ -93,6 +110,8 @@ class TuneResult:
         data["chosen"] = Candidate(**data["chosen"]) if data["chosen"] else None
         data["trials"] = [Trial(**t) for t in data["trials"]]
         data["predictions"] = [Predicted.from_dict(p) for p in data["predictions"]]
+        data["baseline"] = None if not data["baseline"] else Report.from_dict(data["baseline"])
+        data["doubted"] = [Candidate(**c) for c in data.get("doubted", [])]
         return cls(**data)
 
 
@@ -174,8 +193,9 @@ def tune(
         max_trials = positive_int(max_trials, "max trials")
 
     probe_job = as_job(factory())
-    framework = framework_of(probe_job.loader).bound()
-    default = framework.tuner_defaults(factory, probe_job.loader, probe_job.kwargs)
+    adapter = adapter_of(framework_of(probe_job.loader))
+    framework = adapter.bound()
+    default = adapter.tuner_defaults(factory, probe_job.loader, probe_job.kwargs)
     if isinstance(probe_job.loader, types.GeneratorType):
         probe_job.loader.close()
     default_workers = framework.workers(default) if framework.workers_knob else None
@@ -195,7 +215,7 @@ def tune(
     tick("warm-up")
     base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
     tick("baseline")
-    framework = framework.measured(base_trace)
+    framework = adapter.measured(framework, base_trace)
     modelled = framework.model_settings(default)
     unbuffered = None
     if modelled is not None:
@@ -238,13 +258,14 @@ def tune(
         extra += 1
         summary = summarise(trials, default, predictions)
     margin = noise * math.sqrt(2 / rounds)
+    chosen = decide(summary, tolerance, limit, noise, sure)
     return TuneResult(
         framework=framework.name,
         default_settings=default,
         candidates=summary,
-        chosen=decide(summary, tolerance, limit, noise, sure),
+        chosen=chosen,
         predictions=predictions,
-        baseline=base_report.to_dict(series=False),
+        baseline=base_report,
         tolerance=tolerance,
         budget=limit,
         trials=trials,
@@ -255,4 +276,5 @@ def tune(
         sure=sure,
         max_trials=allowed,
         extra_trials=len(trials) - first,
+        doubted=[] if chosen is None else unsettled(summary, chosen, tolerance, sure),
     )

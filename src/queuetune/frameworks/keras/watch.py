@@ -9,8 +9,8 @@ import functools
 import inspect
 import os
 import types
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..base import require
 
@@ -20,14 +20,15 @@ import keras  # noqa: E402
 
 from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
-from ...trace import TraceMeta  # noqa: E402
-from ..base import Framework  # noqa: E402
+from ...trace import Trace, TraceMeta  # noqa: E402
+from ..base import Adapter, Framework, Probed, Watching  # noqa: E402
+from .spec import run_model  # noqa: E402
 
 if TYPE_CHECKING:
-    from ...session import Session
+    from ...analysis import Report
 
 
-class WatchedPyDataset(keras.utils.PyDataset):
+class WatchedPyDataset(keras.utils.PyDataset):  # type: ignore[misc]  # keras ships no types: its base is Any
     """A PyDataset that records each batch where it is built, then returns it unchanged."""
 
     def __init__(self, inner: Any, channel: Channel, recorder: Recorder | None = None) -> None:
@@ -61,10 +62,11 @@ class WatchedPyDataset(keras.utils.PyDataset):
 
     @property
     def num_batches(self) -> int | None:
-        return self._inner.num_batches
+        count: int | None = self._inner.num_batches
+        return count
 
     def __len__(self) -> int:
-        count = self._inner.num_batches
+        count: int | None = self._inner.num_batches
         if count is None:
             raise TypeError("this PyDataset is infinite (num_batches is None)")
         return count
@@ -108,19 +110,22 @@ def watch_pydataset(
     return WatchedPyDataset(dataset, recorder.channel, recorder), recorder
 
 
-class ProbeCallback(keras.callbacks.Callback):
+class ProbeCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras ships no types: its base is Any
     """Records when each batch reaches the model (``on_*_batch_begin``) and when the
     model is done with it (``on_*_batch_end``). Only the phase that opened the run
     counts: validation batches inside ``fit`` are a pause of the training consumer."""
 
     def __init__(
-        self, probe: Any, print_report: bool = True, scalars: Callable[[], Any] | None = None, every: float = 1.0
+        self,
+        probe: Probed,
+        on_end: Callable[[], None] | None = None,
+        scalars: Callable[[], Any] | None = None,
+        every: float = 1.0,
     ) -> None:
         super().__init__()
-        self._probe = probe
         self._recorder: Recorder = probe.recorder
         self._recorder.consumer = "callback"
-        self._print = print_report
+        self._on_end = on_end
         self._phase: str | None = None
         self._asked = 0.0
         # A writer of live readings (TensorBoard scalars) made when a run begins:
@@ -148,8 +153,8 @@ class ProbeCallback(keras.callbacks.Callback):
                 self._scalars.write(self._label(), self._recorder.live())
                 self._scalars.close()
                 self._scalars = None
-            if self._print:
-                self._probe.print_report()
+            if self._on_end is not None:
+                self._on_end()
         elif self._phase is not None:
             self._recorder.mark("pause_end", phase)
             self._asked = clock()
@@ -216,7 +221,28 @@ class ProbeCallback(keras.callbacks.Callback):
         self._batch_end("predict")
 
 
-class KerasPrefetcher(keras.utils.PyDataset):
+class Prefetching(Protocol):
+    """What the PyDataset form reads of the :class:`~queuetune.Prefetcher` it wraps."""
+
+    source: Any
+
+    @property
+    def depth(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def trace(self) -> Trace: ...
+
+    def report(self) -> Report: ...
+
+    def close(self) -> None: ...
+
+    def build_now(self, index: int) -> Any: ...
+
+
+class KerasPrefetcher(keras.utils.PyDataset):  # type: ignore[misc]  # keras ships no types: its base is Any
     """A :class:`~queuetune.Prefetcher` as Keras takes it: a PyDataset that Keras
     reads in order with no queue of its own (``workers=1``), while the
     prefetcher's budget bounds what is built ahead. ``queuetune.Prefetcher(pydataset,
@@ -228,7 +254,7 @@ class KerasPrefetcher(keras.utils.PyDataset):
     ``shuffle=False`` to ``fit`` and ``shuffle=True`` to the prefetcher.
     """
 
-    def __init__(self, prefetcher: Any) -> None:
+    def __init__(self, prefetcher: Prefetching) -> None:
         super().__init__(workers=1, use_multiprocessing=False, max_queue_size=1)
         self.prefetcher = prefetcher
         self._stream: Any = None
@@ -247,12 +273,12 @@ class KerasPrefetcher(keras.utils.PyDataset):
 
     @property
     def depth(self) -> int:
-        return int(self.prefetcher.depth)
+        return self.prefetcher.depth
 
-    def trace(self) -> Any:
+    def trace(self) -> Trace:
         return self.prefetcher.trace()
 
-    def report(self) -> Any:
+    def report(self) -> Report:
         return self.prefetcher.report()
 
     def close(self) -> None:
@@ -310,7 +336,7 @@ _METHODS = ("fit", "evaluate", "predict")
 _MISSING = object()
 
 
-def autowatch_models(session: Session) -> Callable[[], None]:
+def autowatch_models(session: Watching) -> Callable[[], None]:
     """Make ``fit``/``evaluate``/``predict`` of every Keras model watch their
     input while ``session`` is active: a ``PyDataset`` (one watched copy per
     dataset) or a generator, with the callback that records what reaches the
@@ -333,7 +359,7 @@ def autowatch_models(session: Session) -> Callable[[], None]:
     return undo
 
 
-def _watching(method: Callable[..., Any], session: Session, copies: dict[int, tuple[Any, Any]]) -> Callable[..., Any]:
+def _watching(method: Callable[..., Any], session: Watching, copies: dict[int, tuple[Any, Any]]) -> Callable[..., Any]:
     signature = inspect.signature(method)
 
     @functools.wraps(method)
@@ -349,13 +375,13 @@ def _watching(method: Callable[..., Any], session: Session, copies: dict[int, tu
             return method(self, *args, **kwargs)
         bound.arguments["x"] = watched
         callbacks = list(bound.arguments.get("callbacks") or [])
-        bound.arguments["callbacks"] = [*callbacks, ProbeCallback(session.probe(watched), print_report=False)]
+        bound.arguments["callbacks"] = [*callbacks, ProbeCallback(session.probe(watched))]
         return method(*bound.args, **bound.kwargs)
 
     return call
 
 
-def _watched_input(x: Any, session: Session, copies: dict[int, tuple[Any, Any]]) -> Any:
+def _watched_input(x: Any, session: Watching, copies: dict[int, tuple[Any, Any]]) -> Any:
     """The watched form of a model's input ``x``, or None to leave it alone."""
     if isinstance(x, (WatchedPyDataset, KerasPrefetcher)):
         return None
@@ -370,3 +396,29 @@ def _watched_input(x: Any, session: Session, copies: dict[int, tuple[Any, Any]])
     if isinstance(x, types.GeneratorType):
         return session.watch(x, "generator", framework="generator", settings={"backend": keras.backend.backend()})
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasAdapter(Adapter):
+    """Watches a ``PyDataset``, hooks ``fit``/``evaluate``/``predict``, reads the
+    Prefetcher of a ``PyDataset`` as a ``PyDataset``."""
+
+    def watch(
+        self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
+    ) -> tuple[WatchedPyDataset, Recorder]:
+        return watch_pydataset(self.spec, loader, meta, sample_memory)
+
+    def autowatch(self, session: Watching, module: types.ModuleType) -> Callable[[], None]:
+        return autowatch_models(session)
+
+    def prefetcher_form(self) -> Callable[[Any], Any]:
+        """The prefetcher as a PyDataset that Keras reads in order."""
+        return KerasPrefetcher
+
+    def run_model(
+        self, model: Any, method: str, loader: Any, kwargs: dict[str, Any], probe: Probed, steps: int
+    ) -> None:
+        run_model(model, method, loader, kwargs, ProbeCallback(probe), steps)
+
+
+ADAPTERS: dict[str, type[Adapter]] = {"keras": KerasAdapter}

@@ -8,7 +8,8 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import Any, NamedTuple
 
 from ..base import require
 
@@ -21,9 +22,8 @@ from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Recorder, clock, recorded  # noqa: E402
 from ...trace import Produced, Trace, TraceMeta  # noqa: E402
-
-if TYPE_CHECKING:
-    from ...session import Session
+from ..base import Adapter, Framework, Watching, parameter_default  # noqa: E402
+from .spec import RAY_METHODS, Ray  # noqa: E402
 
 #: The map steps whose settings the counting step copies, so that Ray fuses the two.
 _MAP_OPERATORS = ("MapBatches", "MapRows", "Filter", "FlatMap", "Read", "Project")
@@ -34,17 +34,31 @@ _LAST_DONE: dict[str, float] = {}
 _BUDGETS: dict[str, KeyBudget] = {}
 
 
+class BlockRecord(NamedTuple):
+    """A counted block: when its build started and ended (the node's wall clock),
+    its bytes and rows, the node and the worker process that built it, and its
+    rows' keys where kept."""
+
+    start: float
+    end: float
+    nbytes: int
+    rows: int
+    node: str
+    pid: int
+    keys: tuple[int, ...] | None
+
+
 @ray.remote(num_cpus=0)
 class Collector:
     """Gathers the records of blocks counted in remote tasks, for the driver to read."""
 
     def __init__(self) -> None:
-        self.records: list[tuple] = []
+        self.records: list[BlockRecord] = []
 
-    def add(self, record: tuple) -> None:
+    def add(self, record: BlockRecord) -> None:
         self.records.append(record)
 
-    def since(self, position: int) -> list[tuple]:
+    def since(self, position: int) -> list[BlockRecord]:
         return self.records[position:]
 
 
@@ -74,14 +88,14 @@ class CountBlocks:
         end = time.time()
         accessor = BlockAccessor.for_block(block)
         start = _LAST_DONE.get(self.token, end)
-        record = (
-            min(start, end),
-            end,
-            int(accessor.size_bytes()),
-            int(accessor.num_rows()),
-            ray.get_runtime_context().get_node_id(),
-            os.getpid(),
-            self._keys(accessor, end - min(start, end)),
+        record = BlockRecord(
+            start=min(start, end),
+            end=end,
+            nbytes=int(accessor.size_bytes()),
+            rows=int(accessor.num_rows()),
+            node=ray.get_runtime_context().get_node_id(),
+            pid=os.getpid(),
+            keys=self._keys(accessor, end - min(start, end)),
         )
         self.collector.add.remote(record)
         _LAST_DONE[self.token] = time.time()
@@ -154,7 +168,7 @@ class RayRecorder(Recorder):
     def __init__(self, meta: TraceMeta, collector: Any, *, sample_memory: bool = True) -> None:
         super().__init__(meta, sample_memory=sample_memory)
         self.collector = collector
-        self._remote: list[tuple] = []
+        self._remote: list[BlockRecord] = []
         # Remote times are wall-clock; the recorder's clock is monotonic.
         self._offset = time.time() - clock()
 
@@ -171,7 +185,7 @@ class RayRecorder(Recorder):
         taken = sum(c.rows or 0 for c in list(self._consumed))
         while True:
             self._pull()
-            if self.collector is None or sum(r[3] for r in self._remote) >= taken or clock() >= deadline:
+            if self.collector is None or sum(r.rows for r in self._remote) >= taken or clock() >= deadline:
                 return
             time.sleep(0.05)
 
@@ -184,13 +198,18 @@ class RayRecorder(Recorder):
         trace = super().trace()
         nodes: dict[str, str] = {}
         produced = []
-        for start, end, size, rows, node, pid, keys in self._remote:
-            short = node[:8]
-            nodes[short] = node
-            samples = None if keys is None else list(keys)
+        for r in self._remote:
+            short = r.node[:8]
+            nodes[short] = r.node
+            samples = None if r.keys is None else list(r.keys)
             produced.append(
                 Produced(
-                    start - self._offset, end - self._offset, size, worker=f"{short}:{pid}", rows=rows, samples=samples
+                    r.start - self._offset,
+                    r.end - self._offset,
+                    r.nbytes,
+                    worker=f"{short}:{r.pid}",
+                    rows=r.rows,
+                    samples=samples,
                 )
             )
         produced.sort(key=lambda p: p.start)
@@ -287,7 +306,7 @@ def cluster_settings() -> tuple[int, int]:
     when not yet connected."""
     if not ray.is_initialized():
         ray.init()
-    resources = ray.cluster_resources()
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]  # ray leaves it unannotated
     store = int(resources.get("object_store_memory", 0))
     return max(1, int(resources.get("CPU", 1))), store // 2
 
@@ -338,7 +357,7 @@ def watch_dataset(
 ITERATORS = ("iter_batches", "iter_torch_batches", "iter_rows")
 
 
-def autowatch_datasets(session: Session, dataset_class: type) -> Callable[[], None]:
+def autowatch_datasets(session: Watching, dataset_class: type) -> Callable[[], None]:
     """Make every ``iter_batches``/``iter_torch_batches``/``iter_rows`` of a Ray
     Data ``Dataset`` while ``session`` is active read a watched copy of it (one
     per dataset: the counting step appended, see :func:`watch_dataset`); return
@@ -373,3 +392,57 @@ def autowatch_datasets(session: Session, dataset_class: type) -> Callable[[], No
         counting.clear()
 
     return undo
+
+
+@dataclasses.dataclass(frozen=True)
+class RayAdapter(Adapter):
+    """Watches a Ray Data ``Dataset`` (its blocks counted in the tasks that build
+    them), hooks its iterators, and reads the cluster's settings for the tuner."""
+
+    spec: Ray
+
+    def watch(
+        self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
+    ) -> tuple[WatchedDataset, RayRecorder]:
+        return watch_dataset(loader, meta, sample_memory, key)
+
+    def autowatch(self, session: Watching, module: ModuleType) -> Callable[[], None]:
+        return autowatch_datasets(session, module.Dataset)
+
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The job's ``prefetch_batches`` (Ray's 1 when not given), its dataset's
+        budget (None: Ray's default) and the factory's ``concurrency`` default
+        (None when it takes none: every CPU)."""
+        return {
+            "prefetch_batches": kwargs.get("prefetch_batches", 1),
+            "object_store_memory": object_store_budget(loader),
+            "concurrency": parameter_default(factory, "concurrency"),
+        }
+
+    def configure(self, job: Any, settings: dict[str, Any]) -> Any:
+        """The budget goes into the dataset's context, ``prefetch_batches`` among the iterator's arguments."""
+        if settings.get("object_store_memory") is not None:
+            set_object_store_budget(job.loader, settings["object_store_memory"])
+        if "prefetch_batches" in settings:
+            job.kwargs = {**job.kwargs, "prefetch_batches": settings["prefetch_batches"]}
+        return job
+
+    def batches(self, watched: Any, job: Any) -> Iterator[Any]:
+        method = job.method if job.method in RAY_METHODS else "iter_batches"
+        return iter(getattr(watched, method)(**job.kwargs))
+
+    def bound(self) -> Framework:
+        cpus, store_budget = cluster_settings()
+        return dataclasses.replace(self.spec, cpus=cpus, store_budget=store_budget)
+
+    def measured(self, spec: Framework, baseline: Trace) -> Framework:
+        assert isinstance(spec, Ray)
+        # A depth counts blocks: the budget that holds one depends on their size.
+        if not baseline.produced:
+            return spec
+        import statistics
+
+        return dataclasses.replace(spec, block_bytes=int(statistics.median(p.nbytes for p in baseline.produced)))
+
+
+ADAPTERS: dict[str, type[Adapter]] = {"ray": RayAdapter}

@@ -12,7 +12,8 @@ import weakref
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import Any
 
 from ..base import require
 
@@ -25,10 +26,7 @@ from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
-from ..base import Framework  # noqa: E402
-
-if TYPE_CHECKING:
-    from ...session import Session
+from ..base import Adapter, Framework, Watching  # noqa: E402
 
 # Per thread (a worker process's fetch loop, or the main thread with
 # num_workers=0): the batch whose items were fetched and not yet collated, by
@@ -39,10 +37,10 @@ _LOCAL = threading.local()
 
 def _pending() -> dict[str, tuple[float, Any, bool, list[int] | None]]:
     try:
-        return _LOCAL.pending
+        pending: dict[str, tuple[float, Any, bool, list[int] | None]] = _LOCAL.pending
     except AttributeError:
-        _LOCAL.pending = {}
-        return _LOCAL.pending
+        _LOCAL.pending = pending = {}
+    return pending
 
 
 def batch_key(indices: Any, batched: bool = True) -> tuple[Any, list[int] | None]:
@@ -96,7 +94,7 @@ class _Watched:
         return f"{type(self).__name__}({self._inner!r})"
 
 
-class WatchedMapDataset(_Watched, Dataset):
+class WatchedMapDataset(_Watched, Dataset[Any]):
     """A map-style dataset that notes when the loader starts fetching a batch and
     which indices it holds; :class:`WatchedCollate` records the batch."""
 
@@ -114,7 +112,7 @@ class WatchedMapDataset(_Watched, Dataset):
         return items
 
 
-class WatchedIterableDataset(_Watched, IterableDataset):
+class WatchedIterableDataset(_Watched, IterableDataset[Any]):
     """An iterable-style dataset that notes when the loader starts fetching each
     batch (its first item) and each item's key, where it has a keyer;
     :class:`WatchedCollate` records the batch.
@@ -208,7 +206,7 @@ class RecordingSampler:
         self.latest = taken
         return self._record(iter(self._inner), taken)
 
-    def _record(self, source: Iterator[Any], taken: deque) -> Iterator[Any]:
+    def _record(self, source: Iterator[Any], taken: deque[tuple[Any, list[int] | None]]) -> Iterator[Any]:
         for indices in source:
             taken.append(batch_key(indices, self._batched))
             yield indices
@@ -311,7 +309,7 @@ class WatchedIterator:
         return getattr(self._inner, name)
 
 
-class WatchedDataLoader(DataLoader):
+class WatchedDataLoader(DataLoader[Any]):
     """A ``DataLoader`` with the settings of another one whose dataset, collate
     function and index sampler record what is built and what is handed over.
 
@@ -334,7 +332,7 @@ class WatchedDataLoader(DataLoader):
     >>> queuetune.probe_of(loader).close()
     """
 
-    def __init__(self, loader: DataLoader, recorder: Recorder, key: Any = None) -> None:
+    def __init__(self, loader: DataLoader[Any], recorder: Recorder, key: Any = None) -> None:
         self._queuetune_recorder = recorder
         self._queuetune_run: _Run | None = None
         self._queuetune_indices: RecordingSampler | None = None
@@ -408,7 +406,7 @@ def _wrap_dataset(dataset: Any, channel: Channel, token: str, iterable: bool, ke
     return kind(dataset, channel, token, keyer)
 
 
-def _num_batches(loader: DataLoader) -> int | None:
+def _num_batches(loader: DataLoader[Any]) -> int | None:
     dataset = loader.dataset
     if isinstance(dataset, IterableDataset):
         # len(loader) would make torch warn later about an over-long dataset.
@@ -427,7 +425,7 @@ def _num_batches(loader: DataLoader) -> int | None:
 
 
 def watch_dataloader(
-    framework: Framework, loader: DataLoader, meta: TraceMeta, sample_memory: bool, key: Any = None
+    framework: Framework, loader: DataLoader[Any], meta: TraceMeta, sample_memory: bool, key: Any = None
 ) -> tuple[WatchedDataLoader, Recorder]:
     """A watched copy of ``loader`` and the recorder it reports to (``framework``: torch's rules).
 
@@ -472,15 +470,15 @@ def watch_dataloader(
     return watched, recorder
 
 
-def autowatch_dataloaders(session: Session) -> Callable[[], None]:
+def autowatch_dataloaders(session: Watching) -> Callable[[], None]:
     """Make every ``DataLoader`` the program iterates while ``session`` is
     active iterate a watched copy of itself (one per loader, made on its first
     pass, so that persistent workers persist); return what undoes it. The
     loaders Keras makes to read its own inputs are left to Keras's watcher."""
     original = DataLoader.__iter__
-    copies: weakref.WeakKeyDictionary[DataLoader, Any] = weakref.WeakKeyDictionary()
+    copies: weakref.WeakKeyDictionary[DataLoader[Any], Any] = weakref.WeakKeyDictionary()
 
-    def __iter__(self: DataLoader) -> Any:
+    def __iter__(self: DataLoader[Any]) -> Any:
         if isinstance(self, WatchedDataLoader) or not session.active or _internal(self):
             return original(self)
         copy = copies.get(self)
@@ -499,6 +497,23 @@ def autowatch_dataloaders(session: Session) -> Callable[[], None]:
     return undo
 
 
-def _internal(loader: DataLoader) -> bool:
+def _internal(loader: DataLoader[Any]) -> bool:
     """A loader another framework makes to read its own inputs (Keras's torch backend)."""
     return type(loader.dataset).__module__.split(".")[0] == "keras"
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchAdapter(Adapter):
+    """Watches a ``DataLoader`` (where its batches are built and taken) and hooks
+    every ``DataLoader`` a program iterates."""
+
+    def watch(
+        self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
+    ) -> tuple[WatchedDataLoader, Recorder]:
+        return watch_dataloader(self.spec, loader, meta, sample_memory, key)
+
+    def autowatch(self, session: Watching, module: ModuleType) -> Callable[[], None]:
+        return autowatch_dataloaders(session)
+
+
+ADAPTERS: dict[str, type[Adapter]] = {"torch": TorchAdapter}

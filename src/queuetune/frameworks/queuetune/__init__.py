@@ -1,0 +1,4 @@
+"""queuetune's own :class:`~queuetune.Prefetcher`.
+
+:mod:`.spec` says what queuetune knows of it without importing it (its settings,
+depth, rules, estimate); :mod:`.watch` acts on its live loaders."""

@@ -1,0 +1,29 @@
+"""What queuetune knows of its own :class:`~queuetune.Prefetcher`, as the queue model sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...model.rules import LoaderRules
+from ..base import Framework, count_setting
+
+
+@dataclass(frozen=True)
+class Queuetune(Framework):
+    """Any free worker builds the next batch; a place frees when the consumer
+    takes a batch; batches cross from worker processes in ``mode="process"``.
+
+    >>> QUEUETUNE.rules({"mode": "process"}).processes
+    True
+    """
+
+    def rules(self, settings: dict[str, Any]) -> LoaderRules:
+        return LoaderRules("shared", "take", settings.get("mode") == "process", count_setting(settings, "workers"))
+
+
+QUEUETUNE = Queuetune(
+    "queuetune",
+    autowatch_module="queuetune.prefetch",
+    unmodelled="the Prefetcher sizes its own queue (max_bytes, adaptive)",
+)

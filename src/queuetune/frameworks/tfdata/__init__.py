@@ -1,0 +1,4 @@
+"""tf.data: a ``Dataset`` whose final ``prefetch`` is its queue.
+
+:mod:`.spec` says what queuetune knows of it without importing it (its settings,
+depth, rules, estimate); :mod:`.watch` acts on its live loaders."""
