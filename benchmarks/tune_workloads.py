@@ -513,7 +513,7 @@ def main() -> int:
         from queuetune.render.plot import plot_tune
 
         for name, tuned in results.items():
-            plot_tune(tuned, out / f"tune_{name}.png")
+            plot_tune(tuned).savefig(out / f"tune_{name}.png")
     if args.out is not None:
         (args.out / "tune_workloads.json").write_text(json.dumps(result, indent=2, default=str))
         (args.out / "tune_workloads.txt").write_text(text + "\n")

@@ -274,7 +274,7 @@ def test_blocks_matched_by_rows_leave_with_the_batch_that_takes_their_last_row()
     )
     assert early.read_ahead_batches == 2 and early.read_ahead_bytes == 50
     assert early.nodes["a"].read_ahead_bytes == 30 and early.nodes["b"].read_ahead_bytes == 20
-    from queuetune.render.console import report_rows
+    from queuetune.render.text import report_rows
 
     rows = dict(report_rows(early))
     assert rows["node a"] == "built 2 (40 B); held at most 2 (40 B); at the end 1 (30 B)"

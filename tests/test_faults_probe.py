@@ -24,7 +24,7 @@ import pytest
 import queuetune
 from helpers import OUTCOMES, assert_nothing_left_running
 from queuetune import Trace
-from queuetune.render.console import print_report
+from queuetune.terminal import print_report
 
 pytestmark = [pytest.mark.faults]
 

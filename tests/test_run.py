@@ -391,7 +391,7 @@ def test_the_live_line_shows_each_loader_on_a_terminal_only(tmp_path):
 
     from rich.console import Console
 
-    from queuetune.render.live import live_line
+    from queuetune.sinks.live_line import live_line
 
     job = script(
         tmp_path,

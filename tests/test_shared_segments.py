@@ -19,7 +19,7 @@ from queuetune import Prefetcher
 from queuetune.analysis import analyze
 from queuetune.prefetch import shm, workers
 from queuetune.prefetch.errors import PrefetcherClosed, WorkerDied
-from queuetune.render.console import report_rows
+from queuetune.render.text import report_rows
 from queuetune.trace import Trace
 from queuetune.units import format_bytes
 

@@ -24,15 +24,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("matching", ("matching",)),
     ("model", ("model", "model.*")),
     ("specs", ("frameworks", "frameworks.base", "frameworks.*.spec", "frameworks.*.tensors", "frameworks.?*[!.]")),
-    ("analysis", ("analysis",)),
+    ("analysis", ("analysis", "ranks")),
     ("estimate", ("memory", "experiment")),
     ("adapters", ("frameworks.adapters", "frameworks.*.watch")),
     ("prefetch", ("prefetch", "prefetch.*")),
     ("probing", ("probe", "session")),
     ("tuning", ("tune", "tune.*")),
     ("running", ("runner", "program_result")),
-    ("presentation", ("render", "render.*", "ranks")),
-    ("api", ("", "__main__", "api", "cli", "demo", "program")),
+    ("presentation", ("render", "render.*")),
+    ("sinks", ("sinks", "sinks.*")),
+    ("api", ("", "__main__", "api", "terminal", "cli", "demo", "program")),
 ]
 #: Imports the source names only as strings: the adapter registry imports each
 #: framework's ``watch.py`` by name.
@@ -137,7 +138,7 @@ def cycles() -> list[list[str]]:
 def test_the_import_graph_sees_the_package():
     assert len(MODULES) > 30
     assert "queuetune.frameworks" in GRAPH["queuetune.memory"]
-    assert "queuetune.render.console" in GRAPH["queuetune.api"]  # imported inside a method
+    assert "queuetune.terminal" in GRAPH["queuetune.api"]  # imported inside a method
     # `from ..frameworks.torch.tensors import ...` runs both packages' __init__ first
     assert {"queuetune.frameworks", "queuetune.frameworks.torch"} <= GRAPH["queuetune.prefetch.shm"]
     assert "queuetune.analysis" in GRAPH["queuetune.probe"]  # for the type checker alone
@@ -156,6 +157,12 @@ def test_no_import_cycles():
     assert cycles() == []
 
 
+def test_nothing_below_presentation_imports_it():
+    presentation = layer_of("queuetune.render")
+    below = [m for m in MODULES if layer_of(m) < presentation]
+    assert [m for m in below if any(i.startswith("queuetune.render") for i in GRAPH[m])] == []
+
+
 def test_every_module_has_one_layer():
     assert {name: layer_of(name) for name in MODULES}  # LookupError names one in none
     assert layer_of("queuetune.frameworks.keras") == layer_of("queuetune.frameworks.keras.spec")
@@ -167,11 +174,11 @@ def upward_imports(name: str) -> list[str]:
 
 
 def test_an_upward_import_would_be_found():
-    GRAPH["queuetune.probe"].add("queuetune.render.console")
+    GRAPH["queuetune.probe"].add("queuetune.render.text")
     try:
-        assert upward_imports("queuetune.probe") == ["queuetune.render.console"]
+        assert upward_imports("queuetune.probe") == ["queuetune.render.text"]
     finally:
-        GRAPH["queuetune.probe"].discard("queuetune.render.console")
+        GRAPH["queuetune.probe"].discard("queuetune.render.text")
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -238,7 +245,7 @@ def strings_in(name: str) -> list[tuple[int, str]]:
 #: frameworks' shared helpers, and the demo, which runs the article's Keras
 #: experiment and prints it (its JSON keys are Keras's settings).
 OWN_WORDS = {"workers"}
-ANY_SETTING = ("queuetune.frameworks.base", "queuetune.demo", "queuetune.experiment", "queuetune.render.console")
+ANY_SETTING = ("queuetune.frameworks.base", "queuetune.demo", "queuetune.experiment", "queuetune.render.text")
 
 
 def settings_outside_their_folders(homes: dict[str, set[str]]) -> list[str]:

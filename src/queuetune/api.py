@@ -31,7 +31,7 @@ class Probe(probing.Probe):
 
     def print_report(self, console: Console | None = None) -> None:
         """Print the report as a table on the terminal (on ``console``, a rich Console, if given)."""
-        from .render.console import print_report
+        from .terminal import print_report
 
         print_report(self.report(), console)
 
@@ -51,7 +51,7 @@ class Probe(probing.Probe):
 
         scalars = None
         if tensorboard is not None:
-            from .render.tensorboard import ScalarWriter, writer_class
+            from .sinks.tensorboard import ScalarWriter, writer_class
 
             writer_class()  # a missing tensorboard is an error now, not at the first batch
             logdir = tensorboard

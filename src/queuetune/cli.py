@@ -140,13 +140,14 @@ def _configure_table(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_table(args: argparse.Namespace) -> int:
-    from queuetune.render.tables import print_renderable, seed_table_view
+    from queuetune.render.text import seed_table_view
+    from queuetune.terminal import print_renderable
 
     table = seed_table(args.batches, args.sizes, args.channels, args.dtype, args.unit)
     if args.plot:
         from queuetune.render.plot import plot_table
 
-        plot_table(table, args.plot)
+        plot_table(table).savefig(os.fspath(args.plot))
     if args.json:
         print(json.dumps(table))
     else:
@@ -203,7 +204,8 @@ def _configure_estimate(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_estimate(args: argparse.Namespace) -> int:
-    from queuetune.render.tables import batch_table, footprint_table, print_renderable
+    from queuetune.render.text import batch_table, footprint_table
+    from queuetune.terminal import print_renderable
 
     spec = BatchSpec.single(args.shape, args.batch, args.dtype, labels=args.labels, label_dtype=args.label_dtype)
     names = [setting.name for setting, _ in _setting_flags()]
@@ -237,7 +239,7 @@ def _configure_demo(parser: argparse.ArgumentParser) -> None:
 
 def _run_demo(args: argparse.Namespace) -> int:
     from queuetune.demo import run_demo
-    from queuetune.render.console import demo_status, print_demo
+    from queuetune.terminal import demo_status, print_demo
 
     with demo_status() as progress:
         result = run_demo(steps=args.steps, batch_size=args.batch_size, progress=progress)
@@ -273,7 +275,7 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
 def _run_report(args: argparse.Namespace) -> int:
     from queuetune.analysis import analyze
     from queuetune.ranks import analyze_ranks, check_one_launch, ranked
-    from queuetune.render.console import print_report
+    from queuetune.terminal import print_report
     from queuetune.trace import Trace
 
     if args.plot and len(args.trace) > 1:
@@ -290,16 +292,16 @@ def _run_report(args: argparse.Namespace) -> int:
     if args.plot:
         from queuetune.render.plot import plot_in_flight
 
-        plot_in_flight(reports[0], args.plot)
+        plot_in_flight(reports[0]).savefig(os.fspath(args.plot))
     if args.html:
-        from queuetune.render.html import Section, write_html_report
+        from queuetune.render.html import Section, html_report
         from queuetune.tune.recommend import recommend
 
         sections = [
             Section(_label(trace, path), trace, report, recommend(trace).text())
             for path, trace, report in zip(paths, traces, reports)
         ]
-        write_html_report(sections, args.html, ranks=merged)
+        Path(args.html).write_text(html_report(sections, ranks=merged), encoding="utf-8")
     form = "json" if args.json else args.format
     if form == "perfetto":
         from queuetune.render.perfetto import chrome_trace
@@ -317,7 +319,7 @@ def _run_report(args: argparse.Namespace) -> int:
         for report in reports:
             print_report(report)
         if merged is not None:
-            from queuetune.render.ranks import print_ranks
+            from queuetune.terminal import print_ranks
 
             print_ranks(merged)
         if args.plot:
@@ -424,8 +426,8 @@ def _fraction(text: str) -> float:
 
 
 def _run_tune(args: argparse.Namespace) -> int:
-    from queuetune.render.console import print_tune, tune_progress
     from queuetune.render.explain import explain
+    from queuetune.terminal import print_tune, tune_progress
     from queuetune.tune import as_job, framework_of, load_factory, tune
 
     try:
@@ -456,7 +458,7 @@ def _run_tune(args: argparse.Namespace) -> int:
     if args.plot:
         from queuetune.render.plot import plot_tune
 
-        plot_tune(result, args.plot)
+        plot_tune(result).savefig(os.fspath(args.plot))
     if args.json:
         print(text)
     else:
@@ -496,9 +498,9 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
 
 def _run_run(args: argparse.Namespace) -> int:
     from queuetune.program import run_program
-    from queuetune.render.console import print_program
-    from queuetune.render.live import live_line
     from queuetune.runner import Target
+    from queuetune.sinks.live_line import live_line
+    from queuetune.terminal import print_program
 
     if not args.program:
         raise UsageError("give a script to run, or -m module")
@@ -509,7 +511,7 @@ def _run_run(args: argparse.Namespace) -> int:
         contexts.append(live_line)
     if args.tensorboard:
         from queuetune.program import prepare_out
-        from queuetune.render.tensorboard import session_scalars, writer_class
+        from queuetune.sinks.tensorboard import session_scalars, writer_class
 
         writer_class()  # a missing tensorboard is an error before the program starts
         logdir = str(prepare_out(args.tensorboard, "TensorBoard scalars"))
@@ -534,7 +536,7 @@ def _configure_doctor(parser: argparse.ArgumentParser) -> None:
 
 def _run_doctor(args: argparse.Namespace) -> int:
     from queuetune.prefetch import shm
-    from queuetune.render.doctor import shm_lines
+    from queuetune.render.text import shm_lines
 
     if not shm.available():
         print(f"no shared memory to check: {shm.ROOT} is not a writable folder")

@@ -19,16 +19,14 @@ _PROBES: weakref.WeakKeyDictionary[Any, Probe] = weakref.WeakKeyDictionary()
 
 
 class Probe:
-    """The handle of a watched loader: its trace and its report.
+    """The handle of a watched loader: its trace and its report (the one
+    :func:`queuetune.watch` gives is :class:`queuetune.api.Probe`, which prints too).
 
-    >>> import numpy as np, queuetune
-    >>> loader = queuetune.watch([np.zeros(4), np.zeros(4)])
-    >>> for batch in loader:
-    ...     pass
-    >>> probe = queuetune.probe_of(loader)
-    >>> probe.report().consumed_batches
-    2
-    >>> probe.close()
+    >>> loader = watch(iter([b"ab", b"cd", b"ef"]))
+    >>> with probe_of(loader) as probe:
+    ...     taken = list(loader)
+    ...     len(probe.trace().produced), probe.settle(quiet=0.01)
+    (3, 3)
     """
 
     def __init__(self, recorder: Recorder) -> None:

@@ -91,14 +91,15 @@ def run_program(
         trace.save(path)
         result.loaders.append(LoaderResult(watched.label, path, analyze(trace), recommend(trace)))
     if html:
-        from .render.html import Section, write_html_report
+        from .render.html import Section, html_report
 
         sections = [
             Section(loader.label, trace, loader.report, loader.recommendation.text())
             for loader, (_, trace) in zip(result.loaders, traces)
         ]
         result.html = folder / f"report{tag}.html"
-        write_html_report(sections, result.html, title=f"queuetune run {' '.join(target.argv())}")
+        title = f"queuetune run {' '.join(target.argv())}"
+        result.html.write_text(html_report(sections, title), encoding="utf-8")
     return result
 
 

@@ -1,6 +1,6 @@
 """What ``queuetune run`` found, as data: each loader the program iterated, with its
 report and recommendation, and the loaders left alone (:mod:`queuetune.program`
-makes it; :func:`queuetune.render.console.print_program` prints it)."""
+makes it; :func:`queuetune.terminal.print_program` prints it)."""
 
 from __future__ import annotations
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import html
 import io
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..units import format_bytes
-from .console import report_rows, worker_name
+from .text import findings, report_rows, rows, worker_name
 
 if TYPE_CHECKING:
     from ..analysis import Report
@@ -65,8 +64,6 @@ def html_report(sections: list[Section], title: str = "queuetune report", ranks:
         f"<h1>{_e(title)}</h1>",
     ]
     if ranks is not None:
-        from .ranks import ranks_html
-
         parts.append(ranks_html(ranks))
     if not sections:
         parts.append("<p>No loader was watched.</p>")
@@ -91,17 +88,6 @@ def _side_by_side(sections: list[Section], ranked: bool) -> list[list[Section]]:
     for section in sections:
         groups.setdefault(section.trace.meta.name or section.label, []).append(section)
     return [sorted(group, key=lambda s: s.trace.meta.rank or 0) for group in groups.values()]
-
-
-def write_html_report(
-    sections: list[Section],
-    path: str | os.PathLike[str],
-    title: str = "queuetune report",
-    ranks: RanksReport | None = None,
-) -> None:
-    """Write :func:`html_report` to ``path``."""
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(html_report(sections, title, ranks))
 
 
 def _plural(unit: str) -> str:
@@ -265,3 +251,17 @@ def _draw_memory(axes: Any, trace: Trace) -> None:
 
 def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
+
+
+def ranks_html(report: RanksReport) -> str:
+    """The table and the findings as an HTML fragment."""
+    escape = html.escape
+    head = "".join(f"<th>{c}</th>" for c in ("rank", "loader", "batches/s", "input wait", "median step", "verdict"))
+    body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows(report))
+    items = "".join(f"<li>{escape(line)}</li>" for line in findings(report))
+    title = f"{report.world_size} ranks" + (f" of job {escape(report.job)}" if report.job else "")
+    return (
+        f'<section id="ranks"><h2>{title}</h2><table><tr>{head}</tr>{body}</table>'
+        + (f"<ul>{items}</ul>" if items else "")
+        + "</section>"
+    )

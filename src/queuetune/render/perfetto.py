@@ -5,11 +5,9 @@ for memory, and the consumer's marks (runs, epochs, depth and worker changes).""
 
 from __future__ import annotations
 
-import json
-import os
 from typing import TYPE_CHECKING, Any
 
-from .console import worker_name
+from .text import worker_name
 
 if TYPE_CHECKING:
     from ..analysis import Report
@@ -35,12 +33,6 @@ def chrome_trace(loaders: list[tuple[str, Trace, Report]]) -> dict[str, Any]:
     for pid, (label, trace, report) in enumerate(loaders, start=1):
         events += _loader_events(pid, label, trace, report, origin)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"source": "queuetune"}}
-
-
-def write_chrome_trace(loaders: list[tuple[str, Trace, Report]], path: str | os.PathLike[str]) -> None:
-    """Write :func:`chrome_trace` to ``path`` as JSON."""
-    with open(path, "w", encoding="utf-8") as file:
-        json.dump(chrome_trace(loaders), file)
 
 
 def _us(seconds: float, origin: float) -> float:

@@ -1,31 +1,33 @@
-"""Plots drawn with matplotlib (an optional dependency): the seed table as a
-heatmap, and a report's batches and bytes in flight over time."""
+"""Figures drawn with matplotlib (an optional dependency), returned for the caller
+to save (``figure.savefig(path)``: the format follows the file name's extension):
+the seed table as a heatmap, a report's batches and bytes in flight over time,
+the tuner's prediction against its trials."""
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from queuetune.units import format_number
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from queuetune.analysis import Report
     from queuetune.tune import TuneResult
 
 __all__ = ["plot_in_flight", "plot_table", "plot_tune"]
 
 
-def plot_table(table: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """Draw ``table`` (from :func:`queuetune.memory.seed_table`) as a heatmap into ``path``.
+def plot_table(table: dict[str, Any]) -> Figure:
+    """``table`` (from :func:`queuetune.memory.seed_table`) as a heatmap.
 
     The colour scale is logarithmic because the values span several orders of
-    magnitude. The format follows the file name's extension (PNG for ``.png``).
-    Needs matplotlib: ``pip install 'queuetune[plot]'``.
+    magnitude. Needs matplotlib: ``pip install 'queuetune[plot]'``.
 
     >>> import tempfile, pathlib
     >>> from queuetune.memory import seed_table
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "table.png"
-    >>> plot_table(seed_table(), out)
+    >>> plot_table(seed_table()).savefig(out)
     >>> out.read_bytes()[:4]
     b'\\x89PNG'
     """
@@ -42,7 +44,7 @@ def plot_table(table: dict[str, Any], path: str | os.PathLike[str]) -> None:
     axes.set_xlabel("image size")
     axes.set_ylabel("batch size")
     axes.set_title(f"{table['dtype']} input batch, {table['channels']} channel(s), {table['unit']}")
-    low, high = image.norm.vmin, image.norm.vmax
+    low, high = cast(float, image.norm.vmin), cast(float, image.norm.vmax)  # set by LogNorm from the values
     middle = (low * high) ** 0.5
     for row, row_values in enumerate(values):
         for column, value in enumerate(row_values):
@@ -50,18 +52,18 @@ def plot_table(table: dict[str, Any], path: str | os.PathLike[str]) -> None:
             axes.text(column, row, format_number(value), ha="center", va="center", fontsize=7, color=colour)
     figure.colorbar(image, ax=axes, label=table["unit"])
     figure.tight_layout()
-    figure.savefig(os.fspath(path))
+    return figure
 
 
-def plot_in_flight(report: Report, path: str | os.PathLike[str]) -> None:
-    """Draw a report's batches (left axis) and MiB (right axis) in flight over time.
+def plot_in_flight(report: Report) -> Figure:
+    """A report's batches (left axis) and MiB (right axis) in flight over time.
 
     >>> import tempfile, pathlib
     >>> from queuetune.analysis import analyze
     >>> from queuetune.trace import Trace, Produced, Consumed
     >>> r = analyze(Trace(produced=[Produced(0, 1, 2**20)], consumed=[Consumed(0, 1)], end=2))
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "flight.png"
-    >>> plot_in_flight(r, out)
+    >>> plot_in_flight(r).savefig(out)
     >>> out.read_bytes()[:4]
     b'\\x89PNG'
     """
@@ -78,10 +80,10 @@ def plot_in_flight(report: Report, path: str | os.PathLike[str]) -> None:
     name = report.meta.name or report.meta.type or report.meta.loader or "loader"
     axes.set_title(f"{name}: peak {report.peak_in_flight_batches} batches in flight")
     figure.tight_layout()
-    figure.savefig(os.fspath(path))
+    return figure
 
 
-def _figure_class() -> Any:
+def _figure_class() -> type[Figure]:
     """matplotlib's Figure on an Agg canvas: no pyplot, so the caller's backend is left alone."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -97,8 +99,8 @@ def _figure_class() -> Any:
     return AggFigure
 
 
-def plot_tune(result: TuneResult, path: str | os.PathLike[str]) -> None:
-    """Draw throughput (top) and peak in-flight memory (bottom) against depth:
+def plot_tune(result: TuneResult) -> Figure:
+    """Throughput (top) and peak in-flight memory (bottom) against depth:
     the model's prediction as lines, the measured trials as points."""
     Figure = _figure_class()
     figure = Figure(figsize=(8, 6))
@@ -132,4 +134,4 @@ def plot_tune(result: TuneResult, path: str | os.PathLike[str]) -> None:
     rate.legend(fontsize=7)
     memory.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(os.fspath(path))
+    return figure

@@ -1,0 +1,439 @@
+"""The terminal's format: each of queuetune's results as rich tables and lines of
+text, returned for the caller to print (:mod:`queuetune.terminal` prints them):
+a probe's report, a batch and a loader's footprint, the seed table, several
+ranks side by side, the demo, the tuner's trials and decision, what
+``queuetune run`` found, and ``queuetune doctor``'s lines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+
+from ..memory import BatchSpec, Footprint
+from ..prefetch.shm import PoolFiles
+from ..units import format_bytes, format_number
+from .explain import explain
+
+if TYPE_CHECKING:
+    from ..analysis import Coverage, Report, Start, Timing
+    from ..experiment import DemoResult
+    from ..program_result import ProgramResult
+    from ..ranks import RanksReport
+    from ..trace import TraceMeta
+    from ..tune import TuneResult
+
+
+# --- a probe's report -------------------------------------------------------------------
+
+
+def report_table(report: Report) -> Table:
+    """The report as a rich Table: one row per measure."""
+    table = Table(title=_title(report.meta), show_header=False, title_justify="left")
+    table.add_column("measure", style="bold")
+    table.add_column("value")
+    for label, value in report_rows(report):
+        table.add_row(label, value)
+    return table
+
+
+def report_rows(report: Report) -> list[tuple[str, str]]:
+    """(label, value) rows, in reading order."""
+    rows = [("produced (built)", f"{report.produced_batches} batches")]
+    if report.consumed_batches is not None:
+        rows.append(("consumed (reached the model)", f"{report.consumed_batches} batches"))
+        rows.append(
+            (
+                "read-ahead at the end (never used)",
+                f"{report.read_ahead_batches} batches, {format_bytes(report.read_ahead_bytes or 0)}",
+            )
+        )
+    rows.append(
+        (
+            "peak in flight (built, not released)",
+            f"{report.peak_in_flight_batches} batches, {format_bytes(report.peak_in_flight_bytes)}",
+        )
+    )
+    if report.peak_pool_bytes is not None:
+        rows.append(("shared-memory pool (peak)", f"{format_bytes(report.peak_pool_bytes)}: in flight, in use, spare"))
+    rows.append(("mean in flight", f"{report.mean_in_flight_batches:.1f} batches"))
+    rows.append(("peak being built at once", f"{report.peak_building_batches} batches"))
+    if report.batch_bytes.median is not None:
+        rows.append(("batch size (median)", format_bytes(int(report.batch_bytes.median))))
+    rows.append(("producer time per batch", _timing(report.producer_time)))
+    rows.append(("consumer time per step", _timing(report.consumer_step)))
+    if report.start is not None:
+        rows.append(("start", _start(report.start)))
+    if report.input_bound_fraction is not None:
+        rows.append(
+            (
+                "input wait (steady state)",
+                f"{report.steady_wait_seconds:.3f} s of {report.steady_seconds:.3f} s "
+                f"({report.input_bound_fraction:.1%}): {report.verdict}; with the start, "
+                f"{report.input_wait_seconds:.3f} s of {report.wall_seconds:.3f} s",
+            )
+        )
+    if report.peak_rss_bytes is not None:
+        rows.append(("peak RSS (process)", format_bytes(report.peak_rss_bytes)))
+        rows.append(("peak unique memory of workers", format_bytes(report.peak_children_bytes or 0)))
+    for node, held in report.nodes.items():
+        rows.append(
+            (
+                f"node {node}",
+                f"built {held.produced_batches} ({format_bytes(held.produced_bytes)}); held at most "
+                f"{held.peak_held_batches} ({format_bytes(held.peak_held_bytes)}); at the end "
+                f"{held.read_ahead_batches} ({format_bytes(held.read_ahead_bytes)})",
+            )
+        )
+    for cov in report.coverage:
+        rows.append((f"coverage run {cov.run} epoch {cov.epoch}", _coverage(cov)))
+    for error in report.errors:
+        rows.append(("error", error))
+    for note in report.notes:
+        rows.append(("note", note))
+    return rows
+
+
+def _title(meta: TraceMeta) -> str:
+    settings = meta.settings or {}
+    described = ", ".join(f"{k}={v}" for k, v in settings.items())
+    name = meta.name or meta.type or meta.loader or "loader"
+    if meta.rank is not None:
+        name = f"rank {meta.rank} of {meta.world_size}: {name}"
+    return f"queuetune: {name} ({meta.framework or '?'}{', ' + described if described else ''})"
+
+
+def _start(start: Start) -> str:
+    text = (
+        f"first batch after {start.first_batch_seconds:.3f} s, "
+        f"{start.built_before_asked} batches built before the first request"
+    )
+    if start.runs > 1:
+        text += f"; {start.seconds:.3f} s to the first batch over {start.runs} runs"
+    return text
+
+
+def _timing(t: Timing) -> str:
+    if not t.n:
+        return "-"
+    return f"median {_ms(t.median)}, p95 {_ms(t.p95)} (n={t.n})"
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} µs"
+
+
+def _coverage(cov: Coverage) -> str:
+    total = f" of {cov.total}" if cov.total is not None else ""
+    text = (
+        f"{cov.consumed}{total} {cov.unit}es consumed"
+        if cov.unit == "batch"
+        else f"{cov.consumed}{total} samples consumed"
+    )
+    if cov.unit == "sample key":
+        text += f", told apart by key; more than once: {len(cov.duplicates)} ({cov.extra} extra)"
+        if cov.repeats:
+            shown = [f"{_key(r.item)} ×{r.count} (workers {', '.join(r.workers)})" for r in cov.repeats[:2]]
+            text += ", e.g. " + ", ".join(shown) + (", …" if len(cov.duplicates) > len(shown) else "")
+        if cov.unkeyed:
+            text += f"; {cov.unkeyed} batches without keys"
+        return text + (f"; {cov.cause}" if cov.cause else "")
+    text += f"; more than once: {_listing(cov.duplicates)}"
+    if cov.never_count is not None:
+        listed = _listing(cov.never)
+        more = " …" if cov.never_count > len(cov.never) and not listed.endswith("…") else ""
+        text += f"; never: {cov.never_count}" + (f" ({listed}{more})" if cov.never else "")
+    return text
+
+
+def worker_name(worker: str) -> str:
+    """A trace's worker in words: ``thread-7`` is thread 7, a pid a process.
+
+    >>> worker_name("thread-7"), worker_name("4121"), worker_name("")
+    ('thread 7', 'process 4121', "the consumer's thread")
+    """
+    if worker.startswith("thread-"):
+        return f"thread {worker[7:]}"
+    return f"process {worker}" if worker else "the consumer's thread"
+
+
+def _key(item: int) -> str:
+    """A sample's key: small integers as they are (a user's ids), fingerprints in hex."""
+    return str(item) if abs(item) < 2**31 else f"{item % 2**64:016x}"
+
+
+def _listing(items: list[int]) -> str:
+    return ", ".join(map(str, items[:10])) + (" …" if len(items) > 10 else "") if items else "none"
+
+
+# --- the estimate: a batch, a footprint, the seed table -------------------------------
+
+
+def seed_table_view(table: dict[str, Any]) -> Table:
+    """A Markdown-style table of :func:`queuetune.memory.seed_table`, values as the article prints them.
+
+    >>> from queuetune.memory import seed_table
+    >>> seed_table_view(seed_table()).row_count
+    12
+    """
+    title = f"{table['dtype']}, {table['channels']} channel(s), {table['unit']} per batch"
+    view = Table(box=box.MARKDOWN, title=title)
+    view.add_column("batch", justify="right", no_wrap=True)
+    for size in table["sizes"]:
+        view.add_column(f"{size}x{size}", justify="right", no_wrap=True)
+    for batch, row in zip(table["batches"], table["values"]):
+        view.add_row(str(batch), *(format_number(value) for value in row))
+    return view
+
+
+def batch_table(spec: BatchSpec) -> Table:
+    """One row per input (and labels) of a batch, with a total row.
+
+    >>> batch_table(BatchSpec.single("2x2", 3)).row_count
+    2
+    """
+    view = Table(title=f"batch of {spec.batch_size}", show_footer=False)
+    view.add_column("item")
+    view.add_column("shape", no_wrap=True)
+    view.add_column("dtype")
+    view.add_column("bytes", justify="right", no_wrap=True)
+    view.add_column("size", justify="right", no_wrap=True)
+    lines = spec.lines()
+    for index, (name, shape, dtype, nbytes) in enumerate(lines):
+        view.add_row(
+            name,
+            "x".join(map(str, shape)),
+            dtype,
+            f"{nbytes:,}",
+            format_bytes(nbytes),
+            end_section=index == len(lines) - 1,
+        )
+    total = spec.nbytes
+    view.add_row("total", "", "", f"{total:,}", format_bytes(total), style="bold")
+    return view
+
+
+def footprint_table(fp: Footprint) -> Table:
+    """One row per line of a footprint (batches, bytes, why) and a total row.
+
+    >>> from queuetune.memory import footprint
+    >>> footprint_table(footprint(100, "tfdata", buffer=2)).row_count
+    3
+    """
+    settings = ", ".join(f"{name}={value}" for name, value in fp.settings.items())
+    title = f"footprint: {fp.framework}" + (f" ({settings})" if settings else "")
+    view = Table(title=title)
+    view.add_column("item")
+    view.add_column("batches", justify="right", no_wrap=True)
+    view.add_column("bytes", justify="right", no_wrap=True)
+    view.add_column("size", justify="right", no_wrap=True)
+    view.add_column("why")
+    for index, line in enumerate(fp.lines):
+        view.add_row(
+            line.label,
+            f"{line.batches:g}",
+            f"{line.bytes:,}",
+            format_bytes(line.bytes),
+            line.explanation,
+            end_section=index == len(fp.lines) - 1,
+        )
+    total = fp.total_bytes
+    view.add_row("total", f"{fp.total_batches:g}", f"{total:,}", format_bytes(total), "", style="bold")
+    return view
+
+
+# --- several ranks ---------------------------------------------------------------------
+
+
+def ranks_table(report: RanksReport) -> Table:
+    """One row per rank and loader."""
+    table = Table(title=f"queuetune: {report.world_size} ranks" + (f" of job {report.job}" if report.job else ""))
+    for column in ("rank", "loader", "batches/s", "input wait (steady)", "median step", "verdict"):
+        table.add_column(column, justify="right" if column in ("rank", "batches/s") else "left")
+    for row in rows(report):
+        table.add_row(*row)
+    return table
+
+
+def rows(report: RanksReport) -> list[tuple[str, ...]]:
+    """The table's cells, as text."""
+    out: list[tuple[str, ...]] = []
+    for rank in report.ranks:
+        for loader in rank.loaders:
+            rate = "-" if loader.batches_per_second is None else f"{loader.batches_per_second:.1f}"
+            wait = "-"
+            if loader.input_wait_fraction is not None and loader.input_wait_seconds is not None:
+                wait = f"{loader.input_wait_fraction:.1%} ({loader.input_wait_seconds:.2f} s)"
+            step = "-" if loader.step_median_seconds is None else f"{loader.step_median_seconds * 1e3:.1f} ms"
+            out.append((str(rank.rank), loader.loader, rate, wait, step, loader.verdict))
+    return out
+
+
+def findings(report: RanksReport) -> list[str]:
+    """The merged report's sentences: missing ranks, stragglers, coverage, order."""
+    lines = []
+    if report.missing_ranks:
+        missing = ", ".join(map(str, report.missing_ranks))
+        lines.append(f"no trace of rank {missing} (of {report.world_size}): the report covers the others")
+    for loader in report.loaders:
+        if loader.straggler is not None:
+            lines.append(f"{loader.loader}: straggler: {loader.straggler.text}")
+        for cov in loader.coverage:
+            where = f"{loader.loader}: run {cov.run} epoch {cov.epoch}"
+            if cov.seen_by_several:
+                shown = ", ".join(map(str, cov.examples[:10])) + (" …" if cov.seen_by_several > 10 else "")
+                text = f"{where}: {cov.seen_by_several} of {cov.items} samples read by more than one rank ({shown})"
+                lines.append(text + (f"; {cov.cause}" if cov.cause else ""))
+            else:
+                lines.append(f"{where}: {cov.items} samples, each read by one rank")
+        if loader.same_order_ranks:
+            ranks = ", ".join(map(str, loader.same_order_ranks))
+            lines.append(
+                f"{loader.loader}: rank {ranks}: every epoch came in the same shuffled order: "
+                "call sampler.set_epoch(epoch) before each epoch"
+            )
+        lines.extend(f"{loader.loader}: {note}" for note in loader.notes)
+    return lines
+
+
+def demo_text(result: DemoResult) -> list[RenderableType]:
+    """The article's experiment as the article told it: the setting, what reached
+    the model against what the loader built, the footprint, the article's
+    figures, one sentence of advice."""
+    out: list[RenderableType] = [
+        f"queuetune demo: Keras {result.keras} ({result.backend} backend), "
+        f"{result.model}, batch {result.batch_size}, predict(steps={result.steps}); "
+        f"one batch = {format_bytes(result.batch_bytes)}"
+    ]
+    table = Table()
+    table.add_column("loader")
+    for column in (
+        "reached the model",
+        "built by the loader",
+        "never used",
+        "peak in flight",
+        "estimated",
+        "first batch",
+        "input wait",
+    ):
+        table.add_column(column, justify="right")
+    for run in result.runs:
+        fraction = run.input_bound_fraction
+        first = run.first_batch_seconds
+        table.add_row(
+            run.label,
+            f"{run.consumed_samples} ({run.consumed_batches})",
+            f"{run.produced_samples} ({run.produced_batches})",
+            f"{run.read_ahead_batches}",
+            f"{run.peak_in_flight_batches} ({format_bytes(run.peak_in_flight_bytes)})",
+            f"{run.estimated_batches} ({format_bytes(run.estimated_footprint_bytes)})",
+            "-" if first is None else f"{first:.2f} s",
+            "-" if fraction is None else f"{fraction:.0%}",
+        )
+    out.append(table)
+    article = result.article
+    built = ", ".join(f"{v} at {k}" for k, v in article.built_samples.items())
+    out.append(
+        "samples (batches); peak in flight = built and not yet released by the model, "
+        "estimated = queuetune estimate for those settings; input wait = of the steady "
+        "state, after the first batch"
+    )
+    out.append(
+        f"The article ({article.source}): {article.reached_model_samples} samples reached "
+        f"the model; the generator built {built}."
+    )
+    out.append(f"Advice: {result.advice}")
+    return out
+
+
+def tune_text(result: TuneResult) -> list[RenderableType]:
+    """The tuner's trials as a table, its decision and the reasons (:func:`.explain.explain`)."""
+    table = Table(title=f"queuetune tune: {result.framework}", title_justify="left")
+    table.add_column("setting")
+    for column in ("batches/s", "predicted", "peak in flight", "peak RSS", "input wait", "trials"):
+        table.add_column(column, justify="right")
+    for c in result.candidates:
+        mark = " *" if result.chosen is not None and c.settings == result.chosen.settings else ""
+        table.add_row(
+            c.label() + (" (default)" if c.is_default else "") + mark,
+            f"{c.throughput:.1f}",
+            "-" if c.predicted_throughput is None else f"{c.predicted_throughput:.1f}",
+            f"{c.peak_in_flight_batches} ({format_bytes(c.peak_in_flight_bytes)})",
+            "-" if c.peak_rss_bytes is None else format_bytes(c.peak_rss_bytes),
+            "-" if c.input_bound_fraction is None else f"{c.input_bound_fraction:.0%}",
+            str(c.trials),
+        )
+    out: list[RenderableType] = [table, *explain(result)]
+    if result.chosen is not None:
+        out.append(f"Use: {result.kwargs()}")
+    return out
+
+
+#: What ``queuetune run`` watches, for the line that says none was seen.
+WATCHED_KINDS = (
+    "torch DataLoader, Keras PyDataset or generator in fit/evaluate/predict, tf.data Dataset, Ray Data Dataset, "
+    "queuetune Prefetcher"
+)
+
+
+def program_text(result: ProgramResult) -> list[RenderableType]:
+    """What ``queuetune run`` found: each loader's report with its verdict and
+    recommendation, where its trace went, and the loaders left alone (tables,
+    and lines of text)."""
+    out: list[RenderableType] = []
+    for loader in result.loaders:
+        out.append(report_table(loader.report))
+        out.append(f"recommendation: {loader.recommendation.text()}")
+        out.append(f"trace: {loader.trace_path}")
+        out.append("")
+    out.extend(f"queuetune: left alone a {kind}: {why}" for kind, why in result.left_alone.items())
+    if result.html is not None:
+        out.append(f"HTML report: {result.html}")
+    if not result.loaders:
+        out.append(f"queuetune: no loader was iterated (watched: {WATCHED_KINDS})")
+    return out
+
+
+def ranks_text(report: RanksReport) -> list[RenderableType]:
+    """The table of several ranks, then its :func:`findings`."""
+    return [ranks_table(report), *findings(report)]
+
+
+# --- queuetune doctor ------------------------------------------------------------------
+
+
+def shm_lines(found: list[PoolFiles], removed: list[PoolFiles], dry_run: bool) -> list[str]:
+    """A line per pool of shared-memory files, then a summary.
+
+    >>> live = PoolFiles("queuetune-7-ab-", 7, ("queuetune-7-ab-lock",), 0, orphaned=False)
+    >>> gone = PoolFiles("queuetune-9-cd-", 9, ("queuetune-9-cd-1", "queuetune-9-cd-lock"), 2 << 20, orphaned=True)
+    >>> print("\\n".join(shm_lines([live, gone], [gone], dry_run=False)))
+    pid 7 (queuetune-7-ab-*): 1 file, 0 B, in use
+    pid 9 (queuetune-9-cd-*): 2 files, 2.0 MiB, orphaned: removed
+    removed 2 files (2.0 MiB) of 1 orphaned pool
+    """
+    gone = {pool.prefix for pool in removed}
+    lines = []
+    for pool in found:
+        state = "in use"
+        if pool.orphaned:
+            state = "orphaned: would remove" if dry_run else "orphaned: removed"
+            if not dry_run and pool.prefix not in gone:
+                state = "orphaned: removed meanwhile by another process"
+        count = len(pool.files)
+        lines.append(
+            f"pid {pool.owner} ({pool.prefix}*): {count} file{'s' * (count != 1)}, {format_bytes(pool.nbytes)}, {state}"
+        )
+    orphans = [pool for pool in found if pool.orphaned] if dry_run else removed
+    if not orphans:
+        lines.append("no orphaned shared-memory files")
+        return lines
+    files = sum(len(pool.files) for pool in orphans)
+    size = format_bytes(sum(pool.nbytes for pool in orphans))
+    verb = "would remove" if dry_run else "removed"
+    lines.append(f"{verb} {files} files ({size}) of {len(orphans)} orphaned pool{'s' * (len(orphans) != 1)}")
+    return lines
