@@ -15,7 +15,7 @@ from typing import Any
 
 from ..model.rules import LoaderRules
 from ..trace import TraceMeta
-from .base import Framework, reachable_depths, require
+from .base import Framework, Tensors, reachable_depths, require
 from .keras.spec import GENERATOR, KERAS
 from .python.spec import NONE, PYTHON
 from .queuetune.spec import QUEUETUNE
@@ -32,6 +32,7 @@ __all__ = [
     "PYTHON",
     "QUEUETUNE",
     "RAY",
+    "TENSORS",
     "TFDATA",
     "TORCH",
     "TUNED",
@@ -42,6 +43,7 @@ __all__ = [
     "reachable_depths",
     "require",
     "rules_of",
+    "tensors_of",
 ]
 
 #: Every framework by name; :func:`detect` asks them in this order.
@@ -76,6 +78,29 @@ def detect(loader: Any) -> Framework:
         if framework.recognises(loader):
             return framework
     raise TypeError(f"{type(loader).__name__} is not a loader: it is not iterable")
+
+
+#: Each framework's own tensors by name (see :class:`.base.Tensors`).
+TENSORS: dict[str, Tensors] = {f.tensors.name: f.tensors for f in FRAMEWORKS.values() if f.tensors is not None}
+
+
+def tensors_of(obj: Any) -> Tensors | None:
+    """The tensors ``obj`` is one of, or None (a numpy array, anything else);
+    told by its type, asked once per type (the Prefetcher asks for every array).
+
+    >>> tensors_of([1.0]) is None
+    True
+    """
+    kind = type(obj)
+    try:
+        return _TENSORS_BY_TYPE[kind]
+    except KeyError:
+        found = next((tensors for tensors in TENSORS.values() if tensors.recognises(obj)), None)
+        _TENSORS_BY_TYPE[kind] = found
+        return found
+
+
+_TENSORS_BY_TYPE: dict[type, Tensors | None] = {}
 
 
 def model_framework(consumer: Any) -> Framework | None:

@@ -45,6 +45,46 @@ class Setting:
         return "--" + self.name.replace("_", "-")
 
 
+class Tensors:
+    """A framework's own tensors seen as numpy arrays and back, without a copy:
+    what lets the :class:`~queuetune.Prefetcher` move them through shared memory
+    and collate them, without knowing the framework. ``name`` marks the arrays
+    that go back to tensors. None of it imports the framework until a tensor of
+    it is at hand.
+
+    >>> Tensors().recognises(1.0), Tensors().as_array(1.0)
+    (False, None)
+    """
+
+    name: str = "none"
+
+    def recognises(self, obj: Any) -> bool:
+        """Whether ``obj`` is one of its tensors: by its type alone, the same
+        answer for every object of a type."""
+        return False
+
+    def as_array(self, obj: Any) -> tuple[Any, str | None] | None:
+        """A numpy array over the tensor's memory, and the name of a dtype numpy
+        lacks where its bits stand for one; None where it cannot be one."""
+        return None
+
+    def from_array(self, array: Any, dtype: str | None = None) -> Any:
+        """The tensor over ``array``'s memory: what :meth:`as_array` undoes."""
+        return array
+
+    def owns_memory(self, obj: Any) -> bool:
+        """Whether the tensor's memory is its alone (no view, no other owner)."""
+        return False
+
+    def collate(self, items: list[Any], allocate: Callable[[tuple[int, ...], Any], Any] | None = None) -> Any:
+        """The framework's own collation of ``items`` (stacked into ``allocate``'s
+        array where it gives one)."""
+        raise TypeError(f"{self.name} has no collation")
+
+    def in_worker_process(self) -> None:
+        """What a worker process does first, where the framework is loaded."""
+
+
 @dataclass(frozen=True)
 class Framework:
     """What queuetune knows about one kind of loader; each framework module makes
@@ -79,6 +119,8 @@ class Framework:
     autowatch_module: str | None = None
     #: How to share a dataset among the workers when each reads it whole (None: no advice).
     shard_advice: str | None = None
+    #: Its own tensors, as the Prefetcher moves them (None: it has none).
+    tensors: Tensors | None = None
     #: Why one watched run of its loader gives no recommendation (None: the
     #: queue model fitted to the run gives one, see queuetune.tune.recommend).
     unmodelled: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..frameworks.torch.tensors import collate, is_tensor
+from ..frameworks import tensors_of
 from ..nbytes import nbytes
 from .shm import allocate
 
@@ -38,7 +38,7 @@ def batch_bytes_guess(source: Any, batch_size: int, index: Any) -> int:
 
 def default_collate(items: list[Any]) -> Any:
     """Join samples into a batch: arrays and numbers are stacked, tuples, lists and
-    dicts are joined field by field; torch tensors use torch's own collate. In a
+    dicts are joined field by field; a framework's tensors (torch's) use its own collate. In a
     worker process, large arrays and tensors are stacked straight into shared memory
     (:func:`.shm.allocate`).
 
@@ -50,16 +50,18 @@ def default_collate(items: list[Any]) -> Any:
     import numpy as np
 
     first = items[0]
-    if is_tensor(first):
-        return collate(items, allocate)
+    tensors = tensors_of(first)
+    if tensors is not None:
+        return tensors.collate(items, allocate)
     if isinstance(first, tuple):
         return tuple(default_collate(list(group)) for group in zip(*items))
     if isinstance(first, list):
         return [default_collate(list(group)) for group in zip(*items)]
     if isinstance(first, dict):
         return {key: default_collate([item[key] for item in items]) for key in first}
-    if any(is_tensor(item) for item in items):
-        return collate(items)
+    mixed = next((t for t in map(tensors_of, items) if t is not None), None)
+    if mixed is not None:
+        return mixed.collate(items)
     arrays = [np.asarray(item) for item in items]
     shape, dtype = arrays[0].shape, arrays[0].dtype
     if all(array.shape == shape and array.dtype == dtype for array in arrays):

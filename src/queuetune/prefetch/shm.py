@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ..frameworks.torch.tensors import as_array, from_array, owns_memory
+from ..frameworks import TENSORS, tensors_of
 from ..nbytes import nbytes
 from ..units import format_bytes
 from . import lifeline
@@ -91,8 +91,10 @@ class Lease:
 class Piece:
     """One array of a batch in a segment: where it is, its shape and dtype, the
     order of its axes in memory from the largest stride (None: C order), and
-    whether it was a torch tensor (``kind``), with the name of its torch dtype
-    where numpy lacks it (its bits are then integers of the same size)."""
+    whether it was a numpy array or a framework's tensor (``kind``: "numpy", or
+    the name of the framework's :class:`~queuetune.frameworks.base.Tensors`),
+    with the name of its tensor dtype where numpy lacks it (its bits are then
+    integers of the same size)."""
 
     __slots__ = ("dtype", "kind", "name", "offset", "order", "shape", "tensor_dtype")
 
@@ -480,7 +482,7 @@ class Pool:
                 holders[piece.name] = holder
             # The holder is the arrays' base: its finalizer runs once the last view is gone.
             array = _laid_out(memoryview(holder), piece)
-            return from_array(array, piece.tensor_dtype) if piece.kind == "torch" else array
+            return array if piece.kind == "numpy" else TENSORS[piece.kind].from_array(array, piece.tensor_dtype)
 
         batch = _replace(shipped.batch, view)
         with self._lock:
@@ -844,7 +846,8 @@ def _owns_memory(obj: Any) -> bool:
     """An array or tensor whose memory no other array, tensor or buffer reaches."""
     if type(obj) is np.ndarray:
         return obj.base is None and obj.flags.owndata
-    return owns_memory(obj)
+    tensors = tensors_of(obj)
+    return tensors is not None and tensors.owns_memory(obj)
 
 
 def copy(copies: list[Copy]) -> None:
@@ -895,14 +898,16 @@ def allocate(shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
 
 def _shareable(obj: Any) -> tuple[np.ndarray, str, str | None] | None:
     """The array over ``obj``'s memory where it goes through shared memory, its
-    kind, and the torch dtype its bits stand for (see :func:`queuetune.frameworks.torch.tensors.as_array`)."""
+    kind ("numpy", or the name of the framework's tensors it is one of), and the
+    tensor dtype its bits stand for (see :meth:`queuetune.frameworks.base.Tensors.as_array`)."""
     if type(obj) is np.ndarray:
         array, kind, tensor_dtype = obj, "numpy", None
     else:
-        shared = as_array(obj)
-        if shared is None:
+        tensors = tensors_of(obj)
+        shared = None if tensors is None else tensors.as_array(obj)
+        if tensors is None or shared is None:
             return None
-        (array, tensor_dtype), kind = shared, "torch"
+        (array, tensor_dtype), kind = shared, tensors.name
     if array.nbytes < MIN_BYTES or array.dtype.hasobject:
         return None
     return array, kind, tensor_dtype

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
-from ..frameworks.torch.tensors import in_worker_process
+from ..frameworks import TENSORS
 from ..nbytes import nbytes
 from ..recorder import Channel, built_here, clock
 from ..units import format_bytes
@@ -717,7 +717,8 @@ def _init_process(
     _WORKER.update(
         source=source, batch_size=batch_size, collate_fn=collate_fn, channel=channel, owner=owner, shipper=shipper
     )
-    in_worker_process()
+    for tensors in TENSORS.values():
+        tensors.in_worker_process()
 
 
 def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from ...model.rules import LoaderRules
 from ...units import nonnegative_int, positive_int
 from ..base import Framework, Lines, Setting, count_setting, flag, has_base
+from .tensors import TENSORS
 
 
 def is_dataloader(obj: Any) -> bool:
@@ -101,4 +102,5 @@ TORCH = Torch(
     extra="torch",
     autowatch_module="torch",
     shard_advice="shard it in __iter__ with torch.utils.data.get_worker_info() (id, num_workers)",
+    tensors=TENSORS,
 )

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from ..base import Tensors
 
 
 def is_tensor(obj: Any) -> bool:
@@ -142,3 +145,35 @@ def in_worker_process() -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)
+
+
+@dataclass(frozen=True)
+class TorchTensors(Tensors):
+    """torch's tensors, through the functions above.
+
+    >>> TENSORS.recognises(1.0), TENSORS.name
+    (False, 'torch')
+    """
+
+    name: str = "torch"
+
+    def recognises(self, obj: Any) -> bool:
+        return is_tensor(obj)
+
+    def as_array(self, obj: Any) -> tuple[Any, str | None] | None:
+        return as_array(obj)
+
+    def from_array(self, array: Any, dtype: str | None = None) -> Any:
+        return from_array(array, dtype)
+
+    def owns_memory(self, obj: Any) -> bool:
+        return owns_memory(obj)
+
+    def collate(self, items: list[Any], allocate: Callable[[tuple[int, ...], Any], Any] | None = None) -> Any:
+        return collate(items, allocate)
+
+    def in_worker_process(self) -> None:
+        in_worker_process()
+
+
+TENSORS = TorchTensors()
