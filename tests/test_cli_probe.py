@@ -41,7 +41,7 @@ def test_demo_json_reproduces_the_article_experiment():
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["backend"] == "torch" and data["keras"].startswith("3.")
+    assert data["backend"] == "torch" and data["keras"].startswith("3.") and data["step_ms"] == 5.0
     assert [(r["loader"], r["workers"], r["max_queue_size"]) for r in data["runs"]] == [
         ("pydataset", 4, 10),
         ("pydataset", 4, 2),

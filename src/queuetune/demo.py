@@ -4,6 +4,7 @@ loader build for ``predict(steps=10)``, and how many reach the model?"""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,9 @@ class DemoRun:
         return f"PyDataset workers={self.workers}, max_queue_size={self.max_queue_size}"
 
 
+#: The least time a step of the demo's ``predict`` takes (see :func:`run_demo`).
+STEP_SECONDS = 0.005
+
 DEFAULT_RUNS = (
     DemoRun("pydataset", 4, 10),
     DemoRun("pydataset", 4, 2),
@@ -41,8 +45,15 @@ def run_demo(
     batch_size: int = 128,
     runs: tuple[DemoRun, ...] = DEFAULT_RUNS,
     progress: Callable[[str], None] | None = None,
+    step_seconds: float = STEP_SECONDS,
 ) -> DemoResult:
     """Run the experiment (its ``to_dict()`` is the ``queuetune demo --json`` schema).
+
+    Each step of ``predict`` takes at least ``step_seconds``, as the article's
+    model's did: the one-layer model alone takes a tenth of a millisecond, less
+    than Keras's workers take to hand a batch over, so which side ran ahead
+    when ``predict`` stopped, and with it how many batches were built (12 to 21
+    at ``max_queue_size=10``), would be chance.
 
     >>> result = run_demo(steps=2, runs=(DemoRun("generator", 0, None),))  # doctest: +SKIP
     >>> result.runs[0].consumed_batches  # doctest: +SKIP
@@ -77,6 +88,14 @@ def run_demo(
         def __getitem__(self, index: int) -> tuple[Any, Any]:
             return make_batch(self.rng)
 
+    class StepTime(keras.callbacks.Callback):  # type: ignore[misc]  # keras ships no types: its base is Any
+        def __init__(self, seconds: float) -> None:
+            super().__init__()
+            self.seconds = seconds
+
+        def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
+            time.sleep(self.seconds)
+
     def generator() -> Any:
         rng = np.random.default_rng(0)
         while True:
@@ -96,9 +115,9 @@ def run_demo(
             )
         probe = probe_of(loader)
         try:
-            predictions = model.predict(
-                loader, steps=steps, verbose=0, callbacks=[probe.keras_callback(print_report=False)]
-            )
+            # The step's time goes before the probe's callback, which must come last.
+            callbacks = [StepTime(step_seconds), probe.keras_callback(print_report=False)]
+            predictions = model.predict(loader, steps=steps, verbose=0, callbacks=callbacks)
             probe.settle()
             report = probe.report()
         finally:
@@ -109,6 +128,7 @@ def run_demo(
         keras=keras.__version__,
         backend=keras.backend.backend(),
         model=f"Dense({inputs}->{classes}) softmax",
+        step_ms=1000 * step_seconds,
         steps=steps,
         batch_size=batch_size,
         batch_bytes=batch_nbytes,

@@ -69,6 +69,8 @@ class DemoResult:
     keras: str
     backend: str
     model: str
+    #: The least time a step of ``predict`` took, in milliseconds (see :func:`queuetune.demo.run_demo`).
+    step_ms: float
     steps: int
     batch_size: int
     batch_bytes: int

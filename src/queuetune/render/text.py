@@ -306,7 +306,7 @@ def demo_text(result: DemoResult) -> list[RenderableType]:
     figures, one sentence of advice."""
     out: list[RenderableType] = [
         f"queuetune demo: Keras {result.keras} ({result.backend} backend), "
-        f"{result.model}, batch {result.batch_size}, predict(steps={result.steps}); "
+        f"{result.model} ({result.step_ms:g} ms a step), batch {result.batch_size}, predict(steps={result.steps}); "
         f"one batch = {format_bytes(result.batch_bytes)}"
     ]
     table = Table()
