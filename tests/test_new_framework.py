@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import assert_nothing_left_running
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 TESTS = Path(__file__).resolve().parent
 
@@ -156,6 +158,7 @@ def test_the_toy_is_recognised_and_watched(with_toy):
     done = subprocess.run([sys.executable, "-c", USE], env=env, cwd=root, capture_output=True, text=True, timeout=100)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"framework": "toy", "batches": 3, "meta": "toy", "depth": 3, "consumed": 3}
+    assert_nothing_left_running(threads=False)
 
 
 @pytest.mark.timeout(120)
@@ -177,6 +180,7 @@ def test_the_toy_has_its_estimate_and_its_flag(with_toy):
         timeout=100,
     )
     assert "toy: batches it reads ahead (default 2)" in helped.stdout
+    assert_nothing_left_running(threads=False)
 
 
 @pytest.mark.timeout(300)
@@ -193,3 +197,4 @@ def test_the_toy_keeps_the_packages_shape(with_toy):
     )
     assert done.returncode == 0, done.stdout[-3000:]
     assert "passed" in done.stdout
+    assert_nothing_left_running(threads=False)
