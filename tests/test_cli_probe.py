@@ -113,6 +113,31 @@ def test_report_command_bad_trace_is_one_line_and_exit_2(tmp_path, capsys, conte
     assert main(["report", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+    assert str(path) in err  # the line names the file
+
+
+def test_report_names_the_bad_one_of_several_traces(tmp_path, capsys):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    queuetune.Trace().save(good)
+    bad.write_text("{")
+    assert main(["report", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"queuetune: error: {bad}: trace is not valid JSON") and err.count("\n") == 1
+
+
+def test_an_html_report_that_cannot_be_written_is_one_line_naming_it_and_exit_2(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    queuetune.Trace().save(trace)
+    target = tmp_path / "missing" / "r.html"
+    assert main(["report", str(trace), "--html", str(target)]) == 2
+    assert capsys.readouterr().err == f"queuetune: error: {target}: No such file or directory\n"
+
+
+def test_bare_queuetune_lists_its_commands(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    commands = "table, estimate, demo, report, tune, run, doctor"
+    assert err == f"queuetune: error: give a command: {commands} (queuetune -h for more)\n"
 
 
 @pytest.mark.parametrize("args", [["demo", "--steps", "0"], ["demo", "--batch-size", "-3"], ["demo", "--steps", "x"]])

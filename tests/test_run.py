@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import assert_nothing_left_running
 from queuetune.analysis import analyze
 from queuetune.cli import main
 from queuetune.imports import ImportHooks
@@ -330,6 +331,11 @@ def test_a_module_runs_with_its_arguments(tmp_path, capsys, monkeypatch):
     assert "args ['--lr', '0.1'] __main__" in printed
     assert "queuetune: no loader was iterated" in printed
     assert list((tmp_path / "out").iterdir()) == []
+    # With the HTML report asked for, and a relative folder: no report of nothing.
+    assert main(["run", "--out", "relative", "-m", "jobs.train"]) == 4
+    printed = capsys.readouterr().out
+    assert "no loader was iterated" in printed and "HTML report" not in printed
+    assert list((tmp_path / "relative").iterdir()) == []
 
 
 @pytest.mark.timeout(60)
@@ -438,3 +444,22 @@ def test_a_hook_that_fails_leaves_the_framework_alone_and_the_import_works(tmp_p
         assert late_framework.VALUE == 3
     sys.modules.pop("late_framework", None)
     assert session.left_alone == {"broken loader": "queuetune could not hook in (no DataLoader in this version)"}
+
+
+@pytest.mark.timeout(60)
+def test_the_paths_it_prints_are_absolute_for_a_relative_folder(tmp_path, capsys, monkeypatch):
+    job = script(
+        tmp_path,
+        """
+        import queuetune
+        with queuetune.Prefetcher(list(range(4)), max_bytes="1MiB", workers=1) as loader:
+            assert list(loader) == [0, 1, 2, 3]
+        """,
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--out", "rel", str(job)]) == 0
+    printed = capsys.readouterr().out
+    folder = (tmp_path / "rel").resolve()
+    assert f"trace: {folder / '01-prefetcher.json'}\n" in printed
+    assert f"HTML report: {folder / 'report.html'}\n" in printed
+    assert_nothing_left_running()

@@ -17,13 +17,13 @@ from queuetune.frameworks import ESTIMATED, TUNED, get
 from queuetune.frameworks.base import Setting
 from queuetune.jsonio import dumps
 from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
+from queuetune.trace import Trace
 from queuetune.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 PROG = "queuetune"
 USAGE_ERROR = 2
-IO_ERROR = 1
 
 
 class UsageError(ValueError):
@@ -272,18 +272,26 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="write the --format output here instead of stdout")
 
 
+def _load_trace(path: str | Path) -> Trace:
+    """The trace at ``path``; a ValueError naming the file when it is not one."""
+    try:
+        return Trace.load(path)
+    except ValueError as exc:
+        message = str(exc)
+        raise ValueError(message if os.fspath(path) in message else f"{os.fspath(path)}: {message}") from None
+
+
 def _run_report(args: argparse.Namespace) -> int:
     from queuetune.analysis import analyze
     from queuetune.ranks import analyze_ranks, check_one_launch, ranked
     from queuetune.terminal import print_report
-    from queuetune.trace import Trace
 
     if args.plot and len(args.trace) > 1:
         raise UsageError("--plot draws one trace; give one, or use --html")
     if args.output and not (args.json or args.format != "text"):
         raise UsageError("--output needs --format json or --format perfetto")
     paths = _trace_files(args.trace)
-    traces = [Trace.load(path) for path in paths]
+    traces = [_load_trace(path) for path in paths]
     reports = [analyze(trace) for trace in traces]
     merged = None
     if ranked(traces):
@@ -587,24 +595,47 @@ def _fail(message: str, code: int) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit code (0 ok, 2 bad input, 1 I/O error).
+    """Run the command line; return the exit code (0 ok, 2 for anything it cannot
+    do: bad input, a file it cannot read or write; ``run``: the program's own).
 
-    Errors are reported as one line, ``queuetune: error: <message>``, on stderr.
+    Errors are reported as one line, ``queuetune: error: <message>``, on stderr;
+    one about a file names it. Without a command, the line lists the commands.
 
     >>> main(["--version"])
     queuetune 0.1.0
     0
     """
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
         code: int = args.run(args)
         return code
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
+    except UsageError as exc:
+        if _missing_command(exc):
+            return _fail(f"give a command: {', '.join(c.name for c in COMMANDS)} ({PROG} -h for more)", USAGE_ERROR)
+        return _fail(str(exc), USAGE_ERROR)
     except (ValueError, TypeError, ImportError) as exc:
         return _fail(str(exc) or type(exc).__name__, USAGE_ERROR)
     except OSError as exc:
-        return _fail(str(exc) or type(exc).__name__, IO_ERROR)
+        return _fail(_file_error(exc), USAGE_ERROR)
+
+
+def _missing_command(exc: UsageError) -> bool:
+    """Whether argparse refused a command line for having no command."""
+    return str(exc).endswith("required: COMMAND")
+
+
+def _file_error(exc: OSError) -> str:
+    """An OSError as one line naming the file first.
+
+    >>> _file_error(FileNotFoundError(2, "No such file or directory", "/missing/x.png"))
+    '/missing/x.png: No such file or directory'
+    """
+    if exc.filename is None:
+        return str(exc) or type(exc).__name__
+    return f"{os.fsdecode(exc.filename)}: {exc.strerror or exc}"
 
 
 if __name__ == "__main__":

@@ -67,7 +67,8 @@ def run_program(
     (torchrun: ``RANK`` and ``WORLD_SIZE`` set), every rank writes into one
     folder (default ``queuetune-run-<job>``), its files named ``...rank<R>...``.
     ``while_running(session)``: a context the program runs in (the live line);
-    ``html``: also write ``report.html`` there (see :mod:`queuetune.render.html`).
+    ``html``: also write ``report.html`` there (see :mod:`queuetune.render.html`),
+    where a loader was watched.
 
     >>> # run_program(Target("train.py")).loaders[0].report.verdict
     """
@@ -75,7 +76,7 @@ def run_program(
     launch = Launch.from_environment()
     if out is None:
         out = Path(launch.folder_name()) if launch is not None else default_out()
-    folder = prepare_out(out)
+    folder = prepare_out(out).resolve()  # the paths it prints are absolute
     # Every rank of a launch writes into the same folder: its files carry its rank.
     tag = f".rank{launch.rank}" if launch is not None else ""
     session = Session(sample_memory=sample_memory).start()
@@ -90,7 +91,7 @@ def run_program(
         path = folder / f"{number:02d}-{_slug(watched.kind)}{tag}.json"
         trace.save(path)
         result.loaders.append(LoaderResult(watched.label, path, analyze(trace), recommend(trace)))
-    if html:
+    if html and result.loaders:  # no report of nothing
         from .render.html import Section, html_report
 
         sections = [
