@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from helpers import block_import
+from helpers import assert_nothing_left_running, block_import
 from queuetune.cli import main
 
 
@@ -102,3 +104,27 @@ def test_a_logdir_that_cannot_be_written_or_a_missing_tensorboard_is_exit_2(tmp_
     err = capsys.readouterr().err
     assert err.startswith("queuetune: error: TensorBoard scalars need tensorboard") and len(err.splitlines()) == 1
     assert not marker.exists()
+
+
+@pytest.mark.tensorboard
+@pytest.mark.timeout(60)
+def test_scalars_are_written_without_importing_tensorflow(tmp_path):
+    # A fresh interpreter: this one may have imported TensorFlow for other tests.
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from queuetune.recorder import Live
+        from queuetune.sinks.tensorboard import ScalarWriter
+        writer = ScalarWriter({str(tmp_path / "logs")!r})
+        writer.write("dataloader 1", Live(20.0, 0.25, 2, 2048, None, batches=40))
+        writer.close()
+        print("tensorflow" in sys.modules)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "False\n" and done.stderr == ""
+    scalars = read_scalars(tmp_path / "logs")
+    assert scalars["queuetune/dataloader_1/input_wait"] == [(40, 0.25)]
+    assert scalars["queuetune/dataloader_1/in_flight_bytes"] == [(40, 2048.0)]
+    assert_nothing_left_running(threads=False)
