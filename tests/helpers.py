@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -73,3 +78,19 @@ def block_import(monkeypatch: pytest.MonkeyPatch, package: str, message: str) ->
         return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(builtins, "__import__", blocked)
+
+
+@contextlib.contextmanager
+def busy_cores(extra: int = 1) -> Iterator[None]:
+    """Keep every core busy (one spinning process per core, and ``extra`` more)
+    for the block: what a test that must pass on a busy machine runs under."""
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range((os.cpu_count() or 1) + extra)
+    ]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait(timeout=10)

@@ -40,7 +40,7 @@ def test_queue_that_fills_ahead_of_a_slow_consumer():
 
 def test_a_slow_start_is_reported_apart_and_the_verdict_is_the_steady_states():
     # 12 workers take 3 s to start while the consumer waits from t=0; then 100
-    # steps of 0.1 s, each waiting 2 ms: 2 % of the steady state.
+    # steps of 0.1 s, each waiting 2 ms for a batch already built: hand-over, not starvation.
     produced = [Produced(2.0, 2.9 + i * 0.01, 10, index=i) for i in range(12)]
     produced += [Produced(3.0 + i * 0.1, 3.05 + i * 0.1, 10, index=12 + i) for i in range(88)]
     consumed = [Consumed(0.0, 3.0)]
@@ -52,7 +52,10 @@ def test_a_slow_start_is_reported_apart_and_the_verdict_is_the_steady_states():
     assert r.start.built_before_asked == 0  # it asked at once
     assert r.steady_wait_seconds == pytest.approx(99 * 0.002)
     assert r.steady_seconds == pytest.approx(end - 3.0)
-    assert r.input_bound_fraction == pytest.approx(99 * 0.002 / (end - 3.0))
+    assert r.steady_handover_seconds == pytest.approx(99 * 0.002)
+    assert r.steady_starved_seconds == pytest.approx(0.0)
+    assert r.handover.n == 99 and r.handover.median == pytest.approx(0.002)
+    assert r.input_bound_fraction == pytest.approx(0.0)
     assert r.verdict == "not input-bound"
     # Counted with the start, the same run would read as input-bound.
     assert r.input_wait_seconds / r.wall_seconds > 0.20
@@ -208,6 +211,12 @@ REPORT_KEYS = {
     "notes",
     "nodes",
     "series_start",
+    "steady_starved_seconds",
+    "steady_handover_seconds",
+    "handover",
+    "handover_seen",
+    "build_busy_share",
+    "coverage_partial",
 }
 
 
@@ -233,6 +242,9 @@ def test_report_json_schema():
         "repeats",
         "cause",
         "unkeyed",
+        "batches",
+        "cut_short",
+        "not_reached",
     }
     assert "series" not in analyze(trace).to_dict(series=False)
     assert data["nodes"] == {}

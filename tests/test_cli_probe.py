@@ -53,8 +53,8 @@ def test_demo_json_reproduces_the_article_experiment():
         assert run["consumed_batches"] == 10 and run["predicted_samples"] == 1280
         assert 0.0 <= run["input_bound_fraction"] <= 1.0
         assert run["first_batch_seconds"] > 0 and run["built_before_asked"] >= 0
-        # The steady state is the run after its first batch.
-        assert run["steady_seconds"] == pytest.approx(run["wall_seconds"] - run["first_batch_seconds"])
+        # The steady state is the run after its workers' first batches: at most what follows the first.
+        assert 0 < run["steady_seconds"] <= run["wall_seconds"] - run["first_batch_seconds"] + 1e-9
         assert run["steady_wait_seconds"] <= run["input_wait_seconds"]
         assert run["peak_in_flight_bytes"] == run["peak_in_flight_batches"] * data["batch_bytes"]
     q10, q2, gen = data["runs"]

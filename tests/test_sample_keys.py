@@ -113,10 +113,9 @@ class Samples(IterableDataset):
 loader = DataLoader(Samples(sys.argv[1] == "sharded"), batch_size=8, num_workers=2)
 batches = 0
 for batch in loader:
-    # A training step long enough that keying 8 small samples stays within the key
-    # budget (2 % of a step) on a busy machine: with 10 ms, one worker's keys were
-    # once cut after its 5th batch, which the checks below read as 3 unkeyed.
-    time.sleep(0.05)
+    # A 5 ms training step: keying 8 small samples is priced at 24 µs a batch,
+    # within the key budget (2 % of a step) however busy the machine is.
+    time.sleep(0.005)
     batches += 1
 print("batches", batches)
 """

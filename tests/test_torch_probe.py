@@ -185,7 +185,9 @@ def test_a_broken_pass_then_a_full_pass_are_counted_per_run():
     report = settled_report(loader)
     assert report.consumed_batches == 23
     assert 23 <= report.produced_batches <= 23 + depth(loader)
-    assert [(c.run, c.consumed, c.never_count) for c in report.coverage] == [(0, 6, 34), (1, 40, 0)]
+    # The broken pass reads as cut short (34 samples not reached), not as 34 never seen.
+    found = [(c.run, c.consumed, c.cut_short, c.not_reached, c.never_count) for c in report.coverage]
+    assert found == [(0, 6, True, 34, None), (1, 40, False, None, 0)]
     finish(loader)
 
 

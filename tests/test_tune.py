@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from tests.helpers import assert_nothing_left_running
 
 from queuetune import cores
 from queuetune.cli import main
@@ -589,3 +590,45 @@ def test_explanation_notes_the_deepest_depth_only_for_a_setting_the_model_ranked
     # the default, deeper than any prediction, is not a depth the model tried
     assert not any("deepest tried" in line for line in lines(default))
     assert "The default is already the smallest setting that keeps throughput." in lines(default)
+
+
+def test_a_setting_that_holds_no_less_than_a_default_that_keeps_throughput_is_never_chosen():
+    default = Candidate({"w": 2, "p": 2}, 4, 100.0, 4, 4000, None, None, 3, is_default=True)
+    same_bytes = Candidate({"w": 2, "p": 1}, 2, 98.5, 4, 4000, None, None, 3)
+    assert decide([default, same_bytes], 0.02, None).is_default
+    less = Candidate({"w": 1, "p": 1}, 1, 98.5, 1, 1000, None, None, 3)
+    assert decide([default, same_bytes, less], 0.02, None).settings == {"w": 1, "p": 1}
+    # A default that does not keep throughput gives way to a faster setting, even one holding more.
+    slow = Candidate({"w": 2, "p": 2}, 4, 25.0, 4, 4000, None, None, 3, is_default=True)
+    faster = Candidate({"w": 16, "p": 1}, 16, 100.0, 16, 16000, None, None, 3)
+    assert decide([slow, faster], 0.02, None).settings == {"w": 16, "p": 1}
+
+
+class _Waits:
+    """Samples that each wait 2.5 ms (on I/O, as it were): 8 a batch, 20 ms a batch."""
+
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, index):
+        time.sleep(0.0025)
+        return np.float32(index)
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(300)
+def test_tune_looks_past_the_cores_when_the_builds_wait_on_io():
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    def make(num_workers=2, prefetch_factor=2):
+        loader = DataLoader(_Waits(), batch_size=8, num_workers=num_workers, prefetch_factor=prefetch_factor)
+        return loader, (lambda batch: time.sleep(0.0025))
+
+    result = tune(make, steps=40, warmup=5, rounds=2, candidates=4)
+    assert result.baseline is not None and result.baseline.build_busy_share < 0.5
+    # 2 workers build a batch every 10 ms against 2.5 ms steps: it takes 8 to keep up.
+    assert max(p.settings["num_workers"] for p in result.predictions) > cores.available()
+    assert result.chosen is not None and result.chosen.settings["num_workers"] >= 8
+    assert result.chosen.settings["num_workers"] > cores.available()
+    assert_nothing_left_running()

@@ -50,7 +50,14 @@ class Coverage:
     each with its count and the workers that built it; ``cause``: the likely
     cause in words, where the pattern tells; ``unkeyed``: consumed batches whose
     samples were not keyed (over the keys a run keeps, or fingerprints stopped
-    in a worker for their cost), which the counts leave out.
+    in a worker for their cost), which the counts leave out: the epoch's
+    coverage is partial (see :attr:`partial`).
+
+    ``batches``: the batches the epoch consumed. ``cut_short``: the epoch ended
+    before its loader was exhausted (the script broke out of its loop, closed
+    the iterator, or an error ended it); its items not consumed are then
+    ``not_reached`` (where the total is known), and ``never`` stays for the items
+    an epoch that ran to its end never consumed.
     """
 
     run: int
@@ -65,6 +72,18 @@ class Coverage:
     repeats: list[Repeat] = field(default_factory=list)
     cause: str | None = None
     unkeyed: int = 0
+    batches: int = 0
+    cut_short: bool = False
+    not_reached: int | None = None
+
+    @property
+    def partial(self) -> bool:
+        """Some of the epoch's batches were not keyed: its counts cover the others only.
+
+        >>> Coverage(0, 0, "sample key", 24, None, unkeyed=2).partial
+        True
+        """
+        return self.unkeyed > 0
 
 
 @dataclass
@@ -80,8 +99,9 @@ class Repeat:
 class Start:
     """How the runs began, kept apart from their steady state: ``first_batch_seconds``
     from the first run's beginning to its first batch (workers starting, the
-    first builds), ``seconds`` the same summed over every run (each epoch of a
-    loader without persistent workers starts them anew), ``built_before_asked``
+    first builds), ``seconds`` from each run's beginning to the hand-over of its
+    workers' first batches (:func:`starting_batches`), summed over every run
+    (each epoch of a loader without persistent workers starts them anew), ``built_before_asked``
     the batches built before the consumer first asked for one, and ``runs``
     the runs that got a batch.
 
@@ -124,8 +144,12 @@ class Report:
 
     ``input_wait_seconds`` and ``wall_seconds`` cover whole runs; the
     input-bound fraction and the verdict describe the steady state (after each
-    run's first batch: ``steady_wait_seconds`` of ``steady_seconds``), the
-    start is reported apart (``start``).
+    run's starting batches, see :func:`starting_batches`: ``steady_wait_seconds``
+    of ``steady_seconds``), the start is reported apart (``start``). The
+    fraction counts only the waits for batches not yet built
+    (``steady_starved_seconds``); the waits to take batches already built are
+    the hand-over (``steady_handover_seconds``, ``handover`` per batch), which no
+    worker count or depth removes (see :func:`split_wait`).
     """
 
     meta: TraceMeta
@@ -161,6 +185,29 @@ class Report:
     nodes: dict[str, NodeHeld] = field(default_factory=dict)
     #: Seconds from the trace's start to the series' first point (its ``t`` = 0).
     series_start: float | None = None
+    #: Of ``steady_wait_seconds``: the waits for batches not yet built (starvation,
+    #: what ``input_bound_fraction`` and the verdict are about) and the waits to take
+    #: batches already built (the hand-over: a pipe, unpickling, a copy; more workers
+    #: or a deeper queue cannot remove it). See :func:`split_wait`.
+    steady_starved_seconds: float | None = None
+    steady_handover_seconds: float | None = None
+    #: The hand-over per batch in the steady state (batches already built when asked).
+    handover: Timing = field(default_factory=Timing)
+    #: Whether builds were seen apart from the requests (in workers or threads); where
+    #: not (a plain iterable, tf.data), every wait counts as waiting for a build.
+    handover_seen: bool = False
+    #: The share of the builds' time their threads were busy: on a CPU or waiting for
+    #: one (see :func:`busy_share`). Well under 1, the builds wait (on I/O, mostly),
+    #: and more workers than cores can help. None where it was not measured.
+    build_busy_share: float | None = None
+    #: Some epoch's coverage is partial: batches left without sample keys (their
+    #: fingerprints stopped for their cost, or over the keys a run keeps), which
+    #: its counts leave out (see :attr:`Coverage.unkeyed`). Derived from
+    #: ``coverage`` where not given (a report saved before it existed).
+    coverage_partial: bool = False
+
+    def __post_init__(self) -> None:
+        self.coverage_partial = self.coverage_partial or any(c.partial for c in self.coverage)
 
     def to_dict(self, series: bool = True) -> dict[str, Any]:
         """Plain data for JSON; ``series=False`` leaves out the time series."""
@@ -192,6 +239,7 @@ class Report:
             Coverage(**{**c, "repeats": [Repeat(**r) for r in c["repeats"]]}) for c in data["coverage"]
         ]
         fields["nodes"] = {name: NodeHeld(**held) for name, held in data.get("nodes", {}).items()}
+        fields["handover"] = Timing(**data.get("handover", {}))
         fields["series"] = data.get("series", {})
         return cls(**fields)
 
@@ -252,8 +300,15 @@ def analyze(trace: Trace) -> Report:
     waits = [c.consumed - c.requested for c in consumed]
     wall = sum(end - begin for begin, end in runs.values()) if runs else None
     wait_total = float(sum(waits)) if has_consumer else None
-    start, steady_wait, steady = _start_and_steady(produced, consumed, runs) if has_consumer else (None, None, None)
-    fraction = (steady_wait / steady) if (steady and steady_wait is not None) else None
+    starting = starting_batches(produced, consumed, matches)
+    start, steady_wait, steady = (
+        _start_and_steady(produced, consumed, runs, starting) if has_consumer else (None, None, None)
+    )
+    split = split_wait(produced, consumed, matches, starting)
+    starved = handed = None
+    if steady_wait is not None:
+        starved, handed = split.starved, split.handover
+    fraction = (starved / steady) if (steady and starved is not None) else None
     if fraction is not None:
         fraction = min(max(fraction, 0.0), 1.0)
 
@@ -292,7 +347,74 @@ def analyze(trace: Trace) -> Report:
         notes=notes,
         nodes=held_by_node(produced, freed),
         series_start=times[0] - trace.start if times else None,
+        steady_starved_seconds=starved,
+        steady_handover_seconds=handed,
+        handover=Timing.of(split.per_batch),
+        handover_seen=split.seen,
+        build_busy_share=busy_share(produced),
     )
+
+
+@dataclass
+class WaitSplit:
+    """The steady state's waits (each run's starting batches left to the start), split:
+    ``starved`` seconds waiting for batches not yet built, ``handover`` seconds
+    taking batches already built, ``per_batch`` the hand-over of each batch that
+    was built before it was asked for (or, where none was, of each batch after
+    its build ended), ``seen`` whether any build was seen apart from its request."""
+
+    starved: float
+    handover: float
+    per_batch: list[float]
+    seen: bool
+
+
+def split_wait(
+    produced: list[Produced], consumed: list[Consumed], matches: list[int | None], starting: set[int]
+) -> WaitSplit:
+    """Split each steady request's wait at the end of its batch's build: before
+    it the consumer waited for a batch not yet built, after it for the hand-over
+    of one already built (the pipe, unpickling, a copy, the framework's
+    conversion). A batch built before it was asked for is all hand-over; a batch
+    whose build was not seen apart from the request (built in it: a plain
+    iterable, tf.data) is all waiting for its build.
+
+    >>> built = [Produced(0.0, 1.0, 8), Produced(0.0, 1.0, 8), Produced(2.0, 3.5, 8)]
+    >>> asked = [Consumed(0.0, 1.1), Consumed(2.0, 2.001), Consumed(3.0, 3.502)]
+    >>> s = split_wait(built, asked, [0, 1, 2], starting={0})
+    >>> round(s.starved, 3), round(s.handover, 3), [round(h, 3) for h in s.per_batch]
+    (0.5, 0.003, [0.001])
+    """
+    starved = handover = 0.0
+    ready: list[float] = []
+    after: list[float] = []
+    seen = False
+    for i, (c, j) in enumerate(zip(consumed, matches)):
+        wait = max(0.0, c.consumed - c.requested)
+        built = produced[j].end if j is not None else c.consumed
+        seen = seen or built != c.consumed
+        if i in starting:
+            continue
+        waited = min(max(0.0, built - c.requested), wait)
+        starved += waited
+        handover += wait - waited
+        (ready if built <= c.requested else after).append(wait - waited)
+    return WaitSplit(starved, handover, ready or after if seen else [], seen)
+
+
+def busy_share(produced: list[Produced]) -> float | None:
+    """The busy seconds of the builds where they were measured (``Produced.busy``),
+    as a share of their seconds from start to end (None without any, or when
+    they took no time).
+
+    >>> busy_share([Produced(0.0, 0.010, 8, busy=0.003), Produced(1.0, 1.010, 8, busy=0.001), Produced(2, 3, 8)])
+    0.2
+    """
+    timed = [(p.busy, p.end - p.start) for p in produced if p.busy is not None]
+    spent = sum(max(0.0, wall) for _, wall in timed)
+    if not spent:
+        return None
+    return round(min(1.0, sum(busy for busy, _ in timed if busy is not None) / spent), 6)
 
 
 def built_before_asked(produced: list[Produced], consumed: list[Consumed]) -> int:
@@ -309,29 +431,58 @@ def built_before_asked(produced: list[Produced], consumed: list[Consumed]) -> in
     return sum(1 for p in produced if p.end <= asked)
 
 
+def starting_batches(produced: list[Produced], consumed: list[Consumed], matches: list[int | None]) -> set[int]:
+    """The consumed batches (their places in ``consumed``) that belong to their
+    run's start: its first batch, and each next one while it is the first of a
+    worker not seen before in the run (workers starting anew each epoch, as a
+    DataLoader's do, deliver their first batches late).
+
+    >>> built = [Produced(0, 1, 8, worker=w) for w in ("a", "b", "a", "b")]
+    >>> sorted(starting_batches(built, [Consumed(i, i + 1) for i in range(4)], [0, 1, 2, 3]))
+    [0, 1]
+    """
+    starting: set[int] = set()
+    workers: dict[int, set[str] | None] = {}
+    for i, (c, j) in enumerate(zip(consumed, matches)):
+        seen = workers.get(c.run, set())
+        if c.run not in workers:
+            starting.add(i)
+        elif seen is not None and j is not None and produced[j].worker not in seen:
+            starting.add(i)
+        else:
+            workers[c.run] = None
+            continue
+        if seen is not None and j is not None:
+            seen.add(produced[j].worker)
+        workers[c.run] = seen
+    return starting
+
+
 def _start_and_steady(
-    produced: list[Produced], consumed: list[Consumed], runs: dict[int, Span]
+    produced: list[Produced], consumed: list[Consumed], runs: dict[int, Span], starting: set[int]
 ) -> tuple[Start | None, float | None, float | None]:
     """The start of the runs, and the seconds waited in their steady state and
-    its length: from each run's first batch to its end, that batch's wait left
-    to the start."""
+    its length: from the hand-over of each run's last starting batch (see
+    :func:`starting_batches`) to its end, the starting batches' waits left to the start."""
     first: dict[int, Consumed] = {}
+    began: dict[int, float] = {}
     steady_wait = 0.0
-    for c in consumed:
-        if c.run in first:
-            steady_wait += c.consumed - c.requested
+    for i, c in enumerate(consumed):
+        first.setdefault(c.run, c)
+        if i in starting:
+            began[c.run] = max(began.get(c.run, c.consumed), c.consumed)
         else:
-            first[c.run] = c
+            steady_wait += c.consumed - c.requested
     if not first:
         return None, None, None
     earliest = min(first, key=lambda r: runs[r].begin)
     start = Start(
         runs=len(first),
         first_batch_seconds=max(0.0, first[earliest].consumed - runs[earliest].begin),
-        seconds=sum(max(0.0, c.consumed - runs[r].begin) for r, c in first.items()),
+        seconds=sum(max(0.0, t - runs[r].begin) for r, t in began.items()),
         built_before_asked=built_before_asked(produced, consumed),
     )
-    steady = sum(max(0.0, runs[r].end - c.consumed) for r, c in first.items())
+    steady = sum(max(0.0, runs[r].end - t) for r, t in began.items())
     return start, steady_wait, steady
 
 
@@ -584,21 +735,32 @@ def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
 
 
 def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
-    """Per run and epoch: items consumed more than once, and never (when the total is known).
+    """Per run and epoch: items consumed more than once, and never (when the total
+    is known and the epoch ran to its end; an epoch cut short, which a
+    ``cut_short`` mark names, counts them as not reached instead).
 
     Items are batch indices for indexable loaders (Keras PyDataset), sample
     indices for torch map-style datasets, and the keys of each sample (content
-    fingerprints or the user's key) where batches carry no index.
+    fingerprints or the user's key) where batches carry no index; an epoch
+    whose batches all went without keys is listed with none.
     """
     found = epoch_items(trace, matches)
     unit, by_epoch, built_by, unkeyed = found.unit, found.items, found.built_by, found.unkeyed
     if unit is None:
         return []
     total = trace.meta.num_samples if unit == "sample" else trace.meta.num_batches if unit == "batch" else None
+    batches = Counter((c.run, c.epoch) for c in trace.consumed)
+    whole = trace.meta.num_batches
+    cut = cut_short_epochs(trace)
+    epochs = set(by_epoch) | (set(unkeyed) if unit == "sample key" else set())
     result = []
-    for (run, epoch), items in sorted(by_epoch.items()):
+    for run, epoch in sorted(epochs):
+        items = by_epoch.get((run, epoch), [])
         counts = Counter(items)
-        cov = Coverage(run, epoch, unit, len(items), total)
+        taken = batches[(run, epoch)]
+        # An epoch that took every batch the loader has was not cut short, marked or not.
+        short = epoch in cut and (whole is None or taken < whole)
+        cov = Coverage(run, epoch, unit, len(items), total, batches=taken, cut_short=short)
         cov.unkeyed = unkeyed[(run, epoch)] if unit == "sample key" else 0
         cov.duplicates = sorted(i for i, n in counts.items() if n > 1)
         cov.extra = sum(n - 1 for n in counts.values() if n > 1)
@@ -608,10 +770,24 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
         cov.cause = _repeat_cause(counts, origins, len(workers), _framework(trace.meta).shard_advice)
         if isinstance(total, int):
             never = [i for i in range(total) if i not in counts]
-            cov.never_count = len(never)
-            cov.never = never[:20]
+            if cov.cut_short:
+                cov.not_reached = len(never)
+            else:
+                cov.never_count = len(never)
+                cov.never = never[:20]
         result.append(cov)
     return result
+
+
+def cut_short_epochs(trace: Trace) -> set[int]:
+    """The epochs that ended before their loader was exhausted: those a
+    ``cut_short`` mark names (a watcher that can tell marks them; torch's does).
+
+    >>> from queuetune.trace import Mark
+    >>> cut_short_epochs(Trace(marks=[Mark(1.0, "epoch_end", 0), Mark(2.0, "cut_short", 1)]))
+    {1}
+    """
+    return {m.value for m in trace.marks if m.kind == "cut_short" and isinstance(m.value, int)}
 
 
 def _repeat_cause(counts: Counter[int], origins: dict[int, list[str]], workers: int, advice: str | None) -> str | None:

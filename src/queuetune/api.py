@@ -30,10 +30,15 @@ class Probe(probing.Probe):
     """
 
     def print_report(self, console: Console | None = None) -> None:
-        """Print the report as a table on the terminal (on ``console``, a rich Console, if given)."""
+        """Print the report's headline (see :mod:`queuetune.tune.headline`) and the
+        report as a table on the terminal (on ``console``, a rich Console, if given)."""
+        from .analysis import analyze
         from .terminal import print_report
+        from .tune.headline import advise
 
-        print_report(self.report(), console)
+        trace = self.trace()
+        report = analyze(trace)
+        print_report(report, console, headline=advise(trace, report)[1])
 
     def keras_callback(self, print_report: bool = True, tensorboard: str | None = None, every: float = 1.0) -> Any:
         """A ``keras.callbacks.Callback`` that records consumption by ``fit``/``predict``/

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from queuetune import __version__
 from queuetune.frameworks import ESTIMATED, TUNED, get
@@ -19,6 +19,10 @@ from queuetune.jsonio import dumps
 from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
 from queuetune.trace import Trace
 from queuetune.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
+
+if TYPE_CHECKING:
+    from queuetune.tune.headline import Headline
+    from queuetune.tune.recommend import Recommendation
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -285,6 +289,7 @@ def _run_report(args: argparse.Namespace) -> int:
     from queuetune.analysis import analyze
     from queuetune.ranks import analyze_ranks, check_one_launch, ranked
     from queuetune.terminal import print_report
+    from queuetune.tune.headline import advise
 
     if args.plot and len(args.trace) > 1:
         raise UsageError("--plot draws one trace; give one, or use --html")
@@ -293,6 +298,7 @@ def _run_report(args: argparse.Namespace) -> int:
     paths = _trace_files(args.trace)
     traces = [_load_trace(path) for path in paths]
     reports = [analyze(trace) for trace in traces]
+    advice = [advise(trace, report) for trace, report in zip(traces, reports)]
     merged = None
     if ranked(traces):
         check_one_launch(traces, paths)
@@ -303,11 +309,10 @@ def _run_report(args: argparse.Namespace) -> int:
         plot_in_flight(reports[0]).savefig(os.fspath(args.plot))
     if args.html:
         from queuetune.render.html import Section, html_report
-        from queuetune.tune.recommend import recommend
 
         sections = [
-            Section(_label(trace, path), trace, report, recommend(trace).text())
-            for path, trace, report in zip(paths, traces, reports)
+            Section(_label(trace, path), trace, report, recommendation.text(), line.text())
+            for path, trace, report, (recommendation, line) in zip(paths, traces, reports, advice)
         ]
         Path(args.html).write_text(html_report(sections, ranks=merged), encoding="utf-8")
     form = "json" if args.json else args.format
@@ -318,14 +323,14 @@ def _run_report(args: argparse.Namespace) -> int:
         _emit(dumps(chrome_trace(list(zip(labels, traces, reports))), indent=None), args.output)
     elif form == "json" and merged is not None:
         data = merged.to_dict()
-        data["reports"] = [report.to_dict(series=False) for report in reports]
+        data["reports"] = [_advised(report.to_dict(series=False), *told) for report, told in zip(reports, advice)]
         _emit(dumps(data), args.output)
     elif form == "json":
-        texts = [report.to_json() for report in reports]
+        texts = [dumps(_advised(report.to_dict(), *told)) for report, told in zip(reports, advice)]
         _emit(texts[0] if len(texts) == 1 else "[" + ",\n".join(texts) + "]", args.output)
     else:
-        for report in reports:
-            print_report(report)
+        for report, (_, line) in zip(reports, advice):
+            print_report(report, headline=line)
         if merged is not None:
             from queuetune.terminal import print_ranks
 
@@ -335,6 +340,11 @@ def _run_report(args: argparse.Namespace) -> int:
         if args.html:
             print(f"HTML report written to {args.html}")
     return 0
+
+
+def _advised(data: dict[str, Any], recommendation: Recommendation, line: Headline) -> dict[str, Any]:
+    """A report's JSON with its headline and recommendation beside it."""
+    return {"headline": line.to_dict(), **data, "recommendation": recommendation.to_dict()}
 
 
 def _trace_files(arguments: list[str]) -> list[str]:

@@ -4,7 +4,10 @@ samples of loaders whose batches carry no index (iterable datasets).
 The key is xxHash's XXH3 of the sample's bytes (arrays and tensors: their
 dtype, shape and data; containers: their items in order, with their kind), so
 equal samples get equal keys in any process of any rank, and different ones
-collide with a chance of about n² / 2⁶⁵ among n samples.
+collide with a chance of about n² / 2⁶⁵ among n samples. Each key comes with
+its price (:func:`fingerprint_priced`): what computing it costs on a reference
+machine, counted from what was hashed, which :class:`KeyBudget` weighs against
+the consumer's step.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 import struct
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,6 +24,16 @@ import xxhash
 
 _INT64 = (-(2**63), 2**63 - 1)
 
+#: The price of a fingerprint, in seconds of the reference machine (the 2-core
+#: Intel Xeon of ``benchmarks/fingerprint_cost.py``, idle; docs/guide.md has its
+#: table): each array or tensor (its conversion, header and call), each other
+#: value (a number, a string, a container's own header), and each byte hashed
+#: (0.04 ms a MiB). Summed over a sample they come within 1 to 1.8 times of
+#: what that machine measured for every sample of its table, never under it.
+KEY_ARRAY_SECONDS = 3e-6
+KEY_VALUE_SECONDS = 1e-6
+KEY_BYTE_SECONDS = 0.04e-3 / 2**20
+
 
 def fingerprint(sample: Any) -> int:
     """A signed 64-bit key of ``sample``'s content.
@@ -30,9 +42,38 @@ def fingerprint(sample: Any) -> int:
     >>> fingerprint(np.arange(4)) == fingerprint(np.arange(4)), fingerprint((1, "a")) == fingerprint((1, "b"))
     (True, False)
     """
-    hasher = xxhash.xxh3_64()
+    return fingerprint_priced(sample)[0]
+
+
+def fingerprint_priced(sample: Any) -> tuple[int, float]:
+    """:func:`fingerprint` of ``sample``, and its price: the seconds it takes on
+    the reference machine, from the arrays, values and bytes it hashed (see
+    ``KEY_ARRAY_SECONDS``). The price depends on the sample alone, never on how
+    busy this machine is.
+
+    >>> import numpy as np
+    >>> key, price = fingerprint_priced(np.zeros(2**20, dtype=np.uint8))
+    >>> key == fingerprint(np.zeros(2**20, dtype=np.uint8)), round(price * 1e6)  # 3 µs + 40 µs a MiB
+    (True, 43)
+    """
+    hasher = _Priced()
     _feed(hasher, sample)
-    return hasher.intdigest() + _INT64[0]
+    return hasher.hasher.intdigest() + _INT64[0], hasher.seconds
+
+
+class _Priced:
+    """An XXH3 hasher that adds up the price of the bytes it is fed; :func:`_feed`
+    adds that of each value."""
+
+    __slots__ = ("hasher", "seconds")
+
+    def __init__(self) -> None:
+        self.hasher = xxhash.xxh3_64()
+        self.seconds = 0.0
+
+    def update(self, data: Any) -> None:
+        self.hasher.update(data)
+        self.seconds += KEY_BYTE_SECONDS * (data.nbytes if isinstance(data, memoryview) else len(data))
 
 
 class SampleKey:
@@ -76,14 +117,23 @@ class SampleKey:
         return float(self._step.value)
 
     def __call__(self, sample: Any) -> int:
+        return self.priced(sample)[0]
+
+    def priced(self, sample: Any) -> tuple[int, float]:
+        """The sample's key and the price of fingerprinting it (see
+        :func:`fingerprint_priced`; 0 for a user's integer key).
+
+        >>> SampleKey(lambda s: s["id"]).priced({"id": 7})
+        (7, 0.0)
+        """
         if self.key is None:
-            return fingerprint(sample)
+            return fingerprint_priced(sample)
         value = self.key(sample)
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
             number = int(value)
             if _INT64[0] <= number <= _INT64[1]:
-                return number
-        return fingerprint(value)
+                return number, 0.0
+        return fingerprint_priced(value)
 
 
 class _Local:
@@ -92,8 +142,8 @@ class _Local:
 
 
 #: Fingerprints stop where a batch's would cost more than this share of the
-#: consumer's recent step (median of the last ``BUDGET_BATCHES`` batches, in CPU
-#: time, judged once ``BUDGET_TRIAL`` samples were keyed).
+#: consumer's recent step (their price, median of the last ``BUDGET_BATCHES``
+#: batches, judged once ``BUDGET_TRIAL`` samples were keyed).
 BUDGET_SHARE = 0.02
 BUDGET_TRIAL = 32
 BUDGET_BATCHES = 5
@@ -102,6 +152,21 @@ BUDGET_BATCHES = 5
 class KeyBudget:
     """Decides, batch by batch, whether fingerprints still cost under
     ``BUDGET_SHARE`` of the consumer's step. A user's key is never stopped.
+
+    A batch's cost is its fingerprints' price (:func:`fingerprint_priced`: what
+    they take on a reference machine, from the arrays, values and bytes hashed),
+    not a time measured here: measured CPU time grows with the machine's load
+    (other processes share the core's caches and memory bandwidth, and a
+    worker's keys interleave with its other work), while the step it is weighed
+    against does not shrink. In a worker of a 2-core machine, the CPU time of a
+    batch of 8 small tensors was a median of about 80 µs nearly idle, 107 µs
+    beside other jobs and 149 µs with the cores kept busy streaming memory, each
+    worker's first batch 330 to 450 µs, against the 103 µs that 2 % of a 5 ms
+    step allows: keys were cut after 5 batches in 1 of 5 passes idle, and in 14
+    to 19 of 20 busy. That batch's price is 24 µs on any machine, and the step,
+    a wall time, only grows with load, so load never stops keys that an idle
+    machine keeps. On a machine k times slower than the reference, the real
+    share is about k times ``BUDGET_SHARE``.
 
     >>> keyer = SampleKey()
     >>> keyer.note_step(0.010)
@@ -117,9 +182,10 @@ class KeyBudget:
         #: The budget said no: no more batches are to be keyed.
         self.spent = False
 
-    def batch_keyed(self, cpu_seconds: float, samples: int) -> bool:
-        """A batch's ``samples`` took ``cpu_seconds`` to key: may the next be keyed?"""
-        self.costs.append(cpu_seconds)
+    def batch_keyed(self, price: float, samples: int) -> bool:
+        """A batch's ``samples`` were keyed at ``price`` (seconds on the reference
+        machine, see :func:`fingerprint_priced`): may the next be keyed?"""
+        self.costs.append(price)
         self.samples += samples
         if self.keyer.key is not None or self.samples < BUDGET_TRIAL or len(self.costs) < BUDGET_BATCHES:
             return True
@@ -127,14 +193,17 @@ class KeyBudget:
         return not self.spent
 
     def row_keys(self, batch: Any) -> tuple[int, ...] | None:
-        """:func:`row_keys` of ``batch``, timed in CPU time (being descheduled
-        does not count) against the budget; None once it is spent."""
+        """:func:`row_keys` of ``batch``, their price counted against the budget;
+        None once it is spent."""
         if self.spent:
             return None
-        began = time.thread_time()
-        keys = row_keys(batch, self.keyer)
-        self.batch_keyed(time.thread_time() - began, len(keys))
-        return keys
+        keys, price = [], 0.0
+        for row in _rows(batch):
+            key, cost = self.keyer.priced(row)
+            keys.append(key)
+            price += cost
+        self.batch_keyed(price, len(keys))
+        return tuple(keys)
 
 
 def row_keys(batch: Any, keyer: SampleKey) -> tuple[int, ...]:
@@ -187,16 +256,21 @@ def _as_array(value: Any) -> np.ndarray | None:
     return None
 
 
-def _feed(hasher: Any, value: Any) -> None:
+def _feed(hasher: _Priced, value: Any) -> None:
     if isinstance(value, np.ndarray):
+        hasher.seconds += KEY_ARRAY_SECONDS
         _array(hasher, value)
-    elif _is_tensor(value) or type(value).__module__.startswith("tensorflow"):
+        return
+    if _is_tensor(value) or type(value).__module__.startswith("tensorflow"):
         array = _as_array(value)
         if array is None:  # sparse, quantized, a dtype numpy lacks, or symbolic: by its text
             _feed(hasher, repr(value))
         else:
+            hasher.seconds += KEY_ARRAY_SECONDS
             _array(hasher, array)
-    elif isinstance(value, (bytes, bytearray, memoryview)):
+        return
+    hasher.seconds += KEY_VALUE_SECONDS
+    if isinstance(value, (bytes, bytearray, memoryview)):
         hasher.update(b"b" + struct.pack("<q", len(value)))
         hasher.update(value)
     elif isinstance(value, str):
@@ -218,7 +292,7 @@ def _feed(hasher: Any, value: Any) -> None:
         hasher.update(text)
 
 
-def _array(hasher: Any, array: np.ndarray) -> None:
+def _array(hasher: _Priced, array: np.ndarray) -> None:
     header = f"a{array.dtype.str}{array.shape}".encode()
     hasher.update(struct.pack("<q", len(header)) + header)
     if array.dtype.hasobject:

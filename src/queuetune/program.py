@@ -17,7 +17,7 @@ from .launch import Launch
 from .program_result import LoaderResult, ProgramResult
 from .runner import Target, run
 from .session import Session
-from .tune.recommend import recommend
+from .tune.headline import advise
 
 
 def default_out(now: float | None = None) -> Path:
@@ -90,12 +90,14 @@ def run_program(
     for number, (watched, trace) in enumerate(traces, start=1):
         path = folder / f"{number:02d}-{_slug(watched.kind)}{tag}.json"
         trace.save(path)
-        result.loaders.append(LoaderResult(watched.label, path, analyze(trace), recommend(trace)))
+        report = analyze(trace)
+        recommendation, line = advise(trace, report)
+        result.loaders.append(LoaderResult(watched.label, path, report, recommendation, line))
     if html and result.loaders:  # no report of nothing
         from .render.html import Section, html_report
 
         sections = [
-            Section(loader.label, trace, loader.report, loader.recommendation.text())
+            Section(loader.label, trace, loader.report, loader.recommendation.text(), loader.headline.text())
             for loader, (_, trace) in zip(result.loaders, traces)
         ]
         result.html = folder / f"report{tag}.html"

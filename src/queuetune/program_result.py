@@ -8,18 +8,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .analysis import Report
+from .tune.headline import Headline
 from .tune.recommend import Recommendation
 
 
 @dataclass
 class LoaderResult:
     """One loader the program iterated: its label, where its trace was saved,
-    the report and the recommendation."""
+    the report, the recommendation and the headline."""
 
     label: str
     trace_path: Path
     report: Report
     recommendation: Recommendation
+    headline: Headline
 
 
 @dataclass

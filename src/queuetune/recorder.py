@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import struct
 import threading
@@ -20,9 +21,54 @@ from .trace import Consumed, Mark, MarkKind, MemorySample, Produced, Trace, Trac
 clock = time.monotonic
 
 
+class _Schedstat:
+    """This thread's ``/proc/thread-self/schedstat``, open (the file stays the
+    thread's that opened it), closed with the thread's locals."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+
+    def waited(self) -> float:
+        """Seconds the thread has been ready to run and waiting for a core."""
+        return int(os.pread(self.fd, 64, 0).split()[1]) / 1e9
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+
+
+_THREAD = threading.local()
+
+
+def busy_time() -> float:
+    """Seconds this thread has been busy: its CPU time, and the time it was ready
+    and waited for a core (Linux's schedstat, exact while the thread runs), so
+    that the difference over a build is the time it did not wait on I/O or a
+    lock, however busy the machine; where schedstat cannot be read, the CPU time
+    alone. About 3 µs a call.
+
+    >>> began = busy_time(); sum(range(10**5)) > 0 and busy_time() >= began
+    True
+    """
+    stat: _Schedstat | bool | None = getattr(_THREAD, "schedstat", None)
+    if stat is None or (isinstance(stat, _Schedstat) and stat.pid != os.getpid()):
+        try:
+            stat = _THREAD.schedstat = _Schedstat()
+        except OSError:
+            stat = _THREAD.schedstat = False
+    if isinstance(stat, _Schedstat):
+        try:
+            return time.thread_time() + stat.waited()
+        except (OSError, ValueError, IndexError):
+            pass
+    return time.thread_time()
+
+
 class Built(NamedTuple):
     """A batch built: when (on the machine's monotonic clock), its bytes, its
-    index and matching key (see :func:`key_of`), and where (process, native thread)."""
+    index and matching key (see :func:`key_of`), where (process, native thread),
+    and ``busy``: the seconds its thread was busy on it (see :func:`busy_time`;
+    None where not measured)."""
 
     start: float
     end: float
@@ -32,6 +78,7 @@ class Built(NamedTuple):
     pid: int
     thread: int
     samples: tuple[int, ...] | None = None
+    busy: float | None = None
 
 
 class Live(NamedTuple):
@@ -60,22 +107,25 @@ def built_here(
     index: int | None = None,
     key: Any = None,
     samples: tuple[int, ...] | None = None,
+    busy: float | None = None,
 ) -> Built:
     """The record of a batch built in this thread, keyed by ``key``, with the
-    64-bit keys of its ``samples`` when they are known.
+    64-bit keys of its ``samples`` when they are known and the thread's busy
+    seconds on it (:func:`busy_time` at its end less at its start).
 
-    >>> record = built_here(0.0, 1.0, 8, index=3, key=3, samples=(5, 6))
-    >>> record.nbytes, record.batch_index, record.key, record.samples, record.pid == os.getpid()
-    (8, 3, 3, (5, 6), True)
+    >>> record = built_here(0.0, 1.0, 8, index=3, key=3, samples=(5, 6), busy=0.25)
+    >>> record.nbytes, record.batch_index, record.key, record.samples, record.busy, record.pid == os.getpid()
+    (8, 3, 3, (5, 6), 0.25, True)
     """
-    return Built(start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id(), samples)
+    return Built(start, end, nbytes, index, key_of(key), os.getpid(), threading.get_native_id(), samples, busy)
 
 
-# A Built on the pipe, and its flags (1: index set, 2: key set). A batch's
-# sample keys go before it, four to a record of the same size (flag 4), which
-# the reader holds for the next Built of the same process and thread.
-_RECORD = struct.Struct("<ddqqqqqq")
-_KEYS = struct.Struct("<qqqqqqqq")
+# A Built on the pipe, and its flags (1: index set, 2: key set), then its busy
+# seconds (NaN: not measured). A batch's sample keys go before it, four to a
+# record of the same size (flag 4, in the same place), which the reader holds
+# for the next Built of the same process and thread.
+_RECORD = struct.Struct("<ddqqqqqqd")
+_KEYS = struct.Struct("<qqqqqqqqq")
 _HAS_INDEX, _HAS_KEY, _SAMPLE_KEYS = 1, 2, 4
 _KEYS_PER_RECORD = 4
 # Whole records, at most PIPE_BUF bytes, so that each write stays in one piece.
@@ -121,7 +171,7 @@ class Channel:
         if reader is None or self._w is None:
             return
         try:
-            os.write(self._w, _RECORD.pack(0.0, 0.0, 0, 0, 0, _STOP, 0, 0))
+            os.write(self._w, _RECORD.pack(0.0, 0.0, 0, 0, 0, _STOP, 0, 0, 0.0))
         except OSError:
             return
         reader.join(timeout=5)
@@ -165,7 +215,7 @@ class Channel:
             whole = len(pending) - len(pending) % _RECORD.size
             for offset in range(0, whole, _RECORD.size):
                 if _KEYS.unpack_from(pending, offset)[7] & _SAMPLE_KEYS:
-                    *values, count, pid, tid, _ = _KEYS.unpack_from(pending, offset)
+                    *values, count, pid, tid, _, _ = _KEYS.unpack_from(pending, offset)
                     keys.setdefault((pid, tid), []).extend(values[:count])
                     continue
                 fields = _RECORD.unpack_from(pending, offset)
@@ -193,7 +243,7 @@ class Channel:
             self._flush_seq += 1
             seq = self._flush_seq
         try:
-            os.write(self._w, _RECORD.pack(0.0, 0.0, 0, seq, 0, _FLUSH, 0, 0))
+            os.write(self._w, _RECORD.pack(0.0, 0.0, 0, seq, 0, _FLUSH, 0, 0, 0.0))
         except OSError:
             return
         with self._flushed:
@@ -205,7 +255,7 @@ class Channel:
             return
         if self._w is not None:
             try:
-                os.write(self._w, _RECORD.pack(0.0, 0.0, 0, 0, 0, _STOP, 0, 0))
+                os.write(self._w, _RECORD.pack(0.0, 0.0, 0, 0, 0, _STOP, 0, 0, 0.0))
             except OSError:
                 pass
         if self._reader is not None:
@@ -242,13 +292,13 @@ def _child_channel(pid: int, fd: Any) -> Channel:
 
 
 def _pack(record: Built) -> bytes:
-    start, end, nbytes, index, key, pid, tid, _ = record
+    start, end, nbytes, index, key, pid, tid, _, busy = record
     flags = 0
     if index is not None:
         flags |= _HAS_INDEX
     if key is not None:
         flags |= _HAS_KEY
-    return _RECORD.pack(start, end, nbytes, index or 0, key or 0, pid, tid, flags)
+    return _RECORD.pack(start, end, nbytes, index or 0, key or 0, pid, tid, flags, math.nan if busy is None else busy)
 
 
 def _pack_samples(record: Built) -> list[bytes]:
@@ -257,12 +307,12 @@ def _pack_samples(record: Built) -> list[bytes]:
     for i in range(0, len(samples), _KEYS_PER_RECORD):
         chunk = [_int64(k) for k in samples[i : i + _KEYS_PER_RECORD]]
         values = chunk + [0] * (_KEYS_PER_RECORD - len(chunk))
-        records.append(_KEYS.pack(*values, len(chunk), record.pid, record.thread, _SAMPLE_KEYS))
+        records.append(_KEYS.pack(*values, len(chunk), record.pid, record.thread, _SAMPLE_KEYS, 0))
     return records
 
 
-def _unpack(fields: tuple[float, float, int, int, int, int, int, int]) -> Built:
-    start, end, nbytes, index, key, pid, tid, flags = fields
+def _unpack(fields: tuple[float, float, int, int, int, int, int, int, float]) -> Built:
+    start, end, nbytes, index, key, pid, tid, flags, busy = fields
     return Built(
         start,
         end,
@@ -271,6 +321,7 @@ def _unpack(fields: tuple[float, float, int, int, int, int, int, int]) -> Built:
         key if flags & _HAS_KEY else None,
         pid,
         tid,
+        busy=None if math.isnan(busy) else busy,
     )
 
 
@@ -471,10 +522,11 @@ class Recorder:
         index: int | None = None,
         key: Any = None,
         samples: tuple[int, ...] | None = None,
+        busy: float | None = None,
     ) -> None:
         """Record a batch built between ``start`` and ``end`` (call it where it was
-        built), with its samples' keys where they are known."""
-        self.channel.emit(built_here(start, end, nbytes, index, key, samples))
+        built), with its samples' keys and its busy seconds where they are known."""
+        self.channel.emit(built_here(start, end, nbytes, index, key, samples, busy))
 
     def consumed(
         self,
@@ -605,6 +657,7 @@ class Recorder:
                 b.key,
                 str(b.pid) if b.pid != parent else f"thread-{b.thread}",
                 samples=None if b.samples is None else list(b.samples),
+                busy=b.busy,
             )
             for b in list(self._produced)
         ]

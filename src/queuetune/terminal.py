@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
 from rich.console import Console, RenderableType
+from rich.text import Text
 
 from .render.text import demo_text, program_text, ranks_text, report_table, tune_text
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from .program_result import ProgramResult
     from .ranks import RanksReport
     from .tune import TuneResult
+    from .tune.headline import Headline
 
 
 def print_renderable(renderable: RenderableType, file: IO[str] | None = None) -> None:
@@ -51,9 +53,12 @@ def print_lines(renderables: Iterable[RenderableType], console: Console | None =
             console.print(renderable)
 
 
-def print_report(report: Report, console: Console | None = None) -> None:
-    """Print ``report`` as one table with a title naming the loader."""
-    (console or Console()).print(report_table(report))
+def print_report(report: Report, console: Console | None = None, *, headline: Headline | None = None) -> None:
+    """Print ``report`` as one table with a title naming the loader, after its ``headline`` where given."""
+    console = console or Console()
+    if headline is not None:
+        console.print(Text(headline.text(), style="bold"))
+    console.print(report_table(report))
 
 
 def print_demo(result: DemoResult, console: Console | None = None) -> None:

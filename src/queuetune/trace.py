@@ -27,7 +27,9 @@ class Produced:
     batches of another size). ``worker`` may name a node before a colon
     (``"node:pid"``), for the report's bytes per node. ``samples``: the keys
     of its samples where the batch carries no index (an iterable dataset's
-    content fingerprints, or a user's key), for coverage.
+    content fingerprints, or a user's key), for coverage. ``busy``: the seconds
+    the building thread was on a CPU or waiting for one while it built it (less
+    than ``end - start`` where the build waited, on I/O or a lock), where measured.
     """
 
     start: float
@@ -38,6 +40,7 @@ class Produced:
     worker: str = ""
     rows: int | None = None
     samples: list[int] | None = None
+    busy: float | None = None
 
 
 @dataclass
@@ -67,6 +70,7 @@ MarkKind = Literal[
     "workers",
     "pool",
     "samples_capped",
+    "cut_short",
 ]
 
 
@@ -76,7 +80,8 @@ class Mark:
     ``epoch_begin``, ``epoch_end``, ``error``, ``pause_begin``, ``pause_end``; and a
     Prefetcher's ``depth``, ``workers`` and ``pool`` (the bytes of its shared-memory
     segments) as they change; ``samples_capped`` where a run's sample keys reached
-    the most it keeps."""
+    the most it keeps; ``cut_short`` (its value the epoch) where an epoch ended
+    before its loader was exhausted."""
 
     t: float
     kind: MarkKind
@@ -296,6 +301,7 @@ _CHECKS: dict[str, tuple[str, Any]] = {
     "float": ("a finite number", lambda v: _is_number(v) and math.isfinite(v)),
     "int": ("an integer", _is_int),
     "int | None": ("an integer or null", lambda v: v is None or _is_int(v)),
+    "float | None": ("a finite number or null", lambda v: v is None or (_is_number(v) and math.isfinite(v))),
     "str": ("a string", lambda v: isinstance(v, str)),
     # A kind this version does not know is kept: a newer version's trace.
     "MarkKind": ("a string", lambda v: isinstance(v, str)),
@@ -340,7 +346,7 @@ def _convert(annotation: str, value: Any, where: str) -> Any:
     what, ok = check
     if not ok(value):
         raise _Malformed(f"{where} must be {what}, got {_shown(value)}")
-    return float(value) if annotation == "float" else value
+    return float(value) if annotation == "float" or (annotation == "float | None" and value is not None) else value
 
 
 def _records(kind: type, data: dict[str, Any], name: str) -> list[Any]:
@@ -373,8 +379,8 @@ def _build(kind: type, data: Any, where: str) -> Any:
     return record
 
 
-_SIZES = ("nbytes", "rss", "children", "n_children", "rows")
-_COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end", "pool")
+_SIZES = ("nbytes", "rss", "children", "n_children", "rows", "busy")
+_COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end", "pool", "cut_short")
 
 
 def _is_key(value: Any) -> bool:

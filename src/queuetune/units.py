@@ -21,6 +21,7 @@ __all__ = [
     "dtype_name",
     "format_bytes",
     "format_number",
+    "format_seconds",
     "nonnegative_int",
     "parse_bytes",
     "parse_shape",
@@ -325,6 +326,53 @@ def format_number(value: float, places: int = 9) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return text
+
+
+_SECOND_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+
+
+def format_seconds(seconds: float) -> str:
+    """Format a duration in the unit that fits it, with three significant digits.
+
+    Below a minute: ``s``, ``ms``, ``µs`` or ``ns``, chosen after rounding (so
+    0.9996 s is ``1.00 s``, never ``1000 ms``); from a minute on, minutes and
+    seconds; from an hour on, hours and minutes. Negative durations keep their
+    sign; NaN and infinities raise ``ValueError``, a non-number ``TypeError``.
+
+    >>> format_seconds(1.96795), format_seconds(0.01234), format_seconds(0.00085)
+    ('1.97 s', '12.3 ms', '850 µs')
+    >>> format_seconds(0.9996), format_seconds(212.88), format_seconds(7384.0), format_seconds(0)
+    ('1.00 s', '3 min 33 s', '2 h 03 min', '0 s')
+    """
+    if isinstance(seconds, (bool, np.bool_)) or not isinstance(seconds, numbers.Real):
+        raise TypeError(f"a duration must be a number of seconds, got {_shown(seconds)} ({type(seconds).__name__})")
+    value = float(seconds)
+    if not math.isfinite(value):
+        raise ValueError(f"a duration must be finite, got {value!r}")
+    if value < 0:
+        return "-" + format_seconds(-value)
+    if value == 0:
+        return "0 s"
+    whole = round(value)
+    if whole >= 3600:
+        hours, minutes = divmod(round(value / 60), 60)
+        return f"{hours} h {minutes:02d} min"
+    if round(value, 1) >= 59.95:  # 59.96 s reads as 1 min 00 s, not 60.0 s
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes} min {rest:02d} s"
+    for unit, size in _SECOND_UNITS:
+        scaled = value / size
+        if scaled >= 1 or unit == "ns":
+            break
+    # Three significant digits; the rounding may carry into the next unit up (999.6 ms is 1.00 s).
+    rounded = float(f"{scaled:.3g}")
+    if rounded >= 1000 and unit != "s":
+        bigger = _SECOND_UNITS[[u for u, _ in _SECOND_UNITS].index(unit) - 1]
+        unit, rounded = bigger[0], float(f"{value / bigger[1]:.3g}")
+    if rounded < 1:  # below a nanosecond: no clock measures it, but say what it is
+        return f"{rounded:.3g} {unit}"
+    digits = max(0, 2 - math.floor(math.log10(rounded)))
+    return f"{rounded:.{digits}f} {unit}"
 
 
 def parse_shape(value: str | Iterable[int]) -> tuple[int, ...]:

@@ -119,6 +119,8 @@ class Framework:
     autowatch_module: str | None = None
     #: How to share a dataset among the workers when each reads it whole (None: no advice).
     shard_advice: str | None = None
+    #: What lowers the consumer's time to take a batch already built (None: the general advice).
+    handover_advice: str | None = None
     #: Its own tensors, as the Prefetcher moves them (None: it has none).
     tensors: Tensors | None = None
     #: Why one watched run of its loader gives no recommendation (None: the

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from ..frameworks import TENSORS
 from ..nbytes import nbytes
-from ..recorder import Channel, built_here, clock
+from ..recorder import Channel, built_here, busy_time, clock
 from ..units import format_bytes
 from . import lifeline, shm
 from .collate import batch_bytes_guess, make_batch
@@ -588,12 +588,12 @@ class Pull:
 
     def __call__(self, indices: None) -> Any:
         with self._lock:
-            start = clock()
+            start, busy = clock(), busy_time()
             try:
                 batch = next(self._iterator)
             except StopIteration:
                 return END
-            _emit(self._channel, start, batch, None)
+            _emit(self._channel, start, batch, None, busy)
             return batch
 
 
@@ -607,16 +607,17 @@ def build(
     >>> build(["x", "y"], None, None, Channel(records.append, processes=False), 1), records[0].batch_index
     ('y', 1)
     """
-    start = clock()
+    start, busy = clock(), busy_time()
     batch = make_batch(source, indices, batch_size, collate_fn)
-    _emit(channel, start, batch, indices)
+    _emit(channel, start, batch, indices, busy)
     return batch
 
 
-def _emit(channel: Channel, start: float, batch: Any, indices: Any) -> None:
+def _emit(channel: Channel, start: float, batch: Any, indices: Any, busy: float | None = None) -> None:
     key = None if indices is None else (tuple(indices) if isinstance(indices, list) else indices)
     index = indices if isinstance(indices, int) else None
-    channel.emit(built_here(start, clock(), nbytes(batch), index, key))
+    spent = None if busy is None else busy_time() - busy
+    channel.emit(built_here(start, clock(), nbytes(batch), index, key, busy=spent))
 
 
 #: Copies of this many bytes or more (a batch's in all) are made behind the worker's next build.

@@ -69,14 +69,39 @@ def plot_in_flight(report: Report) -> Figure:
     """
     Figure = _figure_class()
     series = report.series
-    figure = Figure(figsize=(8, 4))
+    figure = Figure(figsize=(10, 4))
     axes = figure.add_subplot()
-    axes.step(series["t"], series["batches"], where="post", color="tab:blue")
+    other = axes.twinx()
+    # The batches' line in front of the bytes' area, both axes to one scale (a batch of
+    # the median size level with its bytes): batches of one size leave the area's top
+    # under the line, both visible.
+    axes.set_zorder(other.get_zorder() + 1)
+    axes.patch.set_visible(False)
+    mib = [b / 2**20 for b in series["bytes"]]
+    other.fill_between(
+        series["t"], mib, step="post", color="tab:orange", alpha=0.3, lw=0, label="MiB in flight (right)"
+    )
+    axes.step(series["t"], series["batches"], where="post", color="tab:blue", lw=1.5, label="batches in flight (left)")
     axes.set_xlabel("seconds since the first batch was built")
     axes.set_ylabel("batches in flight", color="tab:blue")
-    other = axes.twinx()
-    other.step(series["t"], [b / 2**20 for b in series["bytes"]], where="post", color="tab:orange", alpha=0.7)
     other.set_ylabel("MiB in flight", color="tab:orange")
+    batch = report.batch_bytes.median
+    peak = max([0.0, *series["batches"], *((b / batch) for b in series["bytes"] if batch)])
+    top = peak * 1.15 + 0.5
+    axes.set_ylim(0, top)
+    other.set_ylim(0, top * batch / 2**20 if batch else None)
+    handles, labels = axes.get_legend_handles_labels()
+    more, more_labels = other.get_legend_handles_labels()
+    # To the right of the plot, past its right axis: clear of the data.
+    axes.legend(
+        handles + more,
+        labels + more_labels,
+        loc="upper left",
+        bbox_to_anchor=(1.1, 1.0),
+        borderaxespad=0.0,
+        fontsize=8,
+        frameon=False,
+    )
     name = report.meta.name or report.meta.type or report.meta.loader or "loader"
     axes.set_title(f"{name}: peak {report.peak_in_flight_batches} batches in flight")
     figure.tight_layout()

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from ..memory import BatchSpec, Footprint
 from ..prefetch.shm import PoolFiles
-from ..units import format_bytes, format_number
+from ..units import format_bytes, format_number, format_seconds
 from .explain import explain
 
 if TYPE_CHECKING:
@@ -70,9 +71,9 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
         rows.append(
             (
                 "input wait (steady state)",
-                f"{report.steady_wait_seconds:.3f} s of {report.steady_seconds:.3f} s "
-                f"({report.input_bound_fraction:.1%}): {report.verdict}; with the start, "
-                f"{report.input_wait_seconds:.3f} s of {report.wall_seconds:.3f} s",
+                f"{_seconds(report.steady_wait_seconds)} of {_seconds(report.steady_seconds)}"
+                f"{_waits(report)}; with the start, "
+                f"{_seconds(report.input_wait_seconds)} of {_seconds(report.wall_seconds)}",
             )
         )
     if report.peak_rss_bytes is not None:
@@ -88,7 +89,7 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
             )
         )
     for cov in report.coverage:
-        rows.append((f"coverage run {cov.run} epoch {cov.epoch}", _coverage(cov)))
+        rows.append((f"coverage run {cov.run} epoch {cov.epoch}", _coverage(cov, report.meta.num_batches)))
     for error in report.errors:
         rows.append(("error", error))
     for note in report.notes:
@@ -107,27 +108,40 @@ def _title(meta: TraceMeta) -> str:
 
 def _start(start: Start) -> str:
     text = (
-        f"first batch after {start.first_batch_seconds:.3f} s, "
+        f"first batch after {format_seconds(start.first_batch_seconds)}, "
         f"{start.built_before_asked} batches built before the first request"
     )
     if start.runs > 1:
-        text += f"; {start.seconds:.3f} s to the first batch over {start.runs} runs"
+        text += f"; {format_seconds(start.seconds)} to the first batch over {start.runs} runs"
     return text
 
 
 def _timing(t: Timing) -> str:
     if not t.n:
         return "-"
-    return f"median {_ms(t.median)}, p95 {_ms(t.p95)} (n={t.n})"
+    return f"median {_seconds(t.median)}, p95 {_seconds(t.p95)} (n={t.n})"
 
 
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} µs"
+def _waits(report: Report) -> str:
+    """The input wait's share; where the consumer also waited for batches already
+    built, the two apart: the builds' share is the one the verdict reads."""
+    handed, steady = report.steady_handover_seconds, report.steady_seconds
+    if not (report.handover_seen and handed and steady):
+        return f" ({report.input_bound_fraction:.1%}): {report.verdict}"
+    return (
+        f": {_seconds(report.steady_starved_seconds)} ({report.input_bound_fraction:.1%}) for batches not yet "
+        f"built: {report.verdict}; {_seconds(handed)} ({handed / steady:.1%}) for the hand-over of batches "
+        "already built"
+    )
 
 
-def _coverage(cov: Coverage) -> str:
+def _seconds(seconds: float | None) -> str:
+    """A duration in the unit that fits it (:func:`~queuetune.units.format_seconds`); ``-`` for none."""
+    return "-" if seconds is None else format_seconds(seconds)
+
+
+def _coverage(cov: Coverage, num_batches: int | None = None) -> str:
+    """One epoch's coverage in words (``num_batches``: the batches a whole epoch has, where known)."""
     total = f" of {cov.total}" if cov.total is not None else ""
     text = (
         f"{cov.consumed}{total} {cov.unit}es consumed"
@@ -139,14 +153,26 @@ def _coverage(cov: Coverage) -> str:
         if cov.repeats:
             shown = [f"{_key(r.item)} ×{r.count} (workers {', '.join(r.workers)})" for r in cov.repeats[:2]]
             text += ", e.g. " + ", ".join(shown) + (", …" if len(cov.duplicates) > len(shown) else "")
-        if cov.unkeyed:
-            text += f"; {cov.unkeyed} batches without keys"
+        if cov.partial:
+            text += f"; coverage partial: {cov.unkeyed} of {cov.batches} batches not keyed, left out of these counts"
+        text += _cut_short(cov, num_batches)
         return text + (f"; {cov.cause}" if cov.cause else "")
     text += f"; more than once: {_listing(cov.duplicates)}"
+    text += _cut_short(cov, num_batches)
     if cov.never_count is not None:
         listed = _listing(cov.never)
         more = " …" if cov.never_count > len(cov.never) and not listed.endswith("…") else ""
         text += f"; never: {cov.never_count}" + (f" ({listed}{more})" if cov.never else "")
+    return text
+
+
+def _cut_short(cov: Coverage, num_batches: int | None) -> str:
+    if not cov.cut_short:
+        return ""
+    text = f"; epoch cut short after {cov.batches}" + (f" of {num_batches}" if num_batches is not None else "")
+    text += " batches"
+    if cov.not_reached is not None:
+        text += f": {cov.not_reached} {'batches' if cov.unit == 'batch' else 'samples'} not reached"
     return text
 
 
@@ -267,8 +293,8 @@ def rows(report: RanksReport) -> list[tuple[str, ...]]:
             rate = "-" if loader.batches_per_second is None else f"{loader.batches_per_second:.1f}"
             wait = "-"
             if loader.input_wait_fraction is not None and loader.input_wait_seconds is not None:
-                wait = f"{loader.input_wait_fraction:.1%} ({loader.input_wait_seconds:.2f} s)"
-            step = "-" if loader.step_median_seconds is None else f"{loader.step_median_seconds * 1e3:.1f} ms"
+                wait = f"{loader.input_wait_fraction:.1%} ({format_seconds(loader.input_wait_seconds)})"
+            step = _seconds(loader.step_median_seconds)
             out.append((str(rank.rank), loader.loader, rate, wait, step, loader.verdict))
     return out
 
@@ -331,7 +357,7 @@ def demo_text(result: DemoResult) -> list[RenderableType]:
             f"{run.read_ahead_batches}",
             f"{run.peak_in_flight_batches} ({format_bytes(run.peak_in_flight_bytes)})",
             f"{run.estimated_batches} ({format_bytes(run.estimated_footprint_bytes)})",
-            "-" if first is None else f"{first:.2f} s",
+            _seconds(first),
             "-" if fraction is None else f"{fraction:.0%}",
         )
     out.append(table)
@@ -386,6 +412,7 @@ def program_text(result: ProgramResult) -> list[RenderableType]:
     and lines of text)."""
     out: list[RenderableType] = []
     for loader in result.loaders:
+        out.append(Text(loader.headline.text(), style="bold"))
         out.append(report_table(loader.report))
         out.append(f"recommendation: {loader.recommendation.text()}")
         out.append(f"trace: {loader.trace_path}")

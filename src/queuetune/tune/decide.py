@@ -259,8 +259,9 @@ def decide(
     is at least ``1 - tolerance`` and, when the trials' ``noise`` is known, the
     trials are at least ``sure`` that it keeps that share of the best and of
     the default (:func:`sureness`); the default, when it measured best, always
-    does. Each candidate's ``sureness`` is filled in; where none is sure, the
-    default is chosen.
+    does. Where the default keeps throughput, only a setting that holds less
+    than it may be chosen over it. Each candidate's ``sureness`` is filled in;
+    where none is sure, the default is chosen.
 
     >>> a = Candidate({"q": 10}, 11, 100.0, 11, 1100, None, None, 3)
     >>> b = Candidate({"q": 2}, 3, 99.0, 3, 300, None, None, 3)
@@ -284,6 +285,10 @@ def decide(
         return c.share(candidates) >= floor and (c.sureness is None or c.sureness >= sure)
 
     keeping = [c for c in candidates if keeps(c) and (budget is None or c.peak_in_flight_bytes <= budget)]
+    default = next((c for c in keeping if c.is_default), None)
+    if default is not None:
+        # Where the default keeps throughput, another setting must hold less to be worth a change.
+        keeping = [c for c in keeping if c is default or c.peak_in_flight_bytes < default.peak_in_flight_bytes]
     if not keeping:
         return None
     return min(keeping, key=lambda c: (c.peak_in_flight_bytes, c.depth, -c.throughput))

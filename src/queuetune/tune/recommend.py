@@ -5,11 +5,11 @@ program; ``queuetune tune`` measures it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import cores
-from ..analysis import consumed_by_block
+from ..analysis import MODERATE, Report, analyze, consumed_by_block
 from ..frameworks import FRAMEWORKS
 from ..trace import Trace
 from .measures import after_warmup
@@ -25,7 +25,8 @@ class Recommendation:
     give a recommendation); ``share``: its predicted throughput as a share of
     the best predicted; ``peak_bytes``: its predicted peak in flight;
     ``current_share``/``current_peak_bytes``: the same for the settings
-    measured (None when the model does not reach them).
+    measured (None when the model does not reach them); ``for_speed``: chosen
+    for more throughput (the run waited for its builds), not for less memory.
 
     >>> Recommendation(None, why="too few batches").text()
     'no recommendation: too few batches'
@@ -38,6 +39,30 @@ class Recommendation:
     current_share: float | None = None
     current_peak_bytes: float | None = None
     why: str = ""
+    for_speed: bool = False
+
+    @property
+    def changes(self) -> bool:
+        """Whether it recommends settings other than those measured."""
+        return self.settings is not None and not (
+            self.current is not None and all(self.current.get(k) == v for k, v in self.settings.items())
+        )
+
+    @property
+    def gain(self) -> float | None:
+        """Its predicted throughput over that of the settings measured."""
+        if self.current_share is None or not self.current_share:
+            return None
+        return self.share / self.current_share
+
+    @property
+    def saved_bytes(self) -> float | None:
+        """Its predicted peak in flight less that of the settings measured."""
+        return None if self.current_peak_bytes is None else self.current_peak_bytes - self.peak_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON, with :meth:`text`."""
+        return {**asdict(self), "text": self.text()}
 
     def text(self) -> str:
         """The recommendation in one sentence."""
@@ -46,7 +71,9 @@ class Recommendation:
         if self.settings is None:
             return f"no recommendation: {self.why}"
         shown = ", ".join(f"{k}={v}" for k, v in self.settings.items())
-        if self.current is not None and all(self.current.get(k) == v for k, v in self.settings.items()):
+        if not self.changes:
+            if self.for_speed:
+                return f"keep {shown}: the model predicts no setting of more throughput"
             return f"keep {shown}: the model predicts no setting of less memory at {self.share:.0%} of the best"
         peak = format_bytes(int(self.peak_bytes))
         text = f"{shown}: predicted {self.share:.0%} of the best throughput, {peak} in flight at peak"
@@ -55,11 +82,20 @@ class Recommendation:
         return text + "; `queuetune tune` measures it"
 
 
-def recommend(trace: Trace, tolerance: float = 0.02, max_depth: int = 32, warmup: int = 10) -> Recommendation:
+def recommend(
+    trace: Trace, tolerance: float = 0.02, max_depth: int = 32, warmup: int = 10, report: Report | None = None
+) -> Recommendation:
     """The setting of least predicted peak memory whose predicted throughput is
     at least ``1 - tolerance`` of the best predicted, over depths up to
-    ``max_depth`` and worker counts 1, 2, 4, ... up to the cores (see
-    :func:`~queuetune.tune.worker_choices`), from ``trace`` alone.
+    ``max_depth`` and worker counts 1, 2, 4, ... up to the cores, or past them
+    where the builds wait on I/O (see :func:`~queuetune.tune.worker_choices`),
+    from ``trace`` alone (``report``: its analysis, where it was made already).
+
+    It agrees with the report's verdict: a run that waited for its builds
+    (``input_bound_fraction`` at least ``MODERATE``) is offered only a
+    setting predicted faster than the one measured (``for_speed``), else it
+    keeps its settings; a run that did not is offered only one that holds
+    less, else it keeps them.
 
     >>> from queuetune.trace import Trace, TraceMeta
     >>> recommend(Trace(meta=TraceMeta(framework="queuetune"))).why
@@ -73,16 +109,24 @@ def recommend(trace: Trace, tolerance: float = 0.02, max_depth: int = 32, warmup
         return Recommendation(None, why=f"no queue model for a {meta.loader or 'loader'} watched so")
     if len(trace.consumed) < 2 * warmup or not trace.produced:
         return Recommendation(None, why=f"too few batches consumed ({len(trace.consumed)}) to fit the model")
+    report = analyze(trace) if report is None else report
     current = {k: meta.settings[k] for k in framework.tuned_knobs if k in meta.settings}
     workers = framework.workers(current) if framework.workers_knob else None
     trimmed = after_warmup(consumed_by_block(trace), warmup)
-    rows = predict(trimmed, framework, worker_choices(workers, cores.available()), max_depth, seed=0)
+    choices = worker_choices(workers, cores.available(), report.build_busy_share)
+    rows = predict(trimmed, framework, choices, max_depth, seed=0)
     if not rows:
         return Recommendation(None, why="the queue model could not be fitted to this run")
     best = max(p.throughput for p in rows)
     keeping = [p for p in rows if p.throughput >= (1 - tolerance) * best]
     chosen = min(keeping, key=lambda p: (p.peak_built_bytes, -p.throughput))
     now = _matching(rows, current)
+    for_speed = (report.input_bound_fraction or 0.0) >= MODERATE
+    if now is not None:
+        faster = chosen.throughput > (1 + tolerance) * now.throughput
+        leaner = chosen.peak_built_bytes < now.peak_built_bytes
+        if not (faster if for_speed else leaner):
+            chosen = now
     return Recommendation(
         settings={**current, **chosen.settings},
         share=chosen.throughput / best if best else 0.0,
@@ -90,6 +134,7 @@ def recommend(trace: Trace, tolerance: float = 0.02, max_depth: int = 32, warmup
         current=current,
         current_share=now.throughput / best if now is not None and best else None,
         current_peak_bytes=now.peak_built_bytes if now is not None else None,
+        for_speed=for_speed,
     )
 
 

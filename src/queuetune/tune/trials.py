@@ -8,7 +8,7 @@ from ..analysis import Report, analyze
 from ..frameworks import Framework, get, model_framework
 from ..frameworks.adapters import adapter_of
 from ..nbytes import nbytes
-from ..prefetch import read_ahead
+from ..prefetch.read_ahead import read_ahead
 from ..probe import Probe, probe_of, watch
 from ..recorder import clock
 from ..trace import Trace

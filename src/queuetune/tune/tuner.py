@@ -15,7 +15,7 @@ from ..analysis import Report, consumed_by_block
 from ..frameworks import get
 from ..frameworks.adapters import adapter_of
 from ..jsonio import dumps
-from ..prefetch import read_ahead
+from ..prefetch.read_ahead import read_ahead
 from ..units import parse_bytes, positive_int
 from .decide import (
     Candidate,
@@ -115,19 +115,35 @@ class TuneResult:
         return cls(**data)
 
 
-def worker_choices(default: int | None, available: int) -> list[int | None]:
+#: Builds whose threads are busy (on a CPU or waiting for one) less than this share
+#: of their time wait (on I/O, mostly): more workers than cores keep more of them going.
+WAITING_BUILDS = 0.5
+#: The most workers a core the tuner and the recommendation consider for such builds.
+WORKERS_PER_CORE = 8
+
+
+def worker_choices(default: int | None, available: int, busy_share: float | None = None) -> list[int | None]:
     """The worker counts the tuner considers unless told: the loader's own, and
     1, 2, 4, ... up to the cores available (those too); only the loader's
-    (None) where it has no workers to set.
+    (None) where it has no workers to set. Where the builds are busy (on a CPU
+    or waiting for one) less than ``WAITING_BUILDS`` of their time (``busy_share``,
+    see :func:`queuetune.analysis.busy_share`), on past the cores: up to as many as
+    would keep the cores busy (``available / busy_share``), at most
+    ``WORKERS_PER_CORE`` a core.
 
     >>> worker_choices(4, 12), worker_choices(1, 2), worker_choices(None, 8)
     ([1, 2, 4, 8, 12], [1, 2], [None])
+    >>> worker_choices(2, 2, busy_share=0.05), worker_choices(2, 2, busy_share=0.4)
+    ([1, 2, 4, 8, 16], [1, 2, 4, 5])
     """
     if default is None:
         return [None]
-    counts: set[int] = {default, available}
+    most = available
+    if busy_share is not None and busy_share < WAITING_BUILDS:
+        most = min(available * WORKERS_PER_CORE, math.ceil(available / max(busy_share, 1e-6)))
+    counts: set[int] = {default, most}
     count = 1
-    while count < available:
+    while count < most:
         counts.add(count)
         count *= 2
     return list(sorted(counts))
@@ -157,8 +173,8 @@ def tune(
     tf.data ``buffer``, Ray Data ``concurrency`` (queuetune sets the object-store
     budget and ``prefetch_batches`` itself); a plain iterable is read ahead by
     queuetune itself. ``workers``: the worker counts to consider, by default
-    the loader's own and 1, 2, 4, ... up to the cores available
-    (:func:`worker_choices`).
+    the loader's own and 1, 2, 4, ... up to the cores available, or past them
+    where the default's builds wait on I/O (:func:`worker_choices`).
 
     One traced run of the loader as it is (the default; for tf.data a second
     one with ``prefetch(0)``, whose requests show the build times), the queue
@@ -199,7 +215,6 @@ def tune(
     if isinstance(probe_job.loader, types.GeneratorType):
         probe_job.loader.close()
     default_workers = framework.workers(default) if framework.workers_knob else None
-    worker_counts: list[int | None] = list(workers) if workers else worker_choices(default_workers, cores.available())
 
     total = 2 + candidates * rounds
     done = 0
@@ -216,6 +231,9 @@ def tune(
     base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
     tick("baseline")
     framework = adapter.measured(framework, base_trace)
+    worker_counts: list[int | None] = (
+        list(workers) if workers else worker_choices(default_workers, cores.available(), base_report.build_busy_share)
+    )
     modelled = framework.model_settings(default)
     unbuffered = None
     if modelled is not None:

@@ -164,6 +164,10 @@ KERAS = Keras(
     ),
     extra="keras",
     autowatch_module="keras",
+    handover_advice=(
+        "fewer or smaller arrays a batch; with use_multiprocessing=True each batch is pickled "
+        "through a pipe, which threads (use_multiprocessing=False) do not pay"
+    ),
 )
 GENERATOR = KerasGenerator(
     "generator",

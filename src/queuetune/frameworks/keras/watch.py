@@ -19,7 +19,7 @@ require("keras", "keras")
 import keras  # noqa: E402
 
 from ...nbytes import nbytes  # noqa: E402
-from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
+from ...recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
 from ...trace import Trace, TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Probed, Watching  # noqa: E402
 from .spec import run_model  # noqa: E402
@@ -47,7 +47,7 @@ class WatchedPyDataset(keras.utils.PyDataset):  # type: ignore[misc]  # keras sh
         return {**self.__dict__, "_recorder": None}
 
     def __getitem__(self, index: int) -> Any:
-        start = clock()
+        start, busy = clock(), busy_time()
         try:
             batch = self._inner[index]
         except Exception as exc:
@@ -57,7 +57,7 @@ class WatchedPyDataset(keras.utils.PyDataset):  # type: ignore[misc]  # keras sh
                 self._recorder.error(exc)
             raise
         end = clock()
-        self._channel.emit(built_here(start, end, nbytes(batch), index, index))
+        self._channel.emit(built_here(start, end, nbytes(batch), index, index, busy=busy_time() - busy))
         return batch
 
     @property

@@ -26,4 +26,8 @@ QUEUETUNE = Queuetune(
     "queuetune",
     autowatch_module="queuetune.prefetch",
     unmodelled="the Prefetcher sizes its own queue (max_bytes, adaptive)",
+    handover_advice=(
+        'fewer or smaller arrays a batch, or mode="thread" where the builds release the GIL '
+        "(no copy into shared memory)"
+    ),
 )

@@ -102,5 +102,9 @@ TORCH = Torch(
     extra="torch",
     autowatch_module="torch",
     shard_advice="shard it in __iter__ with torch.utils.data.get_worker_info() (id, num_workers)",
+    handover_advice=(
+        "fewer or smaller tensors a batch, pin_memory=True where batches go to a GPU, "
+        'or queuetune.Prefetcher(mode="process"), which hands batches over in shared memory it reuses'
+    ),
     tensors=TENSORS,
 )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import operator
 import threading
-import time
 import uuid
 import weakref
 import zlib
@@ -24,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
-from ...recorder import Channel, Recorder, built_here, clock  # noqa: E402
+from ...recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching  # noqa: E402
 
@@ -41,6 +40,15 @@ def _pending() -> dict[str, tuple[float, Any, bool, list[int] | None]]:
     except AttributeError:
         _LOCAL.pending = pending = {}
     return pending
+
+
+def _busy_started() -> dict[str, float]:
+    """The thread's :func:`~queuetune.recorder.busy_time` when each token's batch began to be fetched."""
+    try:
+        started: dict[str, float] = _LOCAL.busy_started
+    except AttributeError:
+        _LOCAL.busy_started = started = {}
+    return started
 
 
 def batch_key(indices: Any, batched: bool = True) -> tuple[Any, list[int] | None]:
@@ -99,16 +107,18 @@ class WatchedMapDataset(_Watched, Dataset[Any]):
     which indices it holds; :class:`WatchedCollate` records the batch."""
 
     def __getitem__(self, index: Any) -> Any:
-        start = clock()
+        start, busy = clock(), busy_time()
         item = self._inner[index]
         _pending()[self._token] = (start, index, False, None)
+        _busy_started()[self._token] = busy
         return item
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
-        start = clock()
+        start, busy = clock(), busy_time()
         getitems = getattr(self._inner, "__getitems__", None)
         items = getitems(indices) if getitems else [self._inner[i] for i in indices]
         _pending()[self._token] = (start, indices, True, None)
+        _busy_started()[self._token] = busy
         return items
 
 
@@ -118,8 +128,9 @@ class WatchedIterableDataset(_Watched, IterableDataset[Any]):
     :class:`WatchedCollate` records the batch.
 
     Fingerprints (a keyer without a user's key) stop for the rest of a pass in
-    a worker where its :class:`~queuetune.fingerprint.KeyBudget` says they
-    cost too much of the consumer's step (which the consumer notes in the
+    a worker where its :class:`~queuetune.fingerprint.KeyBudget` says their
+    price (what they take on a reference machine, whatever this one's load)
+    is too much of the consumer's step (which the consumer notes in the
     :class:`~queuetune.fingerprint.SampleKey`, shared with the workers).
     """
 
@@ -129,7 +140,7 @@ class WatchedIterableDataset(_Watched, IterableDataset[Any]):
         _pending().pop(token, None)
         source = iter(self._inner)
         budget = KeyBudget(keyer) if keyer is not None else None
-        keying, keyed = 0.0, 0
+        price, keyed = 0.0, 0
         while True:
             start = clock()
             try:
@@ -138,15 +149,14 @@ class WatchedIterableDataset(_Watched, IterableDataset[Any]):
                 return
             pending = _pending()
             if token not in pending and keyed and budget is not None:
-                if not budget.batch_keyed(keying, keyed):
+                if not budget.batch_keyed(price, keyed):
                     keyer = budget = None
-                keying, keyed = 0.0, 0
+                price, keyed = 0.0, 0
             note = pending.setdefault(token, (start, None, False, [] if keyer is not None else None))
             if keyer is not None and note[3] is not None:
-                # CPU time, so that being descheduled mid-key does not count.
-                began = time.thread_time()
-                note[3].append(keyer(item))
-                keying += time.thread_time() - began
+                key, cost = keyer.priced(item)
+                note[3].append(key)
+                price += cost
                 keyed += 1
             yield item
 
@@ -175,8 +185,10 @@ class WatchedCollate:
 
     def __call__(self, data: Any) -> Any:
         note = _pending().pop(self._token, None)
+        began = _busy_started().pop(self._token, None)
         batch = self._inner(data)
         end = clock()
+        busy = None if began is None else busy_time() - began
         start, indices, batched, keys = note if note is not None else (end, None, False, None)
         key: Any = None
         index: int | None = None
@@ -185,7 +197,7 @@ class WatchedCollate:
             if not batched and isinstance(key, int):
                 index = key
         samples = tuple(keys) if keys else None
-        self._channel.emit(built_here(start, end, nbytes(batch), index, key, samples))
+        self._channel.emit(built_here(start, end, nbytes(batch), index, key, samples, busy))
         return batch
 
     def __repr__(self) -> str:
@@ -221,15 +233,23 @@ class RecordingSampler:
 
 
 class _Run:
-    """One pass over the loader, as the recorder sees it; ends at most once."""
+    """One pass over the loader, as the recorder sees it; ends at most once. A
+    pass that ends before the loader is exhausted (a loop broken off, the
+    iterator closed or dropped, an error) and before it handed over every batch
+    the loader has (Keras stops there without asking for more) marks its epoch
+    ``cut_short``."""
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.open = True
+        self.handed = 0
 
-    def finish(self) -> None:
+    def finish(self, exhausted: bool = False) -> None:
         if self.open:
             self.open = False
+            total = self.recorder.meta.num_batches
+            if not exhausted and (total is None or self.handed < total):
+                self.recorder.mark("cut_short", self.recorder.epoch)
             self.recorder.run_end()
 
 
@@ -264,7 +284,7 @@ class WatchedIterator:
         try:
             batch = next(self._inner)
         except StopIteration:
-            self._finish()
+            self._finish(exhausted=True)
             raise
         except Exception as exc:
             # The failed batch used up its index list: drop it to stay in step.
@@ -276,15 +296,16 @@ class WatchedIterator:
         got = self._got = clock()
         key, samples = self._taken.popleft() if self._taken else (None, None)
         if self._run is not None and self._run.open:
+            self._run.handed += 1
             self._recorder.consumed(asked, got, nbytes=nbytes(batch), key=key, samples=samples)
         return batch
 
     def __len__(self) -> int:
         return len(self._inner)  # type: ignore[arg-type]
 
-    def _finish(self) -> None:
+    def _finish(self, exhausted: bool = False) -> None:
         if self._run is not None:
-            self._run.finish()
+            self._run.finish(exhausted)
 
     def close(self) -> None:
         """End this pass: the run ends and, unless the loader keeps persistent

@@ -1,0 +1,153 @@
+"""The one line a report opens with: the bottleneck, its size, and the next step.
+
+The same :class:`Headline` is printed first in the terminal, opens each loader's
+part of the HTML report, and is the ``headline`` of the JSON, so the three never
+say different things; its next step is the :class:`~.recommend.Recommendation`'s,
+which agrees with the verdict (see :func:`~.recommend.recommend`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from .. import cores
+from ..analysis import MODERATE, Report, analyze
+from ..frameworks import FRAMEWORKS
+from ..trace import Trace
+from ..units import format_bytes, format_seconds
+from .recommend import Recommendation, recommend
+from .tuner import WAITING_BUILDS
+
+#: What held the run back: its loading (waits for batches not yet built), the
+#: hand-over (waits to take batches already built), or the model.
+Bottleneck = Literal["loading", "the hand-over", "the model", "unknown"]
+
+#: Where no framework says what lowers its hand-over.
+HANDOVER_ADVICE = "fewer or smaller tensors a batch"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The bottleneck, the shares of the steady state spent waiting for builds
+    (``waiting``) and for hand-overs (``handover``), the next step in words and
+    the settings it names (None where it names none), and whether coverage was
+    partial (some batches' samples not keyed).
+
+    >>> Headline("the model", 0.002, 0.01, "keep num_workers=2: nothing holds less").text()
+    'Bottleneck: the model (waits 0.2 % for batches not yet built). Keep num_workers=2: nothing holds less.'
+    """
+
+    bottleneck: Bottleneck
+    waiting: float | None
+    handover: float | None
+    next_step: str
+    settings: dict[str, Any] | None = None
+    partial_coverage: bool = False
+
+    def text(self) -> str:
+        """The headline in one line."""
+        if self.bottleneck == "unknown":
+            size = "no batch reached the consumer"
+        elif self.bottleneck == "the hand-over":
+            size = f"waits {_share(self.handover)} to take batches already built, {_share(self.waiting)} for builds"
+        else:
+            size = f"waits {_share(self.waiting)} for batches not yet built"
+        text = f"Bottleneck: {self.bottleneck} ({size})."
+        if self.next_step:
+            step = self.next_step.rstrip(".")
+            first = step.split(" ", 1)[0]
+            text += " " + (step[0].upper() + step[1:] if first.isalpha() else step) + "."
+        if self.partial_coverage:
+            text += " Coverage partial: some batches' samples were not keyed."
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "text": self.text()}
+
+
+def headline(report: Report, recommendation: Recommendation) -> Headline:
+    """The headline of ``report``, with ``recommendation`` (made from the same
+    run) as its next step where it has one.
+
+    >>> from queuetune.analysis import analyze
+    >>> from queuetune.trace import Trace
+    >>> headline(analyze(Trace()), Recommendation(None, why="no batches")).text()
+    'Bottleneck: unknown (no batch reached the consumer). No batches.'
+    """
+    waiting, handover = report.input_bound_fraction, _handover_share(report)
+    partial = bool(getattr(report, "coverage_partial", False))
+    if waiting is None:
+        return Headline("unknown", None, None, recommendation.why, None, partial)
+    if waiting >= MODERATE:
+        step, settings = _faster(report, recommendation)
+        return Headline("loading", waiting, handover, step, settings, partial)
+    step, settings = _leaner(recommendation)
+    if handover is not None and handover >= MODERATE:
+        spec = FRAMEWORKS.get(report.meta.framework or "")
+        advice = (spec.handover_advice if spec is not None else None) or HANDOVER_ADVICE
+        per_batch = report.handover.median
+        each = f" ({format_seconds(per_batch)} a batch)" if per_batch is not None else ""
+        step = f"lower the hand-over{each}: {advice}; " + step
+        return Headline("the hand-over", waiting, handover, step, settings, partial)
+    return Headline("the model", waiting, handover, step, settings, partial)
+
+
+def _faster(report: Report, rec: Recommendation) -> tuple[str, dict[str, Any] | None]:
+    share = report.build_busy_share
+    waits_on_io = share is not None and share < WAITING_BUILDS
+    if rec.changes and rec.settings is not None:
+        step = f"try {_shown(rec.settings)}"
+        gain = rec.gain
+        if gain is not None:
+            step += f" (predicted {gain:.1f}× the throughput)"
+        if waits_on_io and share is not None:
+            step += f": builds wait on I/O {_share(1 - share)} of their time"
+        return step, rec.settings
+    if share is not None and not waits_on_io:
+        return (
+            f"builds use a core {_share(share)} of their time and {cores.available()} cores are available: "
+            "make each build cheaper (decode smaller, cache decoded samples) or give it more cores"
+        ), None
+    if rec.settings is None:
+        return rec.why, None
+    return "the queue model predicts no faster setting; `queuetune tune` measures them", None
+
+
+def _leaner(rec: Recommendation) -> tuple[str, dict[str, Any] | None]:
+    if rec.settings is None:
+        return rec.why, None
+    if rec.changes:
+        saved = rec.saved_bytes
+        less = f" would hold {format_bytes(int(saved))} less" if saved is not None and saved > 0 else " would hold less"
+        return f"{_shown(rec.settings)}{less} at the same speed", rec.settings
+    return f"keep {_shown(rec.settings)}: nothing holds less at the same speed", None
+
+
+def _handover_share(report: Report) -> float | None:
+    if not report.handover_seen or not report.steady_seconds or report.steady_handover_seconds is None:
+        return None
+    return min(1.0, report.steady_handover_seconds / report.steady_seconds)
+
+
+def _share(value: float | None) -> str:
+    if value is None:
+        return "an unknown share"
+    return f"{value * 100:.0f} %" if value >= 0.1 else f"{value * 100:.1f} %"
+
+
+def _shown(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def advise(trace: Trace, report: Report | None = None) -> tuple[Recommendation, Headline]:
+    """The recommendation for ``trace`` and the headline of its report (made here
+    where not given): what ``queuetune run`` and ``queuetune report`` show.
+
+    >>> from queuetune.trace import Trace
+    >>> advise(Trace())[1].bottleneck
+    'unknown'
+    """
+    report = analyze(trace) if report is None else report
+    recommendation = recommend(trace, report=report)
+    return recommendation, headline(report, recommendation)

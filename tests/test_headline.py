@@ -1,0 +1,151 @@
+"""The headline: one line with the bottleneck, its size and a next step that
+agrees with the verdict, the same in the terminal, the HTML and the JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from queuetune import cores
+from queuetune.analysis import analyze
+from queuetune.cli import main
+from queuetune.render.html import Section, html_report
+from queuetune.trace import Consumed, Mark, Produced, Trace, TraceMeta
+from queuetune.tune.headline import Headline, advise, headline
+from queuetune.tune.recommend import Recommendation
+
+MiB = 2**20
+
+
+def loader_trace(
+    build: float, step: float, handover: float = 0.0, cpu: float = 1.0, workers: int = 2, batches: int = 120
+) -> Trace:
+    """A DataLoader's run as its probe records it, made by hand: ``workers``
+    workers build batch i on worker i % workers, ``build`` seconds each (a
+    ``cpu`` share of them on a CPU), at most 2 a worker ahead of the consumer;
+    the consumer steps ``step`` seconds and takes ``handover`` seconds to take
+    each batch once it is built."""
+    depth = 2 * workers
+    free = [0.0] * workers
+    produced, consumed = [], []
+    taken: list[float] = []
+    asked = 0.0
+    for i in range(batches):
+        worker = i % workers
+        start = max(free[worker], taken[i - depth] if i >= depth else 0.0)
+        end = start + build
+        free[worker] = end
+        produced.append(Produced(start, end, MiB, index=i, key=i, worker=str(100 + worker), busy=build * cpu))
+        got = max(asked, end) + handover
+        consumed.append(Consumed(asked, got, key=i))
+        taken.append(got)
+        asked = got + step
+    settings = {"num_workers": workers, "prefetch_factor": 2, "pin_memory": False}
+    meta = TraceMeta(framework="torch", loader="DataLoader", settings=settings, depth=depth)
+    marks = [Mark(0.0, "run_begin", 0), Mark(0.0, "epoch_begin", 0), Mark(asked, "epoch_end", 0)]
+    marks.append(Mark(asked, "run_end", 0))
+    return Trace(meta=meta, produced=produced, consumed=consumed, marks=marks, end=asked)
+
+
+CASES = {
+    # build, step, hand-over, CPU share of the builds
+    "model-bound": (0.0055, 0.020, 0.0002, 1.0),
+    "hand-over-bound": (0.001, 0.010, 0.001, 1.0),
+    "moderately input-bound": (0.024, 0.0105, 0.0, 1.0),
+    "highly input-bound, builds on a CPU": (0.040, 0.005, 0.0, 1.0),
+    "highly input-bound, builds wait on I/O": (0.080, 0.005, 0.0, 0.02),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_verdict_gets_a_next_step_that_agrees_with_it(case):
+    trace = loader_trace(*CASES[case])
+    report = analyze(trace)
+    recommendation, line = advise(trace, report)
+    assert (
+        line.bottleneck
+        == {
+            "not input-bound": "the hand-over" if case == "hand-over-bound" else "the model",
+            "moderately input-bound": "loading",
+            "highly input-bound": "loading",
+        }[report.verdict]
+    )
+    assert case.split(",")[0] in (report.verdict, "model-bound", "hand-over-bound")
+    text = line.text()
+    assert text.startswith(f"Bottleneck: {line.bottleneck} (") and "\n" not in text
+    if line.bottleneck == "loading":
+        # Waiting for builds: never a setting of less throughput, never fewer workers.
+        if recommendation.changes:
+            assert recommendation.gain is not None and recommendation.gain > 1.02
+            assert recommendation.settings["num_workers"] >= 2
+            assert line.settings == recommendation.settings and "Try num_workers=" in text
+    else:
+        # Not waiting for builds: a change only where it holds less.
+        if recommendation.changes:
+            assert recommendation.saved_bytes is not None and recommendation.saved_bytes > 0
+            assert "less at the same speed" in text
+        else:
+            assert "Keep num_workers=2, prefetch_factor=2" in text
+
+
+def test_builds_that_wait_on_io_are_offered_more_workers_than_cores():
+    trace = loader_trace(*CASES["highly input-bound, builds wait on I/O"])
+    report = analyze(trace)
+    assert report.build_busy_share == pytest.approx(0.02)
+    recommendation, line = advise(trace, report)
+    assert recommendation.changes and recommendation.settings["num_workers"] > max(2, cores.available())
+    assert "builds wait on I/O 98 % of their time" in line.text()
+
+
+def test_builds_on_a_cpu_are_told_to_get_cheaper_not_more_workers_than_cores():
+    trace = loader_trace(*CASES["highly input-bound, builds on a CPU"])
+    recommendation, line = advise(trace)
+    assert recommendation.settings is None or recommendation.settings["num_workers"] <= max(2, cores.available())
+    if not recommendation.changes:
+        assert "make each build cheaper" in line.text()
+
+
+def test_the_hand_over_is_named_with_its_cost_and_what_lowers_it():
+    line = advise(loader_trace(*CASES["hand-over-bound"]))[1]
+    assert line.bottleneck == "the hand-over"
+    text = line.text()
+    assert "to take batches already built" in text and "1.00 ms a batch" in text
+    assert "pin_memory=True" in text  # torch's own advice
+
+
+def test_no_batch_consumed_is_an_unknown_bottleneck():
+    line = headline(analyze(Trace(produced=[Produced(0, 1, 8)], end=1)), Recommendation(None, why="no batches"))
+    assert (line.bottleneck, line.waiting) == ("unknown", None)
+
+
+def test_the_report_command_prints_and_carries_the_same_headline(tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    loader_trace(*CASES["highly input-bound, builds wait on I/O"]).save(path)
+    html = tmp_path / "r.html"
+    assert main(["report", str(path), "--html", str(html)]) == 0
+    printed = capsys.readouterr().out
+    assert main(["report", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    text = data["headline"]["text"]
+    assert printed.replace("\n", " ").startswith(text[:60])
+    assert data["headline"]["bottleneck"] == "loading" and data["recommendation"]["text"]
+    assert set(data["headline"]) == {
+        "bottleneck",
+        "waiting",
+        "handover",
+        "next_step",
+        "settings",
+        "partial_coverage",
+        "text",
+    }
+    page = html.read_text()
+    assert '<p class="headline"><strong>Bottleneck: loading (waits' in page
+
+
+def test_a_headline_opens_the_html_section():
+    trace = loader_trace(*CASES["model-bound"])
+    report = analyze(trace)
+    line = Headline("the model", 0.001, 0.0, "keep it")
+    page = html_report([Section("loader", trace, report, "keep", line.text())])
+    assert page.index('class="headline"') < page.index('class="verdict"')
