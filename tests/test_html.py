@@ -197,7 +197,7 @@ def test_a_runs_html_report_renders_in_headless_chromium_with_its_lanes(tmp_path
         timeout=200,
     )
     assert done.returncode == 3, done.stderr
-    [trace] = sorted(out.glob("*.json"))
+    [trace] = sorted(out.glob("[0-9]*.json"))
     assert main(["report", str(trace), "--json"]) == 0
     page = out / "report.html"
     assert f"HTML report: {page}" in done.stdout

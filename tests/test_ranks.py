@@ -183,7 +183,8 @@ def torchrun(tmp_path: Path, mode: str) -> dict:
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert sorted(p.name for p in out.glob("*.json")) == ["01-dataloader.rank0.json", "01-dataloader.rank1.json"]
+    assert sorted(p.name for p in out.glob("[0-9]*.json")) == ["01-dataloader.rank0.json", "01-dataloader.rank1.json"]
+    assert sorted(p.name for p in out.glob("summary*.json")) == ["summary.rank0.json", "summary.rank1.json"]
     report = subprocess.run(
         [sys.executable, "-m", "queuetune", "report", str(out), "--json"], capture_output=True, text=True, timeout=60
     )

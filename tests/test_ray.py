@@ -424,7 +424,7 @@ def test_queuetune_run_watches_a_ray_dataset_the_script_iterates(cluster, tmp_pa
     assert main(["run", "--out", str(tmp_path / "out"), "--no-html", str(job)]) == 0
     printed = capsys.readouterr().out
     assert "ray dataset 1 (job.py:5)" in printed and "left alone" not in printed
-    [path] = sorted((tmp_path / "out").glob("*.json"))
+    [path] = sorted((tmp_path / "out").glob("[0-9]*.json"))
     trace = Trace.load(path)
     assert path.name == "01-ray-dataset.json" and trace.meta.framework == "ray" and trace.meta.match == "rows"
     assert len(trace.consumed) == 12 and sum(c.rows or 0 for c in trace.consumed) == 48

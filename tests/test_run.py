@@ -4,6 +4,7 @@ exit code kept, each loader's report printed and its trace saved."""
 from __future__ import annotations
 
 import dataclasses
+import html as html_lib
 import json
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def queuetune_cli() -> list[str]:
 
 
 def saved(folder: Path) -> list[Path]:
-    return sorted(folder.glob("*.json"))
+    return sorted(p for p in folder.glob("*.json") if not p.name.startswith("summary."))
 
 
 @pytest.mark.torch
@@ -69,6 +70,15 @@ def test_a_torch_script_keeps_its_exit_code_and_leaves_a_trace_the_report_reads(
     [trace_file] = saved(out)
     assert trace_file.name == "01-dataloader.json"
     assert (out / "report.html").is_file() and f"HTML report: {out / 'report.html'}" in done.stdout
+    # The same headline opens the terminal's report, the HTML page and the JSON summary.
+    summary = json.loads((out / "summary.json").read_text())
+    assert f"JSON summary: {out / 'summary.json'}" in done.stdout
+    [loader] = summary["loaders"]
+    headline = loader["headline"]["text"]
+    assert headline.startswith("Bottleneck: ") and headline in " ".join(done.stdout.split())
+    assert loader["trace"] == str(out / "01-dataloader.json") and summary["exit_code"] == 3
+    assert loader["report"]["consumed_batches"] == 16 and loader["recommendation"]["text"]
+    assert html_lib.escape(headline) in (out / "report.html").read_text()
     trace = Trace.load(trace_file)
     assert len(trace.consumed) == 16 and len(trace.produced) == 16
     assert trace.meta.framework == "torch" and trace.meta.settings["num_workers"] == 2
@@ -78,6 +88,11 @@ def test_a_torch_script_keeps_its_exit_code_and_leaves_a_trace_the_report_reads(
     assert report.returncode == 0, report.stderr
     data = json.loads(report.stdout)
     assert data["consumed_batches"] == 16
+    assert data["headline"]["text"] == headline
+    # The run's folder stands for its traces: the summary beside them is left out.
+    folder = subprocess.run([*queuetune_cli(), "report", str(out)], capture_output=True, text=True, timeout=60)
+    assert folder.returncode == 0, folder.stderr
+    assert headline[:40] in folder.stdout
     assert [c["never_count"] for c in data["coverage"]] == [0, 0]
 
 

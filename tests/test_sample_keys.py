@@ -135,7 +135,7 @@ def test_queuetune_run_finds_an_unsharded_iterable_dataset_read_by_every_worker(
         timeout=150,
     )
     assert done.returncode == 0, done.stderr
-    [path] = sorted(out.glob("*.json"))
+    [path] = sorted(out.glob("[0-9]*.json"))
     [cov] = analyze(Trace.load(path)).coverage
     assert cov.unit == "sample key" and cov.unkeyed == 0
     if mode == "unsharded":

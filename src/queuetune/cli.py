@@ -348,11 +348,14 @@ def _advised(data: dict[str, Any], recommendation: Recommendation, line: Headlin
 
 
 def _trace_files(arguments: list[str]) -> list[str]:
-    """The traces named, a folder standing for the ``*.json`` files in it."""
+    """The traces named, a folder standing for the ``*.json`` files in it (but
+    the summaries ``queuetune run`` writes beside its traces)."""
+    from queuetune.program import SUMMARY
+
     paths: list[str] = []
     for argument in arguments:
         if os.path.isdir(argument):
-            found = sorted(str(p) for p in Path(argument).glob("*.json"))
+            found = sorted(str(p) for p in Path(argument).glob("*.json") if not p.name.startswith(SUMMARY + "."))
             if not found:
                 raise UsageError(f"no traces (*.json) in {argument}")
             paths.extend(found)

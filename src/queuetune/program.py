@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import analyze
+from .jsonio import dumps
 from .launch import Launch
 from .program_result import LoaderResult, ProgramResult
 from .runner import Target, run
@@ -63,7 +64,8 @@ def run_program(
 ) -> ProgramResult:
     """Run ``target`` with every loader it iterates watched; save each trace to
     ``out`` (default: a new ``queuetune-run-<time>`` folder) as
-    ``NN-<kind>.json``; analyse each and recommend a setting. Under a launcher
+    ``NN-<kind>.json``; analyse each and recommend a setting, and write what
+    it found as ``summary.json`` (:meth:`ProgramResult.to_dict`). Under a launcher
     (torchrun: ``RANK`` and ``WORLD_SIZE`` set), every rank writes into one
     folder (default ``queuetune-run-<job>``), its files named ``...rank<R>...``.
     ``while_running(session)``: a context the program runs in (the live line);
@@ -93,7 +95,10 @@ def run_program(
         report = analyze(trace)
         recommendation, line = advise(trace, report)
         result.loaders.append(LoaderResult(watched.label, path, report, recommendation, line))
-    if html and result.loaders:  # no report of nothing
+    if result.loaders:  # no report of nothing
+        result.summary = folder / f"{SUMMARY}{tag}.json"
+        result.summary.write_text(dumps(result.to_dict()) + "\n", encoding="utf-8")
+    if html and result.loaders:
         from .render.html import Section, html_report
 
         sections = [
@@ -104,6 +109,10 @@ def run_program(
         title = f"queuetune run {' '.join(target.argv())}"
         result.html.write_text(html_report(sections, title), encoding="utf-8")
     return result
+
+
+#: The JSON summary's name in a run's folder (``summary.json``, ``summary.rank<R>.json``).
+SUMMARY = "summary"
 
 
 def _slug(text: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .analysis import Report
 from .tune.headline import Headline
@@ -34,3 +35,23 @@ class ProgramResult:
     left_alone: dict[str, str] = field(default_factory=dict)
     #: The HTML report, when one was written.
     html: Path | None = None
+    #: The JSON summary (each loader's headline, recommendation and report), when one was written.
+    summary: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the JSON summary holds: the exit code, and for each loader its label,
+        trace file, headline, recommendation and report (without its time series)."""
+        return {
+            "exit_code": self.exit_code,
+            "loaders": [
+                {
+                    "label": loader.label,
+                    "trace": str(loader.trace_path),
+                    "headline": loader.headline.to_dict(),
+                    "recommendation": loader.recommendation.to_dict(),
+                    "report": loader.report.to_dict(series=False),
+                }
+                for loader in self.loaders
+            ],
+            "left_alone": dict(self.left_alone),
+        }

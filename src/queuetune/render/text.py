@@ -420,6 +420,8 @@ def program_text(result: ProgramResult) -> list[RenderableType]:
     out.extend(f"queuetune: left alone a {kind}: {why}" for kind, why in result.left_alone.items())
     if result.html is not None:
         out.append(f"HTML report: {result.html}")
+    if result.summary is not None:
+        out.append(f"JSON summary: {result.summary}")
     if not result.loaders:
         out.append(f"queuetune: no loader was iterated (watched: {WATCHED_KINDS})")
     return out

@@ -88,7 +88,7 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
         advice = (spec.handover_advice if spec is not None else None) or HANDOVER_ADVICE
         per_batch = report.handover.median
         each = f" ({format_seconds(per_batch)} a batch)" if per_batch is not None else ""
-        step = f"lower the hand-over{each}: {advice}; " + step
+        step = f"lower the hand-over{each}: {advice}" + (f"; {step}" if recommendation.settings is not None else "")
         return Headline("the hand-over", waiting, handover, step, settings, partial)
     return Headline("the model", waiting, handover, step, settings, partial)
 
@@ -116,7 +116,7 @@ def _faster(report: Report, rec: Recommendation) -> tuple[str, dict[str, Any] | 
 
 def _leaner(rec: Recommendation) -> tuple[str, dict[str, Any] | None]:
     if rec.settings is None:
-        return rec.why, None
+        return f"no setting to recommend: {rec.why}", None
     if rec.changes:
         saved = rec.saved_bytes
         less = f" would hold {format_bytes(int(saved))} less" if saved is not None and saved > 0 else " would hold less"
