@@ -216,6 +216,7 @@ REPORT_KEYS = {
     "handover",
     "handover_seen",
     "build_busy_share",
+    "memory",
     "coverage_partial",
 }
 

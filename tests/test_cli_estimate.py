@@ -38,13 +38,13 @@ def assert_one_line_error(code: int, out: str, err: str) -> str:
     return err
 
 
+def cells(line: str) -> list[str]:
+    """A table row's cells, between rich's vertical rules (``│``, ``┃`` in the header)."""
+    return [cell.strip() for cell in line.replace("┃", "│").strip().strip("│").split("│")]
+
+
 def table_rows(out: str) -> list[list[str]]:
-    rows = []
-    for line in out.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.lstrip().startswith("|") and cells[0].isdigit():
-            rows.append(cells)
-    return rows
+    return [cells(line) for line in out.splitlines() if line.lstrip().startswith("│") and cells(line)[0].isdigit()]
 
 
 # table
@@ -55,8 +55,8 @@ def test_table_prints_the_article_exactly(capsys):
     captured = capsys.readouterr()
     assert captured.err == ""
     assert table_rows(captured.out) == ARTICLE_ROWS
-    header = next(line for line in captured.out.splitlines() if "batch" in line and "|" in line)
-    assert [cell.strip() for cell in header.strip().strip("|").split("|")] == [
+    header = next(line for line in captured.out.splitlines() if "batch" in line and "┃" in line)
+    assert cells(header) == [
         "batch",
         "32x32",
         "64x64",
@@ -177,12 +177,21 @@ def estimate_json(*extra: str) -> dict:
 def test_estimate_json_schema_with_framework():
     data = estimate_json("--framework", "keras", "--workers", "4", "--max-queue-size", "10")
     fp = data["footprint"]
-    assert set(fp) == {"framework", "settings", "batch_bytes", "depth", "total_batches", "total_bytes", "lines"}
+    assert set(fp) == {
+        "framework",
+        "settings",
+        "batch_bytes",
+        "depth",
+        "total_batches",
+        "total_bytes",
+        "batches_bytes",
+        "lines",
+    }
     assert fp["framework"] == "keras"
     assert fp["settings"] == {"workers": 4, "use_multiprocessing": False, "max_queue_size": 10}
     assert fp["batch_bytes"] == 12 * MiB
     assert fp["depth"] == 11
-    assert fp["total_bytes"] == 12 * 12 * MiB
+    assert fp["batches_bytes"] == 12 * 12 * MiB
     for line in fp["lines"]:
         assert set(line) == {"label", "batches", "bytes", "explanation"}
     assert [(line["label"], line["batches"]) for line in fp["lines"]] == [("queued", 11), ("consumed", 1)]
@@ -223,7 +232,7 @@ def test_estimate_depths(extra, depth, total_batches):
     fp = estimate_json(*extra)["footprint"]
     assert fp["depth"] == depth
     assert fp["total_batches"] == total_batches
-    assert fp["total_bytes"] == total_batches * 12 * MiB
+    assert fp["batches_bytes"] == total_batches * 12 * MiB
 
 
 def test_estimate_labels():
@@ -261,17 +270,26 @@ def test_estimate_console_breakdown(capsys):
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for label in ("input", "labels", "prefetched", "pinned copies", "consumed", "transient", "total"):
+    for label in ("input", "labels", "prefetched", "pinned copies", "consumed", "transient", "worker processes"):
         assert label in out
     batch = 12 * MiB + 64 * 10 * 4
-    assert f"{18 * batch:,}" in out
+    # 18 batches, and the 4 worker processes' own memory (16 MiB each, a typical figure).
     total_line = [line for line in out.splitlines() if "total" in line][-1]
-    assert f"{18 * batch:,}" in total_line and " 18 " in total_line
+    assert f"{18 * batch + 4 * 16 * MiB:,}" in total_line and " 18 " in total_line
 
 
 def test_estimate_ray_json_schema():
     fp = estimate_json("--framework", "ray", "--concurrency", "2", "--ram-bytes", "16GiB")["footprint"]
-    assert set(fp) == {"framework", "settings", "batch_bytes", "depth", "total_batches", "total_bytes", "lines"}
+    assert set(fp) == {
+        "framework",
+        "settings",
+        "batch_bytes",
+        "depth",
+        "total_batches",
+        "total_bytes",
+        "batches_bytes",
+        "lines",
+    }
     store = int(16 * 2**30 * 3 / 10)
     assert fp["settings"] == {
         "prefetch_batches": 1,
@@ -287,7 +305,7 @@ def test_estimate_ray_json_schema():
         ("consumed", 1),
     ]
     assert fp["depth"] == 102 + 2 + 1
-    assert fp["total_bytes"] == (102 + 2 + 1 + 1) * 12 * MiB
+    assert fp["batches_bytes"] == (102 + 2 + 1 + 1) * 12 * MiB
     for line in fp["lines"]:
         assert set(line) == {"label", "batches", "bytes", "explanation"}
 

@@ -137,6 +137,7 @@ def test_the_report_command_prints_and_carries_the_same_headline(tmp_path, capsy
         "next_step",
         "settings",
         "partial_coverage",
+        "memory",
         "text",
     }
     page = html.read_text()

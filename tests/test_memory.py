@@ -156,7 +156,7 @@ def test_keras_queue_holds_max_queue_size_plus_one():
     fp = footprint(BATCH, "keras", workers=4, max_queue_size=10)
     assert fp.depth == 11
     assert [(line.label, line.batches) for line in fp.lines] == [("queued", 11), ("consumed", 1)]
-    assert fp.total_bytes == 12 * BATCH
+    assert fp.batches_bytes == 12 * BATCH
     assert fp.total_batches == 12
 
 
@@ -179,13 +179,13 @@ def test_keras_small_queue():
 def test_keras_queue_exists_only_with_workers(settings_, depth):
     fp = footprint(BATCH, "keras", **settings_)
     assert fp.depth == depth
-    assert fp.total_bytes == (depth + 1) * BATCH
+    assert fp.batches_bytes == (depth + 1) * BATCH
 
 
 def test_keras_synchronous_says_so():
     fp = footprint(BATCH, "keras", workers=1)
     assert "synchronous" in fp.lines[0].explanation
-    assert fp.total_bytes == BATCH
+    assert fp.batches_bytes == BATCH
 
 
 @pytest.mark.parametrize(
@@ -205,13 +205,13 @@ def test_torch_prefetch_factor_times_workers(settings_, depth, total_batches):
     fp = footprint(BATCH, "torch", **settings_)
     assert fp.depth == depth
     assert fp.total_batches == total_batches
-    assert fp.total_bytes == total_batches * BATCH
+    assert fp.batches_bytes == total_batches * BATCH
 
 
 def test_torch_pinned_copies_double_the_read_ahead():
     plain = footprint(BATCH, "torch", num_workers=4)
     pinned = footprint(BATCH, "torch", num_workers=4, pin_memory=True)
-    assert pinned.total_bytes - BATCH == 2 * (plain.total_bytes - BATCH)
+    assert pinned.batches_bytes - BATCH == 2 * (plain.batches_bytes - BATCH)
     assert pinned.settings == {"num_workers": 4, "prefetch_factor": 2, "pin_memory": True}
 
 
@@ -228,7 +228,7 @@ def test_tfdata_prefetch_buffer(buffer, held, depth):
     kwargs = {} if buffer is None else {"buffer": buffer}
     fp = footprint(BATCH, "tfdata", **kwargs)
     assert fp.depth == depth
-    assert fp.total_bytes == (held + 1) * BATCH
+    assert fp.batches_bytes == (held + 1) * BATCH
 
 
 @pytest.mark.parametrize(
@@ -244,21 +244,21 @@ def test_tfdata_prefetch_buffer(buffer, held, depth):
 def test_plain_generator_uses_the_backend_prefetch(kwargs, held, depth):
     fp = footprint(BATCH, "generator", **kwargs)
     assert fp.depth == depth
-    assert fp.total_bytes == (held + 1) * BATCH
+    assert fp.batches_bytes == (held + 1) * BATCH
 
 
 def test_none_is_just_the_batch():
     fp = footprint(BATCH, "none")
     assert fp.depth == 0
     assert [line.label for line in fp.lines] == ["consumed"]
-    assert fp.total_bytes == BATCH
+    assert fp.batches_bytes == BATCH
     assert footprint(BATCH).total_bytes == BATCH
 
 
 @pytest.mark.parametrize(("factor", "extra"), [(1, 0), (1.0, 0), (2, BATCH), (2.0, BATCH), (1.5, BATCH // 2)])
 def test_transient_factor_applies_to_the_consumed_batch(factor, extra):
     fp = footprint(BATCH, "keras", workers=4, transient_factor=factor)
-    assert fp.total_bytes == 12 * BATCH + extra
+    assert fp.batches_bytes == 12 * BATCH + extra
     labels = [line.label for line in fp.lines]
     assert ("transient" in labels) == (extra > 0)
 
@@ -266,24 +266,39 @@ def test_transient_factor_applies_to_the_consumed_batch(factor, extra):
 def test_article_two_gb_becomes_much_more():
     # "an estimate of 2 GB was 10 GB in reality": queue of 10 plus copies of the consumed batch.
     fp = footprint(BatchSpec.single((1024, 1024, 3), 64), "keras", workers=4, transient_factor=2)
-    assert fp.total_bytes == 13 * 64 * 1024 * 1024 * 3 * 4
+    assert fp.batches_bytes == 13 * 64 * 1024 * 1024 * 3 * 4
 
 
 def test_footprint_accepts_a_batch_spec():
     spec = BatchSpec.single("128x128x3", 64, labels=10)
     fp = footprint(spec, "torch", num_workers=2)
     assert fp.batch_bytes == spec.nbytes
-    assert fp.total_bytes == 5 * spec.nbytes
+    assert fp.batches_bytes == 5 * spec.nbytes
 
 
 def test_footprint_to_dict_is_json():
     fp = footprint(BATCH, "torch", num_workers=4, pin_memory=True, transient_factor=2)
     data = fp.to_dict()
     assert json.loads(json.dumps(data)) == data
-    assert set(data) == {"framework", "settings", "batch_bytes", "depth", "total_batches", "total_bytes", "lines"}
+    assert set(data) == {
+        "framework",
+        "settings",
+        "batch_bytes",
+        "depth",
+        "total_batches",
+        "total_bytes",
+        "batches_bytes",
+        "lines",
+    }
     assert data["depth"] == 8
-    assert data["total_bytes"] == 18 * BATCH
-    assert [line["label"] for line in data["lines"]] == ["prefetched", "pinned copies", "consumed", "transient"]
+    assert data["batches_bytes"] == 18 * BATCH
+    assert [line["label"] for line in data["lines"]] == [
+        "prefetched",
+        "pinned copies",
+        "consumed",
+        "transient",
+        "worker processes",
+    ]
     assert set(data["lines"][0]) == {"label", "batches", "bytes", "explanation"}
     assert isinstance(fp, Footprint)
 
@@ -365,7 +380,7 @@ def test_ray_counts_half_the_budget_tasks_prefetch_and_the_consumed_batch():
     ]
     assert fp.depth == 10 + 2 + 1
     assert "the budget bounds them at 21" in fp.lines[0].explanation
-    assert fp.total_bytes == 14 * RAY_BATCH == 176160768
+    assert fp.batches_bytes == 14 * RAY_BATCH == 176160768
     assert fp.settings == {
         "prefetch_batches": 1,
         "concurrency": 2,
@@ -392,7 +407,7 @@ def test_ray_budget_from_a_nodes_memory():
     assert fp.settings["ram_bytes"] == 16 * 1024 * MiB
     assert fp.lines[0].batches == (store // 2) // (2 * RAY_BATCH) == 102
     assert fp.depth == 102 + 4 + 2
-    assert fp.total_bytes == (102 + 4 + 2 + 1) * RAY_BATCH
+    assert fp.batches_bytes == (102 + 4 + 2 + 1) * RAY_BATCH
 
 
 def test_ray_default_object_store_is_capped_at_200_gb():
@@ -418,7 +433,7 @@ def test_ray_prefetch_zero_and_a_budget_of_exactly_one_batch():
 def test_ray_transient_factor_adds_on_top():
     fp = footprint(RAY_BATCH, "ray", concurrency=1, object_store_memory=24 * MiB, transient_factor=2)
     assert [line.label for line in fp.lines][-1] == "transient"
-    assert fp.total_bytes == (1 + 1 + 1 + 1 + 1) * RAY_BATCH
+    assert fp.batches_bytes == (1 + 1 + 1 + 1 + 1) * RAY_BATCH
 
 
 @pytest.mark.parametrize(

@@ -19,9 +19,9 @@ PACKAGE = "queuetune"
 
 #: The layers, lowest first: a module imports modules of its own layer or lower ones.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("units", "nbytes", "jsonio", "cores", "imports", "launch", "trace", "fingerprint")),
+    ("core", ("units", "nbytes", "jsonio", "cores", "imports", "launch", "trace", "fingerprint", "real_memory")),
     ("recording", ("recorder",)),
-    ("matching", ("matching",)),
+    ("matching", ("matching", "memory_use")),
     ("model", ("model", "model.*")),
     ("specs", ("frameworks", "frameworks.base", "frameworks.*.spec", "frameworks.*.tensors", "frameworks.?*[!.]")),
     ("analysis", ("analysis", "ranks")),

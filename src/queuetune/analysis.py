@@ -12,6 +12,7 @@ import numpy as np
 from .frameworks import FRAMEWORKS, PYTHON, Framework
 from .jsonio import dumps
 from .matching import Span, match, releases_of, run_floors, runs_of
+from .memory_use import MemoryUse, memory_use
 from .trace import Consumed, Produced, Trace, TraceMeta
 
 MODERATE, HIGH = 0.05, 0.20
@@ -200,6 +201,9 @@ class Report:
     #: one (see :func:`busy_share`). Well under 1, the builds wait (on I/O, mostly),
     #: and more workers than cores can help. None where it was not measured.
     build_busy_share: float | None = None
+    #: The tree's real memory by cause, and the workers that copy what they read
+    #: (see :mod:`queuetune.memory_use`); None where the tree was not read.
+    memory: MemoryUse | None = None
     #: Some epoch's coverage is partial: batches left without sample keys (their
     #: fingerprints stopped for their cost, or over the keys a run keeps), which
     #: its counts leave out (see :attr:`Coverage.unkeyed`). Derived from
@@ -240,6 +244,7 @@ class Report:
         ]
         fields["nodes"] = {name: NodeHeld(**held) for name, held in data.get("nodes", {}).items()}
         fields["handover"] = Timing(**data.get("handover", {}))
+        fields["memory"] = MemoryUse.from_dict(data["memory"]) if data.get("memory") else None
         fields["series"] = data.get("series", {})
         return cls(**fields)
 
@@ -352,6 +357,7 @@ def analyze(trace: Trace) -> Report:
         handover=Timing.of(split.per_batch),
         handover_seen=split.seen,
         build_busy_share=busy_share(produced),
+        memory=memory_use(trace, times, held),
     )
 
 

@@ -215,8 +215,18 @@ class Footprint:
 
     @property
     def total_bytes(self) -> int:
-        """Sum of the lines' bytes."""
+        """Sum of the lines' bytes: the batches, and the worker processes' own memory."""
         return sum(line.bytes for line in self.lines)
+
+    @property
+    def batches_bytes(self) -> int:
+        """The bytes of the batches alone (the lines but the worker processes').
+
+        >>> fp = footprint(2**20, "torch", num_workers=2)
+        >>> fp.batches_bytes // 2**20, fp.total_bytes // 2**20  # 5 batches; and 2 workers of 16 MiB
+        (5, 37)
+        """
+        return sum(line.bytes for line in self.lines if line.label != WORKERS_LINE)
 
     @property
     def total_batches(self) -> float:
@@ -236,6 +246,7 @@ class Footprint:
             "depth": self.depth,
             "total_batches": self.total_batches,
             "total_bytes": self.total_bytes,
+            "batches_bytes": self.batches_bytes,
             "lines": [line._asdict() for line in self.lines],
         }
 
@@ -250,6 +261,14 @@ def _transient(value: Any) -> Fraction:
     if not math.isfinite(value) or value < 1:
         raise ValueError(f"transient_factor must be a finite number >= 1, got {value!r}")
     return Fraction(value)
+
+
+#: A worker process's own memory (USS) after its start, as a typical figure: a torch
+#: DataLoader worker forked from a process that imported torch 2.13 held 14-16 MiB
+#: of its own at its first reading (tests/test_real_memory.py's loaders).
+WORKER_BASELINE = 16 * 2**20
+#: The label of the worker processes' line of a :class:`Footprint`.
+WORKERS_LINE = "worker processes"
 
 
 def footprint(
@@ -276,8 +295,9 @@ def footprint(
     >>> fp = footprint(12 * 2**20, "keras", workers=4, max_queue_size=10)
     >>> fp.depth, fp.total_bytes // 2**20
     (11, 144)
-    >>> footprint(100, "torch", num_workers=4, pin_memory=True).total_bytes
-    1700
+    >>> fp = footprint(100, "torch", num_workers=4, pin_memory=True)
+    >>> fp.batches_bytes, fp.total_bytes - fp.batches_bytes == 4 * WORKER_BASELINE
+    (1700, True)
     >>> fp = footprint(12 * 2**20, "ray", concurrency=2, object_store_bytes="1GiB")
     >>> fp.depth, [line.batches for line in fp.lines], fp.total_bytes // 2**20
     (24, [21, 2, 1, 1], 300)
@@ -296,7 +316,8 @@ def footprint(
     if unknown:
         takes = ", ".join(ESTIMATED[framework]) or "no settings"
         raise ValueError(f"setting {unknown[0]!r} does not apply to framework {framework!r} (it takes: {takes})")
-    resolved, read_ahead, depth = get(framework).read_ahead(settings, nbytes)
+    spec = get(framework)
+    resolved, read_ahead, depth = spec.read_ahead(settings, nbytes)
     lines = [FootprintLine(label, batches, nbytes * batches, why) for label, batches, why in read_ahead]
     lines.append(FootprintLine("consumed", 1, nbytes, "the batch the training step holds"))
     if factor > 1:
@@ -307,6 +328,18 @@ def footprint(
                 float(extra),
                 round(extra * nbytes),
                 f"transient_factor={float(factor):g}: copies made by batch arithmetic on the consumed batch",
+            )
+        )
+    rules = spec.rules(resolved)
+    if rules.processes and rules.workers and depth > 0:
+        lines.append(
+            FootprintLine(
+                WORKERS_LINE,
+                0,
+                rules.workers * WORKER_BASELINE,
+                f"{rules.workers} x {WORKER_BASELINE // 2**20} MiB: each worker process's own memory after its "
+                "start (typical; a copy of the Python objects of the dataset it reads comes on top, which "
+                "`queuetune run` measures)",
             )
         )
     fp = Footprint(framework=framework, batch_bytes=nbytes, settings=resolved, depth=depth, lines=lines)

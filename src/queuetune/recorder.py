@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import psutil
 
+from . import real_memory
 from .trace import Consumed, Mark, MarkKind, MemorySample, Produced, Trace, TraceMeta
 
 clock = time.monotonic
@@ -351,15 +352,18 @@ def multiprocessing_helpers() -> set[int]:
 
 class MemorySampler:
     """Samples resident memory of this process and, with ``children=True``, the
-    unique memory of its child processes.
+    memory of its child processes: the whole tree as the kernel counts it
+    (:func:`queuetune.real_memory.read_tree`: each process's PSS and USS, and
+    the tree's shared-memory files).
 
-    Finding the children means reading every process's entry in /proc, and a
-    child's unique memory its ``smaps_rollup`` (milliseconds each, for a worker
-    forked from a process that loaded torch), so a loader with no worker
-    processes leaves them out, and the children are read at most as often as
-    keeps that reading within ``CHILDREN_SHARE`` of one core (every sample in
-    between repeats their last reading). This process's own RSS is read at
-    every sample (microseconds). The first reading is made in the sampler's
+    Reading the tree means reading every process's entry in /proc, a process's
+    ``smaps_rollup`` and maps (milliseconds each, for a worker forked from a
+    process that loaded torch), so a loader with no worker processes reads
+    this process alone, and the tree is read at most as often as keeps that
+    reading within ``CHILDREN_SHARE`` of one core (the samples in between
+    repeat the children's last unique bytes and carry no tree). This process's
+    own RSS is read at every sample (microseconds). Where /proc gives no PSS
+    (not Linux), only RSS and the children's unique memory are read. The first reading is made in the sampler's
     own thread; :meth:`stop` reads the children once more (workers that end
     with the run are seen at least there), which at 12 workers takes 31 ms: a
     loader whose workers outlive its runs keeps the sampler running across them
@@ -376,9 +380,10 @@ class MemorySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process = psutil.Process()
-        # When the children are next read, and their last reading: unique bytes, count.
+        # When the tree is next read, and the children's last reading: unique bytes, count.
         self._children_due = 0.0
         self._last_children = (0, 0)
+        self._tree = real_memory.supported()
 
     def start(self) -> None:
         if self._thread is not None:
@@ -407,18 +412,40 @@ class MemorySampler:
             rss = self._process.memory_info().rss
         except psutil.Error:
             return
-        if self._children and (children_now or time.monotonic() >= self._children_due):
+        tree = None
+        if children_now or time.monotonic() >= self._children_due:
             began, cpu = time.monotonic(), time.thread_time()
-            reading = self._read_children()
-            if reading is None:
-                return
-            self._last_children = reading
+            if self._tree:
+                tree = self._read_tree()
+                if tree is None:
+                    return
+                self._last_children = (tree.workers_uss, len(tree.workers))
+            elif self._children:
+                reading = self._read_children()
+                if reading is None:
+                    return
+                self._last_children = reading
             # The reading's CPU time, not its wall time: waiting for the GIL
             # (a consumer forking its workers meanwhile) costs no core.
-            cost = time.thread_time() - cpu
+            # The first reading (before workers start, mostly) does not put off the next.
+            cost = 0.0 if children_now else time.thread_time() - cpu
             self._children_due = began + max(self._interval, cost / self.CHILDREN_SHARE)
         unique, count = self._last_children
-        self._sink(MemorySample(clock(), rss, unique, count))
+        if tree is None:
+            self._sink(MemorySample(clock(), rss, unique, count))
+            return
+        workers = [[w.pid, w.pss, w.uss, w.shm] for w in tree.workers]
+        mine = tree.consumer
+        self._sink(MemorySample(clock(), rss, unique, count, mine.pss, mine.uss, tree.shm, tree.shared, workers))
+
+    def _read_tree(self) -> real_memory.TreeMemory | None:
+        """This process and, with children, its descendants but Python's own helpers."""
+        try:
+            if not self._children:
+                return real_memory.TreeMemory(real_memory.read_process(self._process))
+            return real_memory.read_tree(self._process, exclude=multiprocessing_helpers())
+        except (psutil.Error, OSError):
+            return None
 
     def _read_children(self) -> tuple[int, int] | None:
         """The unique bytes of this process's children and their count; None if
@@ -497,6 +524,8 @@ class Recorder:
             raise ValueError(f"keep_runs must be a positive integer or None, got {keep_runs!r}")
         self.keep_runs = keep_runs
         self.meta = meta
+        if sample_memory:
+            self.meta.extra.setdefault("host_memory", psutil.virtual_memory().total)
         self.start = clock()
         self._produced: list[Built] = []
         self._consumed: list[Consumed] = []

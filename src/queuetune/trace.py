@@ -15,7 +15,12 @@ from .units import _is_int
 _shown = functools.partial(units._shown, limit=40)
 
 FORMAT = "queuetune-trace"
-VERSION = 1
+#: The version this queuetune writes: 2 adds the memory of each process of the
+#: tree (:class:`MemorySample`'s ``pss``, ``uss``, ``shm``, ``shared``, ``workers``).
+VERSION = 2
+#: The versions it reads: a version-1 trace loads with those fields None.
+READABLE = (1, 2)
+_READS = f"versions {READABLE[0]} to {READABLE[-1]}"
 
 
 @dataclass
@@ -90,12 +95,32 @@ class Mark:
 
 @dataclass
 class MemorySample:
-    """Resident memory of the process and the unique memory of its children."""
+    """Resident memory of the process and the unique memory of its children
+    (``children``, of ``n_children`` processes). Where the whole tree was read
+    at that moment (version 2; see :mod:`queuetune.real_memory`), also the
+    process's ``pss`` and ``uss``, each child's ``[pid, pss, uss, shm]``
+    (``workers``; its ``shm``: the bytes of shared-memory files it maps), the
+    bytes of the tree's shared-memory files that none of it maps (``shm``) and
+    of all of them (``shared``); None in the samples between such readings, and
+    in traces of version 1."""
 
     t: float
     rss: int
     children: int = 0
     n_children: int = 0
+    pss: int | None = None
+    uss: int | None = None
+    shm: int | None = None
+    shared: int | None = None
+    workers: list[list[int]] | None = None
+
+    @property
+    def total(self) -> int | None:
+        """What the tree costs the machine: PSS summed over it, plus the shared
+        memory none of it maps (None where the tree was not read)."""
+        if self.pss is None or self.workers is None:
+            return None
+        return self.pss + sum(w[1] for w in self.workers) + (self.shm or 0)
 
 
 @dataclass
@@ -211,33 +236,32 @@ class Trace:
     def from_dict(cls, data: Any) -> Trace:
         """Build a trace from plain data; a ValueError naming the version found if it is not one we read.
 
-        Every version-1 file loads, whichever queuetune saved it: a record's
-        fields missing from older files take their defaults.
+        Every file of a version in ``READABLE`` loads, whichever queuetune saved
+        it: a record's fields missing from older files take their defaults.
 
-        >>> Trace.from_dict({"format": FORMAT, "version": 2})  # doctest: +ELLIPSIS
+        >>> Trace.from_dict({"format": FORMAT, "version": 3})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: trace format version 2 is not supported by this queuetune (it reads version 1); ...
+        ValueError: trace format version 3 is not supported by this queuetune (it reads versions 1 to 2); ...
         """
         if not isinstance(data, dict):
             raise ValueError(
                 f"not a queuetune trace: expected a JSON object with 'format': {FORMAT!r}, "
-                f"got {type(data).__name__} (this queuetune reads version {VERSION})"
+                f"got {type(data).__name__} (this queuetune reads {_READS})"
             )
         found = data.get("format")
         if found != FORMAT:
             raise ValueError(
                 f"not a queuetune trace: 'format' is {_shown(found)}, expected {FORMAT!r} "
-                f"(this queuetune reads version {VERSION})"
+                f"(this queuetune reads {_READS})"
             )
         if "version" not in data:
-            raise ValueError(f"trace format version is missing; this queuetune reads version {VERSION}")
+            raise ValueError(f"trace format version is missing; this queuetune reads {_READS}")
         version = data["version"]
-        if type(version) is not int or version != VERSION:
+        if type(version) is not int or version not in READABLE:
             newer = "; it was saved by a newer queuetune" if type(version) is int and version > VERSION else ""
             raise ValueError(
-                f"trace format version {_shown(version)} is not supported by this queuetune "
-                f"(it reads version {VERSION}){newer}"
+                f"trace format version {_shown(version)} is not supported by this queuetune (it reads {_READS}){newer}"
             )
         try:
             meta = data.get("meta") or {}
@@ -257,7 +281,7 @@ class Trace:
             )
         except _Malformed as exc:
             raise ValueError(
-                f"malformed queuetune trace (version {VERSION}; this queuetune reads version {VERSION}): {exc}"
+                f"malformed queuetune trace (version {version}; this queuetune reads {_READS}): {exc}"
             ) from None
 
     @classmethod
@@ -313,6 +337,16 @@ _CHECKS: dict[str, tuple[str, Any]] = {
     "list[int] | None": (
         "a list of integers or null",
         lambda v: v is None or (isinstance(v, list) and all(_is_int(x) for x in v)),
+    ),
+    "list[list[int]] | None": (
+        "a list of [pid, pss, uss, shm] lists of integers or null",
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, list)
+                and all(isinstance(w, list) and len(w) == 4 and all(_is_int(x) for x in w) for w in v)
+            )
+        ),
     ),
 }
 
@@ -379,7 +413,7 @@ def _build(kind: type, data: Any, where: str) -> Any:
     return record
 
 
-_SIZES = ("nbytes", "rss", "children", "n_children", "rows", "busy")
+_SIZES = ("nbytes", "rss", "children", "n_children", "rows", "busy", "pss", "uss", "shm", "shared")
 _COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end", "pool", "cut_short")
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from .. import cores
 from ..frameworks import detect
 from ..frameworks.adapters import adapter_of
+from ..real_memory import dataset_facts
 from ..recorder import Recorder
 from ..trace import Trace, TraceMeta
 from ..units import _shown, parse_bytes, positive_int
@@ -232,6 +233,9 @@ class Prefetcher:
             sample_across_runs=True,  # the workers outlive each epoch
         )
         self.recorder.consumer = "prefetcher"
+        if mode == "process":
+            facts = dataset_facts(source, self._start_method() == "fork")
+            self.recorder.meta.extra.update({**facts, "batch_size": self.batch_size})
         if self._indexable:
             self.recorder.meta.num_batches = len(self)
             if self.batch_size is not None:

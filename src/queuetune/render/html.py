@@ -194,7 +194,7 @@ def timeline_figure(trace: Trace, report: Report) -> Figure | None:
     lane_axes.set_xlim(-0.01 * span, 1.01 * span)
     shown = _draw_lanes(lane_axes, trace, names, lanes)
     _draw_in_flight(flight, trace, report)
-    _draw_memory(memory, trace)
+    _draw_memory(memory, trace, report)
     memory.set_xlabel("seconds since the loader was watched")
     figure.tight_layout()
     # Now that the layout is fixed: one column of the consumer's lane per pixel of
@@ -443,12 +443,36 @@ def _unit(peak: float) -> tuple[str, float]:
     return "B", 1
 
 
-def _draw_memory(axes: Any, trace: Trace) -> None:
+#: The memory panel's causes, bottom to top, with their colours.
+CAUSES = (
+    ("consumer", "the consumer (and pages workers share with it)", "#c7c7c7"),
+    ("worker_baseline", "workers' baseline", "#9edae5"),
+    ("worker_growth", "workers' growth since", "#d62728"),
+    ("shared_beyond", "shared memory beyond in flight", "#bcbd22"),
+    ("in_flight", "batches in flight (the queue)", "#ff7f0e"),
+)
+
+
+def _draw_memory(axes: Any, trace: Trace, report: Report) -> None:
     axes.set_title("memory", fontsize=10, loc="left")
     if not trace.memory:
         axes.text(0.5, 0.5, "memory was not sampled", ha="center", va="center", transform=axes.transAxes)
         axes.set_yticks([])
         return
+    use = report.memory
+    if use is not None and len(use.series) >= 2:
+        # The tree's real memory (PSS and its shared memory), stacked by cause.
+        axes.set_title("memory: the process tree as the kernel counts it, by cause", fontsize=10, loc="left")
+        when = [c.t for c in use.series]
+        layers = [[getattr(c, name) / 2**20 for c in use.series] for name, _, _ in CAUSES]
+        axes.stackplot(
+            when,
+            layers,
+            labels=[label for _, label, _ in CAUSES],
+            colors=[colour for _, _, colour in CAUSES],
+            step="post",
+            alpha=0.85,
+        )
     t = [m.t - trace.start for m in trace.memory]
     axes.plot(t, [m.rss / 2**20 for m in trace.memory], color="tab:purple", label="the process's RSS")
     if any(m.children for m in trace.memory):
@@ -516,7 +540,8 @@ def _caption(trace: Trace) -> str:
             if depth
             else ""
         )
-        + ". Bottom: memory."
+        + ". Bottom: memory: where the process tree was read, its real memory (the PSS of every process "
+        "and the shared memory none maps) stacked by cause, and the consumer's RSS as a line."
     )
 
 

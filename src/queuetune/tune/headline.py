@@ -44,6 +44,8 @@ class Headline:
     next_step: str
     settings: dict[str, Any] | None = None
     partial_coverage: bool = False
+    #: The memory finding in a few words (see :meth:`queuetune.memory_use.MemoryUse.short`).
+    memory: str | None = None
 
     def text(self) -> str:
         """The headline in one line."""
@@ -60,6 +62,8 @@ class Headline:
             text += " " + (step[0].upper() + step[1:] if first.isalpha() else step) + "."
         if self.partial_coverage:
             text += " Coverage partial: some batches' samples were not keyed."
+        if self.memory:
+            text += f" Memory: {self.memory}."
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,12 +80,13 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
     'Bottleneck: unknown (no batch reached the consumer). No batches.'
     """
     waiting, handover = report.input_bound_fraction, _handover_share(report)
-    partial = bool(getattr(report, "coverage_partial", False))
+    partial = report.coverage_partial
+    memory = report.memory.short() if report.memory is not None else None
     if waiting is None:
-        return Headline("unknown", None, None, recommendation.why, None, partial)
+        return Headline("unknown", None, None, recommendation.why, None, partial, memory)
     if waiting >= MODERATE:
         step, settings = _faster(report, recommendation)
-        return Headline("loading", waiting, handover, step, settings, partial)
+        return Headline("loading", waiting, handover, step, settings, partial, memory)
     step, settings = _leaner(recommendation)
     if handover is not None and handover >= MODERATE:
         spec = FRAMEWORKS.get(report.meta.framework or "")
@@ -89,8 +94,8 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
         per_batch = report.handover.median
         each = f" ({format_seconds(per_batch)} a batch)" if per_batch is not None else ""
         step = f"lower the hand-over{each}: {advice}" + (f"; {step}" if recommendation.settings is not None else "")
-        return Headline("the hand-over", waiting, handover, step, settings, partial)
-    return Headline("the model", waiting, handover, step, settings, partial)
+        return Headline("the hand-over", waiting, handover, step, settings, partial, memory)
+    return Headline("the model", waiting, handover, step, settings, partial, memory)
 
 
 def _faster(report: Report, rec: Recommendation) -> tuple[str, dict[str, Any] | None]:

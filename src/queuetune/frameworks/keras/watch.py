@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import multiprocessing
 import os
 import types
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ require("keras", "keras")
 import keras  # noqa: E402
 
 from ...nbytes import nbytes  # noqa: E402
+from ...real_memory import dataset_facts  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
 from ...trace import Trace, TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Probed, Watching  # noqa: E402
@@ -105,6 +107,8 @@ def watch_pydataset(
         versions={"keras": keras.__version__, "backend": keras.backend.backend()},
     )
     processes = bool(knobs["use_multiprocessing"]) and knobs["workers"] > 0
+    if processes:
+        meta.extra.update(dataset_facts(dataset, multiprocessing.get_start_method() == "fork"))
     recorder = Recorder(meta, processes=processes, sample_memory=sample_memory)
     recorder.consumer = "callback"
     return WatchedPyDataset(dataset, recorder.channel, recorder), recorder

@@ -4,6 +4,7 @@ the main process or a worker process) and where the training loop receives it.""
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import operator
 import threading
 import uuid
@@ -23,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
+from ...real_memory import dataset_facts  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching  # noqa: E402
@@ -482,6 +484,10 @@ def watch_dataloader(
             pass
     count = _num_batches(loader)
     meta.num_batches = count
+    if loader.num_workers > 0:
+        context = loader.multiprocessing_context
+        method = context if isinstance(context, str) else getattr(context, "_name", None)
+        meta.extra.update(dataset_facts(dataset, (method or multiprocessing.get_start_method()) == "fork"))
     recorder = Recorder(meta, processes=loader.num_workers > 0, sample_memory=sample_memory)
     try:
         watched = WatchedDataLoader(loader, recorder, key)

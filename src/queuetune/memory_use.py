@@ -1,0 +1,256 @@
+"""Where the loader's memory went: the tree's real memory (see
+:mod:`queuetune.real_memory`) at each reading split by cause, and the workers
+whose unique memory grows with the samples they read (copy-on-read).
+
+Pure functions of a :class:`~queuetune.trace.Trace` and its in-flight series;
+:func:`queuetune.analysis.analyze` calls :func:`memory_use`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .trace import MemorySample, Trace
+
+MiB = 2**20
+#: A worker's unique memory must grow at least this much, and at least this share
+#: of its baseline, along the samples it reads, to be named as copying what it reads.
+GROWTH_BYTES = 8 * MiB
+GROWTH_SHARE = 0.10
+#: How closely its growth must follow the samples it read (Pearson's r).
+GROWTH_FIT = 0.8
+#: What a worker that copies what it reads is to do instead.
+COPY_ON_READ_FIX = (
+    "hold the samples in numpy arrays, Arrow tables or one bytes object with offsets: "
+    "no per-object reference counts, so reading them copies nothing"
+)
+
+
+@dataclass
+class Causes:
+    """One reading of the tree's real memory (``total``, bytes), split by cause:
+    ``in_flight`` (batches built and not yet released: the queue),
+    ``worker_baseline`` (each worker's unique memory at its first reading: its
+    imports, its own state), ``worker_growth`` (each worker's unique memory
+    since: what it copied or allocated), ``shared_beyond`` (shared-memory
+    files beyond the batches in flight: a pool, or a leak), and ``consumer``
+    (the rest: the consumer process, and the pages the workers share with it).
+    ``t``: seconds from the trace's start."""
+
+    t: float
+    total: int
+    in_flight: int
+    worker_baseline: int
+    worker_growth: int
+    shared_beyond: int
+    consumer: int
+
+
+@dataclass
+class Growth:
+    """A worker whose unique memory grew along the samples it read: by
+    ``bytes`` to ``held``, at ``per_1000_samples`` bytes per 1,000 samples, over ``samples``
+    read; ``heading``: what it would hold having read every sample (None where
+    the dataset's length is unknown); ``copy_on_read``: whether the worker was
+    forked from a process whose dataset holds many Python objects (so the
+    growth is pages of those objects copied as they are read), rather than
+    spawned, or reading a dataset without them (a cache, a leak)."""
+
+    worker: str
+    bytes: int
+    held: int
+    per_1000_samples: float
+    samples: int
+    heading: int | None
+    copy_on_read: bool
+    #: The clock times of the first and the last reading the growth is over.
+    span: tuple[float, float] = (0.0, 0.0)
+
+
+@dataclass
+class MemoryUse:
+    """The tree's real memory over the run (see :class:`Causes`): each reading's
+    split (``series``), the reading of the highest total (``peak``), the
+    workers that grew with what they read (``growing``), the likely cause in
+    the dataset (``containers``: its attributes that hold many Python objects),
+    where the growing workers are heading all together (``heading_bytes``,
+    against ``host_bytes``, the machine's memory), and ``notes``."""
+
+    readings: int
+    peak: Causes | None
+    series: list[Causes] = field(default_factory=list)
+    growing: list[Growth] = field(default_factory=list)
+    containers: dict[str, str] = field(default_factory=dict)
+    heading_bytes: int | None = None
+    host_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    #: How much the shared memory beyond the batches in flight grew, from the first
+    #: reading to its highest, where that is at least ``GROWTH_BYTES`` (a pool that
+    #: grows, or a leak; workers that end take theirs with them).
+    shared_growth: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryUse:
+        """Read back what ``asdict`` wrote (a saved report)."""
+        fields = dict(data)
+        fields["peak"] = Causes(**data["peak"]) if data.get("peak") else None
+        fields["series"] = [Causes(**c) for c in data.get("series", [])]
+        fields["growing"] = [Growth(**{**g, "span": tuple(g.get("span", (0.0, 0.0)))}) for g in data.get("growing", [])]
+        return cls(**fields)
+
+    def short(self) -> str | None:
+        """The finding in a few words, for a headline (None without one).
+
+        >>> g = Growth("7", 50 * MiB, 60 * MiB, 2 * MiB, 25_000, 75 * MiB, True)
+        >>> MemoryUse(5, None, growing=[g], heading_bytes=472 * MiB).short()
+        'workers copy what they read (copy-on-read), +50 MiB so far, heading for 472 MiB in all'
+        """
+        if not self.growing:
+            return self._shared() if self.shared_growth else None
+        forked = all(g.copy_on_read for g in self.growing)
+        text = "workers copy what they read (copy-on-read)" if forked else "workers grow with what they read"
+        text += f", +{sum(g.bytes for g in self.growing) / MiB:,.0f} MiB so far"
+        if self.heading_bytes is not None:
+            text += f", heading for {self.heading_bytes / MiB:,.0f} MiB in all"
+        return text
+
+    def finding(self) -> str | None:
+        """The copy-on-read finding in words, and shared memory that grows
+        (None without either).
+
+        >>> MemoryUse(1, None).finding() is None
+        True
+        >>> MemoryUse(1, None, shared_growth=64 * MiB).finding()
+        'shared memory beyond the batches in flight grew by 64 MiB: a pool that grows, or files left behind'
+        """
+        if not self.growing:
+            return self._shared() if self.shared_growth else None
+        forked = all(g.copy_on_read for g in self.growing)
+        what = "copy what they read (copy-on-read)" if forked else "grow with what they read"
+        each = []
+        for g in self.growing:
+            line = (
+                f"worker {g.worker} +{g.bytes / MiB:,.0f} MiB over {g.samples:,} samples "
+                f"({g.per_1000_samples / MiB:.2f} MiB per 1,000)"
+            )
+            if g.heading is not None:
+                line += f", heading for {g.heading / MiB:,.0f} MiB"
+            each.append(line)
+        text = f"workers {what}: " + "; ".join(each)
+        if self.heading_bytes is not None:
+            text += f", heading for {self.heading_bytes / MiB:,.0f} MiB together"
+            if self.host_bytes:
+                fits = "which fits" if self.heading_bytes < self.host_bytes else "more than"
+                text += f" ({fits} the machine's {self.host_bytes / MiB:,.0f} MiB)"
+        if self.containers:
+            held = "; ".join(f"{name}: {what}" for name, what in self.containers.items())
+            text += f"; the dataset holds {held}"
+        text += "; " + COPY_ON_READ_FIX
+        return text + ("; " + self._shared() if self.shared_growth else "")
+
+    def _shared(self) -> str:
+        grew = f"{self.shared_growth / MiB:,.0f} MiB"
+        return f"shared memory beyond the batches in flight grew by {grew}: a pool that grows, or files left behind"
+
+
+def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int]) -> MemoryUse | None:
+    """The tree's memory of ``trace`` by cause, with the bytes in flight as the
+    step function ``flight_times``/``flight_bytes``; None where the trace has no
+    reading of the tree (version 1, memory sampling off, not Linux).
+
+    >>> from queuetune.trace import Produced
+    >>> t = Trace(memory=[MemorySample(1.0, 50, 0, 0, pss=40, uss=30, shm=0, shared=0, workers=[[7, 20, 10, 0]])])
+    >>> use = memory_use(t, [0.5], [5])
+    >>> (use.peak.total, use.peak.in_flight, use.peak.worker_baseline, use.peak.consumer)
+    (60, 5, 10, 45)
+    """
+    readings = [m for m in trace.memory if m.pss is not None and m.workers is not None]
+    if not readings:
+        return None
+    baseline: dict[int, int] = {}
+    series = []
+    for m in readings:
+        assert m.workers is not None and m.pss is not None
+        own = {pid: _own(uss, shm) for pid, _, uss, shm in m.workers}
+        for pid, uss in own.items():
+            baseline.setdefault(pid, uss)
+        total = m.total or 0
+        flying = _at(flight_times, flight_bytes, m.t)
+        base = sum(min(baseline[pid], uss) for pid, uss in own.items())
+        growth = sum(max(0, uss - baseline[pid]) for pid, uss in own.items())
+        shared_beyond = max(0, (m.shared or 0) - flying)
+        in_flight = min(flying, total)
+        rest = max(0, total - in_flight - base - growth - shared_beyond)
+        series.append(Causes(m.t - trace.start, total, in_flight, base, growth, shared_beyond, rest))
+    peak = max(series, key=lambda c: c.total)
+    extra: dict[str, Any] = trace.meta.extra or {}
+    use = MemoryUse(len(series), peak, series, containers=dict(extra.get("containers") or {}))
+    use.host_bytes = extra.get("host_memory")
+    # Copy-on-read where forked workers read a dataset of many Python objects;
+    # other growth (a cache, a leak in the worker's heap) is growth alone.
+    copying = bool(extra.get("forked", True)) and bool(use.containers)
+    use.growing = _growing(trace, readings, copying, extra.get("objects_bytes") or None)
+    grew = max(c.shared_beyond for c in series) - series[0].shared_beyond
+    use.shared_growth = grew if grew >= GROWTH_BYTES else 0
+    if use.growing and all(g.heading is not None for g in use.growing):
+        use.heading_bytes = peak.total + sum(max(0, (g.heading or 0) - g.held) for g in use.growing)
+    return use
+
+
+def _own(uss: int, shm: int) -> int:
+    """A worker's unique bytes but the shared-memory files it maps (in its USS
+    where it alone maps them, though they are shared memory, counted apart)."""
+    return max(0, uss - shm)
+
+
+def _at(times: list[float], values: list[int], t: float) -> int:
+    i = bisect.bisect_right(times, t)
+    return int(values[i - 1]) if i else 0
+
+
+def _growing(trace: Trace, readings: list[MemorySample], copying: bool, objects: int | None) -> list[Growth]:
+    """Workers whose unique memory follows the samples they had read, heading
+    for their baseline and a copy of every sample (of the dataset's Python
+    ``objects`` where their size is known, else at the rate measured)."""
+    per_batch = _samples_per_batch(trace)
+    built: dict[str, list[float]] = {}
+    for p in trace.produced:
+        built.setdefault(p.worker.rsplit(":", 1)[-1], []).append(p.end)
+    for ends in built.values():
+        ends.sort()
+    dataset = trace.meta.num_samples
+    found = []
+    by_pid: dict[int, list[tuple[float, int]]] = {}
+    for m in readings:
+        for pid, _, uss, shm in m.workers or []:
+            by_pid.setdefault(pid, []).append((m.t, _own(uss, shm)))
+    for pid, points in by_pid.items():
+        ends = built.get(str(pid), [])
+        if len(points) < 3 or not ends:
+            continue
+        read = np.array([bisect.bisect_right(ends, t) * per_batch for t, _ in points], dtype=float)
+        held = np.array([uss for _, uss in points], dtype=float)
+        grew = held[-1] - held[0]
+        samples = read[-1] - read[0]
+        if samples <= 0 or grew < max(GROWTH_BYTES, GROWTH_SHARE * held[0]):
+            continue
+        if np.std(read) == 0 or np.std(held) == 0 or np.corrcoef(read, held)[0, 1] < GROWTH_FIT:
+            continue
+        slope = float(np.polyfit(read, held, 1)[0])
+        if objects:
+            heading: int | None = int(held[0] + objects)
+        else:
+            heading = int(held[0] + slope * dataset) if dataset else None
+        span = (points[0][0], points[-1][0])
+        found.append(Growth(str(pid), int(grew), int(held[-1]), slope * 1000, int(samples), heading, copying, span))
+    return found
+
+
+def _samples_per_batch(trace: Trace) -> int:
+    settings = trace.meta.settings or {}
+    size = settings.get("batch_size", (trace.meta.extra or {}).get("batch_size"))
+    return size if isinstance(size, int) and size > 0 else 1

@@ -1,0 +1,210 @@
+"""The loader's real memory, split by cause, against ground truth read from
+/proc by the processes themselves: copy-on-read named (and not where there is
+none), shared memory left behind named, and the total as the kernel counts it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import psutil
+import pytest
+from tests.helpers import assert_nothing_left_running
+
+import queuetune
+from queuetune import real_memory
+from queuetune.recorder import clock, multiprocessing_helpers
+from queuetune.tune.headline import headline
+from queuetune.tune.recommend import Recommendation
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not real_memory.supported(), reason="needs Linux's /proc/PID/smaps_rollup")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from copy_on_read import loader as names_loader  # noqa: E402
+
+MiB = 2**20
+
+
+def own_uss() -> int:
+    """This process's unique bytes, read from its smaps_rollup here (not through psutil)."""
+    private = 0
+    with open("/proc/self/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                private += int(line.split()[1]) * 1024
+    return private
+
+
+class SelfReported:
+    """A collate function that also writes, in the worker, the time and the
+    worker's own unique memory after each batch, to ``folder/<pid>``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, items: list[int]) -> torch.Tensor:
+        batch = torch.tensor(items)
+        with open(self.folder / str(os.getpid()), "a") as out:
+            out.write(f"{clock()} {own_uss()}\n")
+        return batch
+
+
+def at(points: list[tuple[float, int]], t: float) -> float:
+    """The self-reported value at ``t``, linearly between the reports around it."""
+    before = max((p for p in points if p[0] <= t), default=points[0])
+    after = min((p for p in points if p[0] >= t), default=points[-1])
+    if after[0] == before[0]:
+        return float(before[1])
+    return before[1] + (after[1] - before[1]) * (t - before[0]) / (after[0] - before[0])
+
+
+def read_names(tmp_path: Path, numpy: bool) -> queuetune.Report:
+    plain = names_loader(1_000_000, batches=150, batch=500, workers=2, numpy=numpy)
+    loader = DataLoader(
+        plain.dataset,
+        batch_size=500,
+        sampler=plain.sampler,
+        num_workers=2,
+        multiprocessing_context="fork",
+        collate_fn=SelfReported(tmp_path),
+    )
+    watched = queuetune.watch(loader)
+    for _ in watched:
+        time.sleep(0.03)
+    report = queuetune.report(watched)
+    queuetune.probe_of(watched).close()
+    return report
+
+
+@pytest.mark.timeout(120)
+def test_copy_on_read_of_a_list_of_strings_is_named_with_the_growth_the_workers_see(tmp_path):
+    report = read_names(tmp_path, numpy=False)
+    assert_nothing_left_running()
+    use = report.memory
+    assert use is not None and len(use.growing) == 2
+    finding = use.finding()
+    assert finding is not None and "copy-on-read" in finding and "names: a list of 1,000,000 str" in finding
+    for growth in use.growing:
+        reported = [(float(t), int(uss)) for t, uss in (line.split() for line in (tmp_path / growth.worker).open())]
+        assert growth.copy_on_read and growth.per_1000_samples > 0
+        # Each worker's growth as queuetune read it, against what the worker read of
+        # itself over the same span: within 15 %.
+        first, last = growth.span
+        truth = at(reported, last) - at(reported, first)
+        assert truth > 16 * MiB
+        assert abs(growth.bytes - truth) <= 0.15 * truth, (growth.bytes / MiB, truth / MiB)
+        # Heading for a copy of every string: the baseline and the strings' objects.
+        assert growth.heading is not None and growth.heading > growth.held
+    assert use.heading_bytes is not None and use.heading_bytes > use.peak.total
+    line = headline(report, Recommendation(None, why="none")).text()
+    assert "Memory: workers copy what they read (copy-on-read)" in line
+
+
+@pytest.mark.timeout(120)
+def test_the_same_strings_in_a_numpy_array_stay_flat_and_nothing_is_named(tmp_path):
+    report = read_names(tmp_path, numpy=True)
+    assert_nothing_left_running()
+    use = report.memory
+    assert use is not None and use.readings >= 4
+    assert use.growing == [] and use.finding() is None
+
+
+class Leaky(Dataset):
+    """Each sample puts 1 MiB in shared memory that its worker keeps (a leak)."""
+
+    kept: ClassVar[list[torch.Tensor]] = []
+
+    def __len__(self) -> int:
+        return 60
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        Leaky.kept.append(torch.zeros(MiB // 4).share_memory_())
+        return torch.tensor([index])
+
+
+@pytest.mark.timeout(120)
+def test_shared_memory_left_behind_beyond_the_batches_in_flight_is_named():
+    watched = queuetune.watch(DataLoader(Leaky(), batch_size=1, num_workers=2, multiprocessing_context="fork"))
+    for _ in watched:
+        time.sleep(0.05)
+    report = queuetune.report(watched)
+    queuetune.probe_of(watched).close()
+    assert_nothing_left_running()
+    use = report.memory
+    assert use is not None and use.peak is not None
+    # 60 MiB left behind by the end, against 4 batches of 8 bytes in flight at most.
+    assert use.shared_growth >= 30 * MiB
+    assert max(c.shared_beyond for c in use.series) >= 30 * MiB > use.series[0].shared_beyond
+    assert "shared memory beyond the batches in flight grew" in (use.finding() or "")
+    # Each worker's heap keeps the 1 MiB tensor it made before moving it to shared
+    # memory: growth, but no copy-on-read (the dataset holds no Python objects).
+    assert not any(g.copy_on_read for g in use.growing)
+    assert "copy-on-read" not in (use.finding() or "")
+
+
+def independent_total(root: psutil.Process) -> int:
+    """PSS summed over the tree from each process's smaps_rollup, plus the files
+    in /dev/shm named with one of its pids (the Prefetcher's segments)."""
+    helpers = multiprocessing_helpers()
+    processes = [root, *(c for c in root.children(recursive=True) if c.pid not in helpers)]
+    total, pids = 0, set()
+    for process in processes:
+        with open(f"/proc/{process.pid}/smaps_rollup") as rollup:
+            total += sum(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:"))
+        pids.add(process.pid)
+    for entry in os.scandir("/dev/shm"):
+        if any(str(pid) in entry.name for pid in pids):
+            # Mapped segments are in the PSS already: count only those none maps.
+            mapped = any(entry.name in open(f"/proc/{pid}/maps").read() for pid in pids)
+            if not mapped:
+                total += entry.stat().st_blocks * 512
+    return total
+
+
+@pytest.mark.timeout(120)
+def test_the_total_is_the_pss_of_the_tree_and_its_shared_memory():
+    source = [torch.full((256, 1024), float(i)) for i in range(64)]  # 1 MiB a sample
+    ratios = []
+    with queuetune.Prefetcher(source, max_bytes="64MiB", workers=2, mode="process", batch_size=4) as loader:
+        for step, _ in enumerate(loader):
+            if step % 4 == 0:
+                tree = real_memory.read_tree(exclude=multiprocessing_helpers())
+                truth = independent_total(psutil.Process())
+                assert tree is not None
+                ratios.append(tree.total / truth)
+            time.sleep(0.01)
+    assert_nothing_left_running()
+    assert len(ratios) == 4
+    assert all(0.9 <= r <= 1.1 for r in ratios), ratios
+
+
+@pytest.mark.timeout(120)
+def test_copy_on_read_in_the_prefetchers_worker_processes_is_named():
+    from copy_on_read import Names
+
+    loader = queuetune.Prefetcher(
+        Names(1_000_000),
+        max_bytes="64MiB",
+        workers=2,
+        mode="process",
+        batch_size=500,
+        shuffle=True,
+        seed=0,
+        multiprocessing_context="fork",
+    )
+    with loader:
+        for step, _ in enumerate(loader):
+            time.sleep(0.03)
+            if step == 150:
+                break
+        report = loader.report()
+    assert_nothing_left_running()
+    use = report.memory
+    assert use is not None and use.growing and all(g.copy_on_read for g in use.growing)
+    assert "names: a list of 1,000,000 str" in (use.finding() or "")
