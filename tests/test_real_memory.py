@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import assert_nothing_left_running
 
 import queuetune
-from queuetune import real_memory
+from queuetune import memory_use, real_memory
 from queuetune.recorder import clock, multiprocessing_helpers
 from queuetune.tune.headline import headline
 from queuetune.tune.recommend import Recommendation
@@ -208,3 +208,35 @@ def test_copy_on_read_in_the_prefetchers_worker_processes_is_named():
     use = report.memory
     assert use is not None and use.growing and all(g.copy_on_read for g in use.growing)
     assert "names: a list of 1,000,000 str" in (use.finding() or "")
+
+
+@pytest.mark.timeout(120)
+def test_spawned_workers_that_grow_are_not_called_copy_on_read(tmp_path):
+    plain = names_loader(200_000, batches=150, batch=500, workers=2, numpy=False)
+    loader = DataLoader(
+        plain.dataset, batch_size=500, sampler=plain.sampler, num_workers=2, multiprocessing_context="spawn"
+    )
+    watched = queuetune.watch(loader)
+    for _ in watched:
+        time.sleep(0.03)
+    report = queuetune.report(watched)
+    queuetune.probe_of(watched).close()
+    assert_nothing_left_running()
+    use = report.memory
+    assert use is not None and use.forked is False
+    assert not any(g.copy_on_read for g in use.growing)
+    assert "(copy-on-read)" not in (use.finding() or "")
+
+
+@pytest.mark.timeout(60)
+def test_a_system_without_pss_says_so_once(monkeypatch):
+    monkeypatch.setattr(real_memory, "supported", lambda: False)
+    watched = queuetune.watch(DataLoader(list(range(40)), batch_size=4, num_workers=2))
+    for _ in watched:
+        time.sleep(0.01)
+    report = queuetune.report(watched)
+    queuetune.probe_of(watched).close()
+    assert_nothing_left_running()
+    assert report.memory is not None and report.memory.peak is None
+    assert report.memory.notes == [memory_use.NO_PSS]
+    assert report.peak_rss_bytes is not None  # what psutil gives everywhere

@@ -23,6 +23,11 @@ GROWTH_BYTES = 8 * MiB
 GROWTH_SHARE = 0.10
 #: How closely its growth must follow the samples it read (Pearson's r).
 GROWTH_FIT = 0.8
+#: Said once where memory was sampled on a system with no PSS to read.
+NO_PSS = (
+    "real memory (PSS) needs Linux's /proc/PID/smaps_rollup, which this system does not give: "
+    "the report has the process's RSS and its workers' unique memory only"
+)
 #: What a worker that copies what it reads is to do instead.
 COPY_ON_READ_FIX = (
     "hold the samples in numpy arrays, Arrow tables or one bytes object with offsets: "
@@ -88,6 +93,8 @@ class MemoryUse:
     heading_bytes: int | None = None
     host_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
+    #: Whether the workers were forked (None where unknown): only then can they copy by reading.
+    forked: bool | None = None
     #: How much the shared memory beyond the batches in flight grew, from the first
     #: reading to its highest, where that is at least ``GROWTH_BYTES`` (a pool that
     #: grows, or a leak; workers that end take theirs with them).
@@ -131,6 +138,8 @@ class MemoryUse:
             return self._shared() if self.shared_growth else None
         forked = all(g.copy_on_read for g in self.growing)
         what = "copy what they read (copy-on-read)" if forked else "grow with what they read"
+        if self.forked is False:
+            what += " (they were not forked, so it is not copy-on-read: a cache, or a leak)"
         each = []
         for g in self.growing:
             line = (
@@ -170,6 +179,8 @@ def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int])
     """
     readings = [m for m in trace.memory if m.pss is not None and m.workers is not None]
     if not readings:
+        if trace.memory and "host_memory" in (trace.meta.extra or {}):
+            return MemoryUse(0, None, notes=[NO_PSS])
         return None
     baseline: dict[int, int] = {}
     series = []
@@ -192,6 +203,7 @@ def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int])
     use.host_bytes = extra.get("host_memory")
     # Copy-on-read where forked workers read a dataset of many Python objects;
     # other growth (a cache, a leak in the worker's heap) is growth alone.
+    use.forked = extra.get("forked")
     copying = bool(extra.get("forked", True)) and bool(use.containers)
     use.growing = _growing(trace, readings, copying, extra.get("objects_bytes") or None)
     grew = max(c.shared_beyond for c in series) - series[0].shared_beyond
