@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,8 @@ def machine() -> str:
 
 def tree_memory(pid: int | None = None, shm: str | Path = "/dev/shm") -> dict[str, int]:
     """The real memory of process ``pid`` (this one by default) and all its
-    descendants, in bytes, read from /proc (Linux):
+    descendants, in bytes, read from /proc (Linux) by what queuetune's own
+    reports use (:func:`queuetune.real_memory.read_tree`):
 
     - ``pss``: the sum of each process's proportional set size
       (``psutil.Process.memory_full_info().pss``): its private pages, and each
@@ -98,51 +100,13 @@ def tree_memory(pid: int | None = None, shm: str | Path = "/dev/shm") -> dict[st
     """
     import psutil
 
-    root = psutil.Process(pid)
-    try:
-        processes = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        processes = [root]
-    folder = str(Path(shm))
-    inside = folder.rstrip("/") + "/"
-    pss, read, pids = 0, 0, set()
-    mapped: set[int] = set()  # inodes of the files in ``shm`` that a process maps
-    held: dict[int, int] = {}  # inode -> bytes of the files in ``shm`` a process holds open
-    for process in processes:
-        try:
-            pss += process.memory_full_info().pss
-            with open(f"/proc/{process.pid}/maps") as maps:
-                for line in maps:
-                    if inside in line:
-                        mapped.add(int(line.split(None, 5)[4]))
-            fds = f"/proc/{process.pid}/fd"
-            for fd in os.listdir(fds):
-                try:
-                    if os.readlink(f"{fds}/{fd}").startswith(inside):
-                        info = os.stat(f"{fds}/{fd}")  # the open file itself, deleted or not
-                        held[info.st_ino] = info.st_blocks * 512
-                except OSError:  # closed meanwhile
-                    continue
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError, ProcessLookupError):
-            continue
-        read += 1
-        pids.add(process.pid)
-    named: dict[int, int] = {}
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        entries = []
-    for entry in entries:
-        tokens = re.split(r"[^0-9A-Za-z]+", entry.name)
-        if not any(token.isdigit() and int(token) in pids for token in tokens):
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:  # removed meanwhile
-            continue
-        named[info.st_ino] = info.st_blocks * 512
-    unmapped = sum(size for inode, size in {**named, **held}.items() if inode not in mapped)
-    return {"pss": pss, "shm": unmapped, "total": pss + unmapped, "processes": read}
+    from queuetune.real_memory import read_tree
+
+    tree = read_tree(psutil.Process(pid), shm=shm)
+    if tree is None:
+        return {"pss": 0, "shm": 0, "total": 0, "processes": 0}
+    pss = tree.consumer.pss + tree.workers_pss
+    return {"pss": pss, "shm": tree.shm, "total": pss + tree.shm, "processes": 1 + len(tree.workers)}
 
 
 class Sampler:
@@ -315,9 +279,33 @@ def preamble(title: str, result: dict[str, Any]) -> list[str]:
     ]
 
 
+def commit() -> dict[str, Any]:
+    """The commit the benchmark ran at, and whether tracked files had changes
+    beside it, where git can tell (nothing where it cannot: a copy without
+    ``.git``, no git)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*argv: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *argv], cwd=root, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    if not head:
+        return {}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": head.strip(), **({} if status is None else {"commit_dirty": bool(status.strip())})}
+
+
 def publish(result: dict[str, Any], text: str, stem: str, as_json: bool, out: Path | None) -> None:
     """Print the table (or the JSON with ``as_json``); with ``out``, write
-    ``<stem>.json`` and ``<stem>.txt`` into that folder as well."""
+    ``<stem>.json`` and ``<stem>.txt`` into that folder as well, replacing the
+    run before (git keeps the history; a file's name carries no run's story).
+    The JSON gets the date (UTC) and the commit where the benchmark gave none."""
+    stamp = {"date": datetime.now(UTC).isoformat(timespec="seconds"), **commit()}
+    result = {**result, **{key: value for key, value in stamp.items() if key not in result}}
     print(json.dumps(result, indent=2) if as_json else text)
     if out:
         out.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,10 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-from common import machine, package_versions, preamble, publish, rotated  # noqa: E402
+import numpy as np
 
-import queuetune  # noqa: E402
+import queuetune
+from common import machine, package_versions, preamble, publish, rotated
 
 BATCH, WORKERS, SAMPLE_SLEEP, STEP = 16, 2, 0.000125, 0.020
 SHAPE = (64, 256)
@@ -123,9 +123,7 @@ def run_tfdata(batches: int) -> queuetune.Report:
         x, y = tf.py_function(build, [index], (tf.float32, tf.int64))
         return x, y
 
-    dataset = (
-        tf.data.Dataset.range(batches * BATCH).map(mapped, num_parallel_calls=WORKERS).batch(BATCH).prefetch(2)
-    )
+    dataset = tf.data.Dataset.range(batches * BATCH).map(mapped, num_parallel_calls=WORKERS).batch(BATCH).prefetch(2)
     watched = queuetune.watch(dataset)
     for _ in watched:
         time.sleep(STEP)
@@ -179,7 +177,7 @@ def main() -> None:
         "benchmark": "handover",
         "versions": package_versions("torch", "keras", "tensorflow-cpu", "numpy"),
         "machine": machine(),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "seconds": time.monotonic() - began,
         "workload": {
             "batch": BATCH,

@@ -101,7 +101,7 @@ def main() -> None:
     for key, label in (("images_per_s", "training images/s"), ("wall_s", "wall time")):
         each = ", ".join(f"{x:.3f}" for x in ratios[key])
         lines.append(f"queuetune run / plain, {label}: median {result['median_ratios'][key]:.3f} (rounds {each})")
-    publish(result, "\n".join(lines), "run_overhead-stream" if args.stream else "run_overhead", args.json, args.out)
+    publish(result, "\n".join(lines), "run_overhead.stream" if args.stream else "run_overhead", args.json, args.out)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,14 @@ from ray_cluster import DRIVER_ENV
 
 os.environ.update(DRIVER_ENV)  # before anything imports ray
 
+# Importing readline (pytest imports pdb, which imports it) sets COLUMNS and LINES
+# in the process's C environment, unseen by os.environ, and every subprocess a test
+# starts inherits them: queuetune's tables honour COLUMNS, so a test's child would
+# print at readline's width. Unless the suite itself was given them, they go.
+for _name in ("COLUMNS", "LINES"):
+    if _name not in os.environ:
+        os.unsetenv(_name)
+
 # A shell that starts the suite in the background has it ignore SIGINT; the
 # tests that send SIGINT need Python's own handler (KeyboardInterrupt).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

@@ -1,5 +1,7 @@
-"""The package as people install it: the sdist and wheel build, and the wheel,
-installed into a new virtual environment with no framework, runs the CLI."""
+"""The package as people install it: the sdist and wheel build, their metadata
+asks for ranges of versions (never an exact one, which would replace a user's own
+torch or Ray), and the wheel, installed into a new virtual environment with no
+framework, runs the CLI."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ import os
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 import queuetune
 
@@ -57,6 +62,64 @@ def test_the_sdist_and_wheel_carry_the_version_and_the_type_marker(dist: Path) -
     assert f"queuetune-{version}/README.md" in members
 
 
+def requires_dist(wheel: Path) -> list[Requirement]:
+    """The wheel's ``Requires-Dist`` lines, parsed."""
+    with zipfile.ZipFile(wheel) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = z.read(name).decode()
+    return [Requirement(line.split(":", 1)[1]) for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def extra_of(requirement: Requirement) -> str | None:
+    """The extra a requirement belongs to (``extra == "torch"`` in its marker), or None for the base."""
+    marker = str(requirement.marker or "")
+    return marker.split('extra == "', 1)[1].split('"', 1)[0] if 'extra == "' in marker else None
+
+
+def test_the_wheel_asks_for_ranges_never_an_exact_version(dist: Path) -> None:
+    (wheel,) = dist.glob("*.whl")
+    requirements = requires_dist(wheel)
+    extras = {extra_of(r) for r in requirements}
+    assert {None, "torch", "keras", "tf", "ray", "plot", "tensorboard"} <= extras, extras
+    for requirement in requirements:
+        pinned = [
+            s for s in requirement.specifier if s.operator == "===" or (s.operator == "==" and "*" not in s.version)
+        ]
+        assert not pinned, f"{requirement} (extra {extra_of(requirement)}) pins an exact version"
+        if requirement.name != "types-psutil" and extra_of(requirement) != "all":
+            assert any(s.operator == ">=" for s in requirement.specifier), f"{requirement} has no lower bound"
+    # A user's CUDA build of a newer torch, or a newer Ray, stays as it is.
+    torch = [r for r in requirements if r.name == "torch"]
+    assert torch and all(r.specifier.contains(v) for r in torch for v in ("2.14.0+cu126", "2.15.0", "2.13.0"))
+    ray = [r for r in requirements if r.name == "ray"]
+    assert ray and all(r.specifier.contains("2.61.0") and "data" in r.extras for r in ray)
+
+
+def test_the_constraints_pin_every_dependency_within_its_range() -> None:
+    """constraints.txt, which scripts/setup installs with, pins exact versions, each
+    one inside the range pyproject.toml gives users."""
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact version"
+            pins[name.strip().lower()] = version.strip()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [Requirement(r) for r in project["dependencies"]]
+    for name, group in project["optional-dependencies"].items():
+        declared += [Requirement(r) for r in group if name != "all"]
+    for requirement in declared:
+        name = requirement.name.lower()
+        assert name in pins, f"{requirement.name} has no exact version in constraints.txt"
+        assert requirement.specifier.contains(Version(pins[name])), (
+            f"constraints.txt's {name}=={pins[name]} is outside {requirement}"
+        )
+    assert pins["torch"] == "2.13.0"
+    setup = (ROOT / "scripts" / "setup").read_text()
+    assert "-c constraints.txt torch" in setup and '-c constraints.txt -e ".[$extras]"' in setup
+
+
 def test_the_wheel_runs_in_a_new_venv_with_no_framework(dist: Path, tmp_path: Path) -> None:
     (wheel,) = dist.glob("*.whl")
     venv = tmp_path / "venv"
@@ -83,9 +146,9 @@ def test_the_wheel_runs_in_a_new_venv_with_no_framework(dist: Path, tmp_path: Pa
     argv = ("estimate", "--shape", "224x224x3", "--batch", "32", "--framework", "torch", "--num-workers", "2")
     estimate = json.loads(run(cli, *argv, "--json", cwd=away))
     assert estimate["batch"]["nbytes"] == 224 * 224 * 3 * 32 * 4
-    assert (
-        estimate["footprint"]["total_bytes"] == (2 * 2 + 1) * estimate["batch"]["nbytes"]
-    )  # 2 workers x 2, the step's
+    # 2 workers x 2, and the step's; the worker processes' own memory comes on top in total_bytes
+    assert estimate["footprint"]["batches_bytes"] == (2 * 2 + 1) * estimate["batch"]["nbytes"]
+    assert estimate["footprint"]["total_bytes"] > estimate["footprint"]["batches_bytes"]
 
     report = json.loads(run(cli, "report", TRACE, "--json", cwd=away))
     assert (report["produced_batches"], report["consumed_batches"]) == (4, 4)

@@ -492,7 +492,7 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.usage = (
-        "queuetune run [--out DIR] [--live | --no-live] [--html | --no-html] [--tensorboard LOGDIR]\n"
+        "queuetune run [--out DIR] [--live | --no-live] [--html | --no-html] [--tensorboard LOGDIR] [--json]\n"
         "                     (script.py | -m module) [args ...]"
     )
     parser.add_argument("--out", metavar="DIR", help="folder for the traces (default: queuetune-run-<time>)")
@@ -512,6 +512,12 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
         "--tensorboard",
         metavar="LOGDIR",
         help="write input wait, bytes in flight and batches/s of every loader as TensorBoard scalars, each second",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print what was found as JSON (summary.json's content, with the folder, summary and page) "
+        "instead of tables, after the program's own output",
     )
     parser.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m does")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="the script (or module) and its arguments")
@@ -538,7 +544,11 @@ def _run_run(args: argparse.Namespace) -> int:
         logdir = str(prepare_out(args.tensorboard, "TensorBoard scalars"))
         contexts.append(lambda session: session_scalars(session, logdir))
     result = run_program(target, args.out, while_running=_together(contexts), html=args.html)
-    print_program(result)
+    if args.json:
+        paths = {"out": result.out, "summary": result.summary, "html": result.html}
+        print(dumps({**result.to_dict(), **{k: None if v is None else str(v) for k, v in paths.items()}}))
+    else:
+        print_program(result)
     return result.exit_code
 
 

@@ -25,7 +25,7 @@ import xxhash
 _INT64 = (-(2**63), 2**63 - 1)
 
 #: The price of a fingerprint, in seconds of the reference machine (the 2-core
-#: Intel Xeon of ``benchmarks/fingerprint_cost.py``, idle; docs/guide.md has its
+#: Intel Xeon of ``benchmarks/fingerprint_cost.py``, idle; docs/pytorch.md has its
 #: table): each array or tensor (its conversion, header and call), each other
 #: value (a number, a string, a container's own header), and each byte hashed
 #: (0.04 ms a MiB). Summed over a sample they come within 1 to 1.8 times of

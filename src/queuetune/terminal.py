@@ -1,14 +1,17 @@
 """Printing on the terminal: what the CLI and the API show, from what
-:mod:`queuetune.render.text` makes; the spinner and the progress bar of the
-commands that take a while."""
+:mod:`queuetune.render.text` makes, every table in one style (rich's), at the
+width of ``COLUMNS`` or of the terminal, with no trailing spaces off a terminal;
+the spinner and the progress bar of the commands that take a while."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
+from rich.measure import Measurement
 from rich.text import Text
 
 from .render.text import demo_text, program_text, ranks_text, report_table, tune_text
@@ -22,43 +25,88 @@ if TYPE_CHECKING:
     from .tune.headline import Headline
 
 
+def columns() -> int | None:
+    """``COLUMNS`` from the environment, where it is a positive whole number.
+
+    >>> import os
+    >>> os.environ["COLUMNS"] = "100"; columns()
+    100
+    >>> os.environ["COLUMNS"] = "wide"; columns() is None
+    True
+    >>> del os.environ["COLUMNS"]
+    """
+    text = os.environ.get("COLUMNS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def console_for(renderables: Sequence[RenderableType], file: IO[str] | None = None) -> Console:
+    """A console for printing ``renderables`` to ``file`` (stdout by default), as
+    wide as ``COLUMNS`` says, else as the terminal is; off a terminal with no
+    ``COLUMNS`` (a file, a pipe), as wide as the widest of them needs, so that
+    nothing is wrapped. Never narrower than a table's columns that cannot wrap
+    (its numbers) need: a number is never cut."""
+    console = Console(file=file, highlight=False, soft_wrap=False)
+    if console.is_terminal or columns() is not None:
+        tables = [r for r in renderables if not isinstance(r, str)]
+        needed = max((_measure(console, r).minimum for r in tables), default=0)
+    else:
+        needed = max((_measure(console, r).maximum for r in renderables), default=1)
+        console.width = max(needed, 1)
+    console.width = max(console.width, needed)
+    return console
+
+
+def _measure(console: Console, renderable: RenderableType) -> Measurement:
+    if isinstance(renderable, str):
+        renderable = Text(renderable)
+    return console.measure(renderable, options=console.options.update_width(10_000))
+
+
+def emit(console: Console, renderable: RenderableType) -> None:
+    """Print one table or line on ``console``: text as written (no markup),
+    wrapped between words at the console's width; off a terminal, every line
+    without trailing spaces (what rich pads a table's title and cells with)."""
+    options: dict[str, Any] = {"markup": False, "highlight": False}
+    if console.is_terminal:
+        console.print(renderable, **options)
+        return
+    with console.capture() as captured:
+        console.print(renderable, **options)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    console.file.flush()
+
+
 def print_renderable(renderable: RenderableType, file: IO[str] | None = None) -> None:
-    """Print to ``file`` (stdout by default), widening the console so numbers are never cut.
+    """Print to ``file`` (stdout by default) at the width :func:`console_for` chooses.
 
     >>> print_renderable("hello")
     hello
     """
-    console = Console(file=file, highlight=False, soft_wrap=False)
-    measured = console.measure(renderable, options=console.options.update_width(10_000))
-    # A terminal may still wrap the text columns; redirected output is never wrapped.
-    needed = measured.minimum if console.is_terminal else measured.maximum
-    console.width = max(console.width, needed)
-    console.print(renderable)
+    print_all([renderable], file)
 
 
 def print_all(renderables: Iterable[RenderableType], file: IO[str] | None = None) -> None:
-    """:func:`print_renderable` each in turn."""
-    for renderable in renderables:
-        print_renderable(renderable, file)
+    """Print each in turn, all at one width (:func:`console_for`)."""
+    items = list(renderables)
+    console = console_for(items, file)
+    for renderable in items:
+        emit(console, renderable)
 
 
 def print_lines(renderables: Iterable[RenderableType], console: Console | None = None) -> None:
-    """Print each on ``console``: tables as they are, lines of text as written
-    (no markup), long ones wrapped by the terminal, not cut."""
-    console = console or Console()
-    for renderable in renderables:
-        if isinstance(renderable, str):
-            console.print(renderable, markup=False, highlight=False, soft_wrap=True)
-        else:
-            console.print(renderable)
+    """Print each on ``console`` (by default one that :func:`console_for` sizes):
+    tables as they are, lines of text as written (no markup), long ones wrapped
+    between words, not cut."""
+    items = list(renderables)
+    console = console or console_for(items)
+    for renderable in items:
+        emit(console, renderable)
 
 
 def print_report(report: Report, console: Console | None = None, *, headline: Headline | None = None) -> None:
     """Print ``report`` as one table with a title naming the loader, after its ``headline`` where given."""
-    console = console or Console()
-    if headline is not None:
-        console.print(Text(headline.text(), style="bold"))
-    console.print(report_table(report))
+    items: list[RenderableType] = [] if headline is None else [Text(headline.text(), style="bold")]
+    print_lines([*items, report_table(report)], console)
 
 
 def print_demo(result: DemoResult, console: Console | None = None) -> None:

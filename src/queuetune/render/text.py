@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -21,6 +20,7 @@ from .explain import explain
 if TYPE_CHECKING:
     from ..analysis import Coverage, Report, Start, Timing
     from ..experiment import DemoResult
+    from ..memory_use import Causes
     from ..program_result import ProgramResult
     from ..ranks import RanksReport
     from ..trace import TraceMeta
@@ -76,6 +76,13 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
                 f"{_seconds(report.input_wait_seconds)} of {_seconds(report.wall_seconds)}",
             )
         )
+    if report.memory is not None and report.memory.peak is not None:
+        rows.append(("real memory (peak, by cause)", _causes(report.memory.peak)))
+        finding = report.memory.finding()
+        if finding:
+            rows.append(("copy-on-read", finding))
+    if report.memory is not None:
+        rows.extend(("note", note) for note in report.memory.notes)
     if report.peak_rss_bytes is not None:
         rows.append(("peak RSS (process)", format_bytes(report.peak_rss_bytes)))
         rows.append(("peak unique memory of workers", format_bytes(report.peak_children_bytes or 0)))
@@ -95,6 +102,18 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
     for note in report.notes:
         rows.append(("note", note))
     return rows
+
+
+def _causes(peak: Causes) -> str:
+    parts = [
+        ("batches in flight", peak.in_flight),
+        ("workers' baseline", peak.worker_baseline),
+        ("workers' growth", peak.worker_growth),
+        ("shared memory beyond in flight", peak.shared_beyond),
+        ("the consumer", peak.consumer),
+    ]
+    shown = ", ".join(f"{name} {format_bytes(size)}" for name, size in parts)
+    return f"{format_bytes(peak.total)} (PSS of the process tree and its shared memory): {shown}"
 
 
 def _title(meta: TraceMeta) -> str:
@@ -200,14 +219,14 @@ def _listing(items: list[int]) -> str:
 
 
 def seed_table_view(table: dict[str, Any]) -> Table:
-    """A Markdown-style table of :func:`queuetune.memory.seed_table`, values as the article prints them.
+    """The table of :func:`queuetune.memory.seed_table`, values as the article prints them.
 
     >>> from queuetune.memory import seed_table
     >>> seed_table_view(seed_table()).row_count
     12
     """
     title = f"{table['dtype']}, {table['channels']} channel(s), {table['unit']} per batch"
-    view = Table(box=box.MARKDOWN, title=title)
+    view = Table(title=title)
     view.add_column("batch", justify="right", no_wrap=True)
     for size in table["sizes"]:
         view.add_column(f"{size}x{size}", justify="right", no_wrap=True)
