@@ -21,6 +21,10 @@ MiB = 2**20
 #: of its baseline, along the samples it reads, to be named as copying what it reads.
 GROWTH_BYTES = 8 * MiB
 GROWTH_SHARE = 0.10
+#: Growth where the dataset holds no Python objects to copy (a cache, a leak) is
+#: named from this much, where the later half of the readings holds this share of it.
+OTHER_GROWTH_BYTES = 64 * MiB
+LATER_SHARE = 0.25
 #: How closely its growth must follow the samples it read (Pearson's r).
 GROWTH_FIT = 0.8
 #: Said once where memory was sampled on a system with no PSS to read.
@@ -44,7 +48,7 @@ class Causes:
     since: what it copied or allocated), ``shared_beyond`` (shared-memory
     files beyond the batches in flight: a pool, or a leak), and ``consumer``
     (the rest: the consumer process, and the pages the workers share with it).
-    ``t``: seconds from the trace's start."""
+    ``t``: seconds from the trace's start; ``workers``: the worker processes read."""
 
     t: float
     total: int
@@ -53,6 +57,7 @@ class Causes:
     worker_growth: int
     shared_beyond: int
     consumer: int
+    workers: int = 0
 
 
 @dataclass
@@ -158,7 +163,8 @@ class MemoryUse:
         if self.containers:
             held = "; ".join(f"{name}: {what}" for name, what in self.containers.items())
             text += f"; the dataset holds {held}"
-        text += "; " + COPY_ON_READ_FIX
+        if forked:
+            text += "; " + COPY_ON_READ_FIX
         return text + ("; " + self._shared() if self.shared_growth else "")
 
     def _shared(self) -> str:
@@ -196,7 +202,7 @@ def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int])
         shared_beyond = max(0, (m.shared or 0) - flying)
         in_flight = min(flying, total)
         rest = max(0, total - in_flight - base - growth - shared_beyond)
-        series.append(Causes(m.t - trace.start, total, in_flight, base, growth, shared_beyond, rest))
+        series.append(Causes(m.t - trace.start, total, in_flight, base, growth, shared_beyond, rest, len(own)))
     peak = max(series, key=lambda c: c.total)
     extra: dict[str, Any] = trace.meta.extra or {}
     use = MemoryUse(len(series), peak, series, containers=dict(extra.get("containers") or {}))
@@ -206,11 +212,34 @@ def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int])
     use.forked = extra.get("forked")
     copying = bool(extra.get("forked", True)) and bool(use.containers)
     use.growing = _growing(trace, readings, copying, extra.get("objects_bytes") or None)
-    grew = max(c.shared_beyond for c in series) - series[0].shared_beyond
-    use.shared_growth = grew if grew >= GROWTH_BYTES else 0
+    use.shared_growth = _shared_growth(trace, series)
     if use.growing and all(g.heading is not None for g in use.growing):
         use.heading_bytes = peak.total + sum(max(0, (g.heading or 0) - g.held) for g in use.growing)
     return use
+
+
+def _shared_growth(trace: Trace, series: list[Causes]) -> int:
+    """How much the shared memory beyond the batches in flight grew along the
+    batches built, where it grew with them (Pearson's r at least
+    ``GROWTH_FIT``, over the readings with workers from when an eighth of the
+    batches were built: the start's first segments are not growth) by at least
+    ``GROWTH_BYTES`` and four batches (a loader's shared memory comes and goes
+    by the batch: the consumer's step holds one after its release); 0 otherwise."""
+    ends = sorted(p.end - trace.start for p in trace.produced)
+    if len(ends) < 4:
+        return 0
+    settled = ends[len(ends) // 8]
+    # While workers live: workers that end take their shared memory with them.
+    points = [(bisect.bisect_right(ends, c.t), c.shared_beyond) for c in series if c.t >= settled and c.workers]
+    if len(points) < 3:
+        return 0
+    built = np.array([b for b, _ in points], dtype=float)
+    shared = np.array([s for _, s in points], dtype=float)
+    grew = float(shared.max() - shared[0])
+    batch = float(np.median([p.nbytes for p in trace.produced]))
+    if grew < max(GROWTH_BYTES, 4 * batch) or np.std(built) == 0 or np.std(shared) == 0:
+        return 0
+    return int(grew) if np.corrcoef(built, shared)[0, 1] >= GROWTH_FIT else 0
 
 
 def _own(uss: int, shm: int) -> int:
@@ -249,6 +278,12 @@ def _growing(trace: Trace, readings: list[MemorySample], copying: bool, objects:
         grew = held[-1] - held[0]
         samples = read[-1] - read[0]
         if samples <= 0 or grew < max(GROWTH_BYTES, GROWTH_SHARE * held[0]):
+            continue
+        # Without a dataset of Python objects to copy, only a large growth that goes on
+        # in the later half is named: a worker's allocator warming up (its first
+        # batches' buffers) grows by tens of MiB at its start, then holds.
+        later = held[-1] - held[len(held) // 2]
+        if not copying and (grew < OTHER_GROWTH_BYTES or later < LATER_SHARE * grew):
             continue
         if np.std(read) == 0 or np.std(held) == 0 or np.corrcoef(read, held)[0, 1] < GROWTH_FIT:
             continue
