@@ -132,7 +132,7 @@ class NodeHeld:
 @dataclass
 class Report:
     """What a traced run did (all bytes in bytes, times in seconds); the words are
-    those of docs/guide.md's "Words used": produced, consumed, read-ahead, in flight, input wait.
+    those of docs/index.md's "Words used": produced, consumed, read-ahead, in flight, input wait.
 
     >>> from queuetune.trace import Trace, Produced, Consumed, Mark
     >>> t = Trace(produced=[Produced(0.0, 1.0, 10)], consumed=[Consumed(0.0, 1.0)],
