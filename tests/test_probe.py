@@ -206,12 +206,18 @@ def test_a_recorder_sampling_across_runs_reads_no_child_in_the_consumers_thread(
     sampler: an epoch's start and end cost the consumer no reading of the
     workers' memory (milliseconds each at a dozen workers); the sampler's
     thread makes them, until close()."""
+    from queuetune.real_memory import ProcessMemory, TreeMemory
     from queuetune.recorder import MemorySampler, Recorder
     from queuetune.trace import TraceMeta
 
     readers = []
     monkeypatch.setattr(
         MemorySampler, "_read_children", lambda self: readers.append(threading.current_thread().name) or (0, 0)
+    )
+    monkeypatch.setattr(
+        MemorySampler,
+        "_read_tree",
+        lambda self: readers.append(threading.current_thread().name) or TreeMemory(ProcessMemory(0, 1, 1, 1)),
     )
     recorder = Recorder(TraceMeta(loader="demo"), processes=True, memory_interval=0.01, sample_across_runs=True)
     try:

@@ -266,3 +266,64 @@ def test_workers_warming_up_over_their_first_batches_are_not_named():
     assert report.memory is not None and report.memory.readings >= 4
     assert report.memory.growing == [] and report.memory.shared_growth == 0
     assert report.memory.finding() is None
+
+
+@pytest.mark.timeout(120)
+def test_copy_on_read_by_persistent_workers_is_named(tmp_path):
+    plain = names_loader(1_000_000, batches=75, batch=500, workers=2, numpy=False)
+    loader = DataLoader(
+        plain.dataset,
+        batch_size=500,
+        sampler=plain.sampler,
+        num_workers=2,
+        multiprocessing_context="fork",
+        persistent_workers=True,
+    )
+    watched = queuetune.watch(loader)
+    for _epoch in range(2):
+        for _ in watched:
+            time.sleep(0.03)
+    report = queuetune.report(watched)
+    queuetune.probe_of(watched).close()
+    del loader, watched
+    assert_nothing_left_running()
+    use = report.memory
+    assert use is not None and len(use.growing) == 2 and all(g.copy_on_read for g in use.growing)
+
+
+@pytest.mark.keras
+@pytest.mark.timeout(180)
+def test_copy_on_read_by_a_keras_pydatasets_worker_processes_is_named():
+    keras = pytest.importorskip("keras")
+    import numpy as np
+    from copy_on_read import Names
+
+    class Batches(keras.utils.PyDataset):
+        def __init__(self) -> None:
+            super().__init__(workers=2, use_multiprocessing=True, max_queue_size=4)
+            self.names = Names(1_000_000).names
+            self.order = np.random.default_rng(0).permutation(len(self.names))
+
+        def __len__(self) -> int:
+            return 150
+
+        def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+            picked = self.order[index * 500 : (index + 1) * 500]
+            x = np.array([[len(self.names[i])] for i in picked], dtype="float32")
+            return x, x
+
+    class Step(keras.callbacks.Callback):
+        def on_predict_batch_end(self, batch: int, logs: object = None) -> None:
+            time.sleep(0.03)
+
+    inputs = keras.Input((1,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    data = queuetune.watch(Batches())
+    probe = queuetune.probe_of(data)
+    model.predict(data, verbose=0, callbacks=[Step(), probe.keras_callback(print_report=False)])
+    report = probe.report()
+    probe.close()
+    assert_nothing_left_running()
+    use = report.memory
+    assert use is not None and use.growing and all(g.copy_on_read for g in use.growing)
+    assert "names: a list of 1,000,000 str" in (use.finding() or "")

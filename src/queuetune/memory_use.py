@@ -271,7 +271,9 @@ def _growing(trace: Trace, readings: list[MemorySample], copying: bool, objects:
             by_pid.setdefault(pid, []).append((m.t, _own(uss, shm)))
     for pid, points in by_pid.items():
         ends = built.get(str(pid), [])
-        if len(points) < 3 or not ends:
+        # Two readings do where the dataset holds Python objects to copy (a big
+        # consumer's reading takes tens of milliseconds, so they come seldom).
+        if len(points) < (2 if copying else 3) or not ends:
             continue
         read = np.array([bisect.bisect_right(ends, t) * per_batch for t, _ in points], dtype=float)
         held = np.array([uss for _, uss in points], dtype=float)
@@ -285,7 +287,9 @@ def _growing(trace: Trace, readings: list[MemorySample], copying: bool, objects:
         later = held[-1] - held[len(held) // 2]
         if not copying and (grew < OTHER_GROWTH_BYTES or later < LATER_SHARE * grew):
             continue
-        if np.std(read) == 0 or np.std(held) == 0 or np.corrcoef(read, held)[0, 1] < GROWTH_FIT:
+        if np.std(read) == 0 or np.std(held) == 0:
+            continue
+        if len(points) > 2 and np.corrcoef(read, held)[0, 1] < GROWTH_FIT:
             continue
         slope = float(np.polyfit(read, held, 1)[0])
         if objects:

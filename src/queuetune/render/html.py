@@ -447,7 +447,7 @@ def _unit(peak: float) -> tuple[str, float]:
 CAUSES = (
     ("consumer", "the consumer (and pages workers share with it)", "#c7c7c7"),
     ("worker_baseline", "workers' baseline", "#9edae5"),
-    ("worker_growth", "workers' growth since", "#d62728"),
+    ("worker_growth", "workers' growth since", "#e377c2"),
     ("shared_beyond", "shared memory beyond in flight", "#bcbd22"),
     ("in_flight", "batches in flight (the queue)", "#ff7f0e"),
 )
@@ -462,7 +462,7 @@ def _draw_memory(axes: Any, trace: Trace, report: Report) -> None:
     use = report.memory
     if use is not None and len(use.series) >= 2:
         # The tree's real memory (PSS and its shared memory), stacked by cause.
-        axes.set_title("memory: the process tree as the kernel counts it, by cause", fontsize=10, loc="left")
+        axes.set_title("memory as the kernel counts it, by cause", fontsize=10, loc="left")
         when = [c.t for c in use.series]
         layers = [[getattr(c, name) / 2**20 for c in use.series] for name, _, _ in CAUSES]
         axes.stackplot(
@@ -540,8 +540,8 @@ def _caption(trace: Trace) -> str:
             if depth
             else ""
         )
-        + ". Bottom: memory: where the process tree was read, its real memory (the PSS of every process "
-        "and the shared memory none maps) stacked by cause, and the consumer's RSS as a line."
+        + ". Bottom: memory: where the loader's real memory was read (the PSS of the consumer and its "
+        "workers, and the shared memory none of them maps), stacked by cause; the consumer's RSS as a line."
     )
 
 
