@@ -79,6 +79,9 @@ class Growth:
     copy_on_read: bool
     #: The clock times of the first and the last reading the growth is over.
     span: tuple[float, float] = (0.0, 0.0)
+    #: What ``samples`` counts: samples, or batches where the loader's batch size is
+    #: not known (a Keras ``PyDataset``), and so ``per_1000_samples`` too.
+    unit: str = "samples"
 
 
 @dataclass
@@ -148,7 +151,7 @@ class MemoryUse:
         each = []
         for g in self.growing:
             line = (
-                f"worker {g.worker} +{g.bytes / MiB:,.0f} MiB over {g.samples:,} samples "
+                f"worker {g.worker} +{g.bytes / MiB:,.0f} MiB over {g.samples:,} {g.unit} "
                 f"({g.per_1000_samples / MiB:.2f} MiB per 1,000)"
             )
             if g.heading is not None:
@@ -258,12 +261,14 @@ def _growing(trace: Trace, readings: list[MemorySample], copying: bool, objects:
     for their baseline and a copy of every sample (of the dataset's Python
     ``objects`` where their size is known, else at the rate measured)."""
     per_batch = _samples_per_batch(trace)
+    unit = "samples" if per_batch else "batches"
+    per_batch = per_batch or 1
     built: dict[str, list[float]] = {}
     for p in trace.produced:
         built.setdefault(p.worker.rsplit(":", 1)[-1], []).append(p.end)
     for ends in built.values():
         ends.sort()
-    dataset = trace.meta.num_samples
+    dataset = trace.meta.num_samples if unit == "samples" else trace.meta.num_batches
     found = []
     by_pid: dict[int, list[tuple[float, int]]] = {}
     for m in readings:
@@ -297,11 +302,13 @@ def _growing(trace: Trace, readings: list[MemorySample], copying: bool, objects:
         else:
             heading = int(held[0] + slope * dataset) if dataset else None
         span = (points[0][0], points[-1][0])
-        found.append(Growth(str(pid), int(grew), int(held[-1]), slope * 1000, int(samples), heading, copying, span))
+        found.append(
+            Growth(str(pid), int(grew), int(held[-1]), slope * 1000, int(samples), heading, copying, span, unit)
+        )
     return found
 
 
-def _samples_per_batch(trace: Trace) -> int:
+def _samples_per_batch(trace: Trace) -> int | None:
     settings = trace.meta.settings or {}
     size = settings.get("batch_size", (trace.meta.extra or {}).get("batch_size"))
-    return size if isinstance(size, int) and size > 0 else 1
+    return size if isinstance(size, int) and size > 0 else None

@@ -35,7 +35,8 @@ class _Schedstat:
         return int(os.pread(self.fd, 64, 0).split()[1]) / 1e9
 
     def __del__(self) -> None:
-        os.close(self.fd)
+        with contextlib.suppress(OSError, TypeError):  # TypeError: at interpreter exit
+            os.close(self.fd)
 
 
 _THREAD = threading.local()
