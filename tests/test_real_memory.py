@@ -116,15 +116,15 @@ def test_the_same_strings_in_a_numpy_array_stay_flat_and_nothing_is_named(tmp_pa
 
 
 class Leaky(Dataset):
-    """Each sample puts 1 MiB in shared memory that its worker keeps (a leak)."""
+    """Each sample puts 512 KiB in shared memory that its worker keeps (a leak)."""
 
     kept: ClassVar[list[torch.Tensor]] = []
 
     def __len__(self) -> int:
-        return 150
+        return 200
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        Leaky.kept.append(torch.zeros(MiB // 4).share_memory_())
+        Leaky.kept.append(torch.zeros(MiB // 8).share_memory_())
         return torch.tensor([index])
 
 
@@ -132,13 +132,13 @@ class Leaky(Dataset):
 def test_shared_memory_left_behind_beyond_the_batches_in_flight_is_named():
     watched = queuetune.watch(DataLoader(Leaky(), batch_size=1, num_workers=2, multiprocessing_context="fork"))
     for _ in watched:
-        time.sleep(0.05)
+        time.sleep(0.04)
     report = queuetune.report(watched)
     queuetune.probe_of(watched).close()
     assert_nothing_left_running()
     use = report.memory
     assert use is not None and use.peak is not None
-    # 150 MiB left behind by the end, against 5 batches of 8 bytes in flight at most.
+    # 100 MiB left behind by the end, against 5 batches of 8 bytes in flight at most.
     assert use.shared_growth >= 30 * MiB
     assert max(c.shared_beyond for c in use.series) >= 30 * MiB > use.series[0].shared_beyond
     assert "shared memory beyond the batches in flight grew" in (use.finding() or "")

@@ -226,7 +226,7 @@ def _shared_growth(trace: Trace, series: list[Causes]) -> int:
     batches built, where it grew with them (Pearson's r at least
     ``GROWTH_FIT``, over the readings with workers from when an eighth of the
     batches were built: the start's first segments are not growth) by at least
-    ``GROWTH_BYTES`` and four batches (a loader's shared memory comes and goes
+    ``GROWTH_BYTES`` and four batches (eight, from two readings) (a loader's shared memory comes and goes
     by the batch: the consumer's step holds one after its release); 0 otherwise."""
     ends = sorted(p.end - trace.start for p in trace.produced)
     if len(ends) < 4:
@@ -234,15 +234,18 @@ def _shared_growth(trace: Trace, series: list[Causes]) -> int:
     settled = ends[len(ends) // 8]
     # While workers live: workers that end take their shared memory with them.
     points = [(bisect.bisect_right(ends, c.t), c.shared_beyond) for c in series if c.t >= settled and c.workers]
-    if len(points) < 3:
+    if len(points) < 2:
         return 0
     built = np.array([b for b, _ in points], dtype=float)
     shared = np.array([s for _, s in points], dtype=float)
     grew = float(shared.max() - shared[0])
     batch = float(np.median([p.nbytes for p in trace.produced]))
-    if grew < max(GROWTH_BYTES, 4 * batch) or np.std(built) == 0 or np.std(shared) == 0:
+    # Two readings (a big consumer's tree reading comes seldom) cannot show how
+    # closely it follows the batches: they must show twice the growth.
+    batches = 4 if len(points) > 2 else 8
+    if grew < max(GROWTH_BYTES, batches * batch) or np.std(built) == 0 or np.std(shared) == 0:
         return 0
-    return int(grew) if np.corrcoef(built, shared)[0, 1] >= GROWTH_FIT else 0
+    return int(grew) if len(points) == 2 or np.corrcoef(built, shared)[0, 1] >= GROWTH_FIT else 0
 
 
 def _own(uss: int, shm: int) -> int:
