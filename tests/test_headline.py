@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.helpers import assert_nothing_left_running
 
 from queuetune import cores
 from queuetune.analysis import analyze
@@ -150,3 +151,25 @@ def test_a_headline_opens_the_html_section():
     line = Headline("the model", 0.001, 0.0, "keep it")
     page = html_report([Section("loader", trace, report, "keep", line.text())])
     assert page.index('class="headline"') < page.index('class="verdict"')
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_loop_that_waits_is_told_to_build_ahead():
+    import time
+
+    import queuetune
+
+    def slow():
+        for i in range(30):
+            time.sleep(0.004)
+            yield i
+
+    watched = queuetune.watch(slow())
+    for _ in watched:
+        time.sleep(0.001)
+    trace = queuetune.probe_of(watched).trace()
+    queuetune.probe_of(watched).close()
+    line = advise(trace)[1]
+    assert line.bottleneck == "loading"
+    assert "nothing is built ahead of the model" in line.text().lower()
+    assert_nothing_left_running()

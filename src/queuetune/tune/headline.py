@@ -114,6 +114,11 @@ def _faster(report: Report, rec: Recommendation) -> tuple[str, dict[str, Any] | 
             f"builds use a core {_share(share)} of their time and {cores.available()} cores are available: "
             "make each build cheaper (decode smaller, cache decoded samples) or give it more cores"
         ), None
+    if rec.settings is None and report.meta.depth == 0:
+        return (
+            "nothing is built ahead of the model: build batches in workers while it steps "
+            "(queuetune.Prefetcher, or the framework's loader with workers)"
+        ), None
     if rec.settings is None:
         return rec.why, None
     return "the queue model predicts no faster setting; `queuetune tune` measures them", None
