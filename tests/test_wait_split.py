@@ -108,3 +108,24 @@ def test_builds_on_a_cpu_read_busy_though_the_machine_makes_them_wait_for_a_core
     assert all(r.build_busy_share is not None and r.build_busy_share > 0.8 for r in reports), [
         r.build_busy_share for r in reports
     ]
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """Samples that each wait 2 ms, from a stream."""
+
+    def __iter__(self):
+        for i in range(40):
+            time.sleep(0.002)
+            yield torch.full((4,), float(i))
+
+
+@pytest.mark.timeout(60)
+def test_the_builds_of_a_stream_have_their_busy_time_too():
+    watched = queuetune.watch(DataLoader(Stream(), batch_size=4, num_workers=0))
+    for _ in watched:
+        pass
+    report = queuetune.report(watched)
+    queuetune.probe_of(watched).close()
+    assert_nothing_left_running()
+    # Each batch is 8 ms of sleep: busy a small share of it.
+    assert report.build_busy_share is not None and report.build_busy_share < 0.5

@@ -36,21 +36,18 @@ from ..base import Adapter, Framework, Watching  # noqa: E402
 _LOCAL = threading.local()
 
 
-def _pending() -> dict[str, tuple[float, Any, bool, list[int] | None]]:
+#: What a fetch notes for :class:`WatchedCollate`: when it began (the clock, and the
+#: thread's :func:`~queuetune.recorder.busy_time`), its indices, whether they are a
+#: batch's, and its samples' keys.
+_Note = tuple[float, float, Any, bool, "list[int] | None"]
+
+
+def _pending() -> dict[str, _Note]:
     try:
-        pending: dict[str, tuple[float, Any, bool, list[int] | None]] = _LOCAL.pending
+        pending: dict[str, _Note] = _LOCAL.pending
     except AttributeError:
         _LOCAL.pending = pending = {}
     return pending
-
-
-def _busy_started() -> dict[str, float]:
-    """The thread's :func:`~queuetune.recorder.busy_time` when each token's batch began to be fetched."""
-    try:
-        started: dict[str, float] = _LOCAL.busy_started
-    except AttributeError:
-        _LOCAL.busy_started = started = {}
-    return started
 
 
 def batch_key(indices: Any, batched: bool = True) -> tuple[Any, list[int] | None]:
@@ -111,16 +108,14 @@ class WatchedMapDataset(_Watched, Dataset[Any]):
     def __getitem__(self, index: Any) -> Any:
         start, busy = clock(), busy_time()
         item = self._inner[index]
-        _pending()[self._token] = (start, index, False, None)
-        _busy_started()[self._token] = busy
+        _pending()[self._token] = (start, busy, index, False, None)
         return item
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         start, busy = clock(), busy_time()
         getitems = getattr(self._inner, "__getitems__", None)
         items = getitems(indices) if getitems else [self._inner[i] for i in indices]
-        _pending()[self._token] = (start, indices, True, None)
-        _busy_started()[self._token] = busy
+        _pending()[self._token] = (start, busy, indices, True, None)
         return items
 
 
@@ -144,7 +139,9 @@ class WatchedIterableDataset(_Watched, IterableDataset[Any]):
         budget = KeyBudget(keyer) if keyer is not None else None
         price, keyed = 0.0, 0
         while True:
-            start = clock()
+            # A batch's first item: its fetch begins (the busy time read once a batch).
+            first = token not in _pending()
+            start, busy = clock(), busy_time() if first else 0.0
             try:
                 item = next(source)
             except StopIteration:
@@ -154,10 +151,10 @@ class WatchedIterableDataset(_Watched, IterableDataset[Any]):
                 if not budget.batch_keyed(price, keyed):
                     keyer = budget = None
                 price, keyed = 0.0, 0
-            note = pending.setdefault(token, (start, None, False, [] if keyer is not None else None))
-            if keyer is not None and note[3] is not None:
+            note = pending.setdefault(token, (start, busy, None, False, [] if keyer is not None else None))
+            if keyer is not None and note[4] is not None:
                 key, cost = keyer.priced(item)
-                note[3].append(key)
+                note[4].append(key)
                 price += cost
                 keyed += 1
             yield item
@@ -187,11 +184,10 @@ class WatchedCollate:
 
     def __call__(self, data: Any) -> Any:
         note = _pending().pop(self._token, None)
-        began = _busy_started().pop(self._token, None)
         batch = self._inner(data)
         end = clock()
-        busy = None if began is None else busy_time() - began
-        start, indices, batched, keys = note if note is not None else (end, None, False, None)
+        busy = None if note is None else busy_time() - note[1]
+        start, _, indices, batched, keys = note if note is not None else (end, 0.0, None, False, None)
         key: Any = None
         index: int | None = None
         if indices is not None:
