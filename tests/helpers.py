@@ -80,13 +80,24 @@ def block_import(monkeypatch: pytest.MonkeyPatch, package: str, message: str) ->
     monkeypatch.setattr(builtins, "__import__", blocked)
 
 
+#: The keys of ``Footprint.to_dict()`` (``queuetune estimate --json``'s ``footprint``).
+FOOTPRINT_KEYS = {
+    "framework",
+    "settings",
+    "batch_bytes",
+    "depth",
+    "total_batches",
+    "total_bytes",
+    "batches_bytes",
+    "lines",
+}
+
+
 @contextlib.contextmanager
-def busy_cores(extra: int = 1) -> Iterator[None]:
-    """Keep every core busy (one spinning process per core, and ``extra`` more)
-    for the block: what a test that must pass on a busy machine runs under."""
-    spinners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range((os.cpu_count() or 1) + extra)
-    ]
+def busy(script: str, extra: int = 1) -> Iterator[None]:
+    """Run ``script`` in one Python process per core, and ``extra`` more, for the
+    block: what a test that must pass on a busy machine runs under."""
+    spinners = [subprocess.Popen([sys.executable, "-c", script]) for _ in range((os.cpu_count() or 1) + extra)]
     try:
         yield
     finally:
@@ -94,3 +105,8 @@ def busy_cores(extra: int = 1) -> Iterator[None]:
             spinner.kill()
         for spinner in spinners:
             spinner.wait(timeout=10)
+
+
+def busy_cores(extra: int = 1) -> contextlib.AbstractContextManager[None]:
+    """Keep every core busy spinning (one process per core, and ``extra`` more) for the block."""
+    return busy("while True: pass", extra)

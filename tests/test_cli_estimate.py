@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from helpers import ARTICLE_ROWS
+from helpers import ARTICLE_ROWS, FOOTPRINT_KEYS
 from queuetune import __version__, cli
 from queuetune.cli import Command, build_parser, main
 
@@ -177,16 +177,7 @@ def estimate_json(*extra: str) -> dict:
 def test_estimate_json_schema_with_framework():
     data = estimate_json("--framework", "keras", "--workers", "4", "--max-queue-size", "10")
     fp = data["footprint"]
-    assert set(fp) == {
-        "framework",
-        "settings",
-        "batch_bytes",
-        "depth",
-        "total_batches",
-        "total_bytes",
-        "batches_bytes",
-        "lines",
-    }
+    assert set(fp) == FOOTPRINT_KEYS
     assert fp["framework"] == "keras"
     assert fp["settings"] == {"workers": 4, "use_multiprocessing": False, "max_queue_size": 10}
     assert fp["batch_bytes"] == 12 * MiB
@@ -280,16 +271,7 @@ def test_estimate_console_breakdown(capsys):
 
 def test_estimate_ray_json_schema():
     fp = estimate_json("--framework", "ray", "--concurrency", "2", "--ram-bytes", "16GiB")["footprint"]
-    assert set(fp) == {
-        "framework",
-        "settings",
-        "batch_bytes",
-        "depth",
-        "total_batches",
-        "total_bytes",
-        "batches_bytes",
-        "lines",
-    }
+    assert set(fp) == FOOTPRINT_KEYS
     store = int(16 * 2**30 * 3 / 10)
     assert fp["settings"] == {
         "prefetch_batches": 1,

@@ -6,17 +6,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 import queuetune
-from helpers import assert_nothing_left_running
+from helpers import assert_nothing_left_running, busy
 from queuetune import recorder as recorder_module
 from queuetune.analysis import Report, analyze
 from queuetune.fingerprint import BUDGET_SHARE, KeyBudget, SampleKey, fingerprint, fingerprint_priced
@@ -34,18 +30,10 @@ STEP = 0.005
 STREAMING = "import numpy as np\na = np.ones(2**22); b = np.empty_like(a)\nwhile True: np.copyto(b, a)"
 
 
-@contextlib.contextmanager
-def busy_streaming(extra: int = 1) -> Iterator[None]:
+def busy_streaming(extra: int = 1) -> contextlib.AbstractContextManager[None]:
     """Keep every core busy, caches and memory bandwidth included (one
     :data:`STREAMING` process per core, and ``extra`` more), for the block."""
-    spinners = [subprocess.Popen([sys.executable, "-c", STREAMING]) for _ in range((os.cpu_count() or 1) + extra)]
-    try:
-        yield
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-        for spinner in spinners:
-            spinner.wait(timeout=10)
+    return busy(STREAMING, extra)
 
 
 def coverage_rows(report: Report) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import ARTICLE_ROWS
+from helpers import ARTICLE_ROWS, FOOTPRINT_KEYS
 from queuetune import cores
 from queuetune.frameworks.ray.spec import ray_object_store_bytes
 from queuetune.memory import (
@@ -280,16 +280,7 @@ def test_footprint_to_dict_is_json():
     fp = footprint(BATCH, "torch", num_workers=4, pin_memory=True, transient_factor=2)
     data = fp.to_dict()
     assert json.loads(json.dumps(data)) == data
-    assert set(data) == {
-        "framework",
-        "settings",
-        "batch_bytes",
-        "depth",
-        "total_batches",
-        "total_bytes",
-        "batches_bytes",
-        "lines",
-    }
+    assert set(data) == FOOTPRINT_KEYS
     assert data["depth"] == 8
     assert data["batches_bytes"] == 18 * BATCH
     assert [line["label"] for line in data["lines"]] == [

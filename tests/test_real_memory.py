@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import psutil
 import pytest
@@ -64,19 +64,17 @@ def at(points: list[tuple[float, int]], t: float) -> float:
     return before[1] + (after[1] - before[1]) * (t - before[0]) / (after[0] - before[0])
 
 
-def read_names(tmp_path: Path, numpy: bool) -> queuetune.Report:
-    plain = names_loader(1_000_000, batches=150, batch=500, workers=2, numpy=numpy)
-    loader = DataLoader(
-        plain.dataset,
-        batch_size=500,
-        sampler=plain.sampler,
-        num_workers=2,
-        multiprocessing_context="fork",
-        collate_fn=SelfReported(tmp_path),
-    )
+def read_names(
+    samples: int = 1_000_000, batches: int = 150, numpy: bool = False, epochs: int = 1, **settings: Any
+) -> queuetune.Report:
+    """The report of ``epochs`` over :mod:`copy_on_read`'s names, read shuffled
+    by a watched DataLoader of 2 workers with ``settings``, 30 ms a step."""
+    plain = names_loader(samples, batches=batches, batch=500, workers=2, numpy=numpy)
+    loader = DataLoader(plain.dataset, batch_size=500, sampler=plain.sampler, num_workers=2, **settings)
     watched = queuetune.watch(loader)
-    for _ in watched:
-        time.sleep(0.03)
+    for _epoch in range(epochs):
+        for _ in watched:
+            time.sleep(0.03)
     report = queuetune.report(watched)
     queuetune.probe_of(watched).close()
     return report
@@ -84,7 +82,7 @@ def read_names(tmp_path: Path, numpy: bool) -> queuetune.Report:
 
 @pytest.mark.timeout(120)
 def test_copy_on_read_of_a_list_of_strings_is_named_with_the_growth_the_workers_see(tmp_path):
-    report = read_names(tmp_path, numpy=False)
+    report = read_names(multiprocessing_context="fork", collate_fn=SelfReported(tmp_path))
     assert_nothing_left_running()
     use = report.memory
     assert use is not None and len(use.growing) == 2
@@ -108,7 +106,7 @@ def test_copy_on_read_of_a_list_of_strings_is_named_with_the_growth_the_workers_
 
 @pytest.mark.timeout(120)
 def test_the_same_strings_in_a_numpy_array_stay_flat_and_nothing_is_named(tmp_path):
-    report = read_names(tmp_path, numpy=True)
+    report = read_names(numpy=True, multiprocessing_context="fork", collate_fn=SelfReported(tmp_path))
     assert_nothing_left_running()
     use = report.memory
     assert use is not None and use.readings >= 4
@@ -211,16 +209,8 @@ def test_copy_on_read_in_the_prefetchers_worker_processes_is_named():
 
 
 @pytest.mark.timeout(120)
-def test_spawned_workers_that_grow_are_not_called_copy_on_read(tmp_path):
-    plain = names_loader(200_000, batches=150, batch=500, workers=2, numpy=False)
-    loader = DataLoader(
-        plain.dataset, batch_size=500, sampler=plain.sampler, num_workers=2, multiprocessing_context="spawn"
-    )
-    watched = queuetune.watch(loader)
-    for _ in watched:
-        time.sleep(0.03)
-    report = queuetune.report(watched)
-    queuetune.probe_of(watched).close()
+def test_spawned_workers_that_grow_are_not_called_copy_on_read():
+    report = read_names(200_000, multiprocessing_context="spawn")
     assert_nothing_left_running()
     use = report.memory
     assert use is not None and use.forked is False
@@ -269,23 +259,8 @@ def test_workers_warming_up_over_their_first_batches_are_not_named():
 
 
 @pytest.mark.timeout(120)
-def test_copy_on_read_by_persistent_workers_is_named(tmp_path):
-    plain = names_loader(1_000_000, batches=75, batch=500, workers=2, numpy=False)
-    loader = DataLoader(
-        plain.dataset,
-        batch_size=500,
-        sampler=plain.sampler,
-        num_workers=2,
-        multiprocessing_context="fork",
-        persistent_workers=True,
-    )
-    watched = queuetune.watch(loader)
-    for _epoch in range(2):
-        for _ in watched:
-            time.sleep(0.03)
-    report = queuetune.report(watched)
-    queuetune.probe_of(watched).close()
-    del loader, watched
+def test_copy_on_read_by_persistent_workers_is_named():
+    report = read_names(batches=75, epochs=2, multiprocessing_context="fork", persistent_workers=True)
     assert_nothing_left_running()
     use = report.memory
     assert use is not None and len(use.growing) == 2 and all(g.copy_on_read for g in use.growing)
