@@ -288,6 +288,29 @@ def test_a_batch_takes_its_segment_as_it_is_collated_not_as_its_build_starts():
     assert_nothing_left_running()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
+def test_the_first_batch_is_collated_in_shared_memory_as_the_others_are(kind, monkeypatch, tmp_path):
+    """The first batch waits for its size to be guessed from one sample, so it is
+    stacked in the segment lent for it: not built in its worker's own memory and
+    copied, which leaves that worker's allocator holding as much for good."""
+    send = workers.Shipper.send
+
+    def counted(self, shipped, copies, behind):  # in the worker processes: each copy leaves a file
+        for _ in copies:
+            (tmp_path / f"{os.getpid()}-{time.monotonic_ns()}").touch()
+        return send(self, shipped, copies, behind)
+
+    monkeypatch.setattr(workers.Shipper, "send", counted)
+    with Prefetcher(Samples(32, kind), batch_size=8, mode="process", workers=2, max_bytes="64MiB") as p:
+        for _ in range(2):
+            got = [[int(v) for v in y] for _, y in p]
+            assert got == [list(range(b * 8, (b + 1) * 8)) for b in range(4)]
+    assert list(tmp_path.iterdir()) == []
+    assert files() == []
+    assert_nothing_left_running()
+
+
 def test_a_view_outlives_the_pool_and_its_file():
     pool = shm.Pool(os.getpid())
     lease = pool.lend(100_000)

@@ -185,35 +185,53 @@ class Schedule:
             self.submitted += 1
             self.building += 1
             self.end_hold()
-            try:
-                self._submit(task)
-            except Exception as exc:  # such as no room left in /dev/shm for its segment
-                self._unstarted(task, exc)
+            first = position == 0 and not self.sizes.known and not self.sizes.guess
+            if first and self.workers.sized_first and self._ask_guess(task, start=True):
+                return  # started once guessed (see _guessed)
+            if not self._start(task):
                 return
-            if position == 0 and not self.sizes.known and not self.sizes.guess:
-                self._ask_guess(task)
+            if first:
+                self._ask_guess(task, start=False)
 
-    def _ask_guess(self, first: Task) -> None:
-        """While the first batch is built alone to learn its size, have a worker
-        guess it from its first sample: once guessed, the other workers start."""
+    def _start(self, task: Task) -> bool:
+        """Submit ``task`` to the workers; False where it could not be (it fails as its build would have)."""
+        try:
+            self._submit(task)
+        except Exception as exc:  # such as no room left in /dev/shm for its segment
+            self._unstarted(task, exc)
+            return False
+        return True
+
+    def _ask_guess(self, first: Task, start: bool) -> bool:
+        """Have a worker guess the batches' size from the first batch's first
+        sample: once guessed, the other workers start; with ``start``, the first
+        batch too (else it is built alone meanwhile, to learn its size). False
+        where no guess can be made."""
         if not self.config.guess or not isinstance(first.indices, list) or not first.indices:
-            return
+            return False
         future = self.workers.guess(first.indices[0])
-        if future is not None:
-            future.add_done_callback(functools.partial(self._guessed, first))
+        if future is None:
+            return False
+        future.add_done_callback(functools.partial(self._guessed, first, start))
+        return True
 
-    def _guessed(self, first: Task, future: cf.Future[int]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return  # the first batch's own build says what went wrong, if anything
+    def _guessed(self, first: Task, start: bool, future: cf.Future[int]) -> None:
         with self.lock:
-            if self.stopped or self.sizes.known:
+            if self.stopped:
                 return
-            guess = math.ceil(future.result() * GUESS_MARGIN) + GUESS_SLACK
-            self.sizes.guess = guess
-            if not first.settled:  # the first batch is held to the guess too
-                self.reserved += guess - first.reserved
-                first.reserved = guess
-            self.fill()
+            # Failed or cancelled: the first batch's own build says what went wrong, if anything.
+            if not future.cancelled() and future.exception() is None and not self.sizes.known:
+                guess = math.ceil(future.result() * GUESS_MARGIN) + GUESS_SLACK
+                self.sizes.guess = guess
+                if not first.settled:  # the first batch is held to the guess too
+                    self.reserved += guess - first.reserved
+                    first.reserved = guess
+            if start:
+                first.submitted_at = clock()
+                if not self._start(first):
+                    return
+            if self.sizes.guess or self.sizes.known:
+                self.fill()
 
     def _unstarted(self, task: Task, exc: Exception) -> None:
         """A batch that could not be started fails as its build would have: the
