@@ -28,6 +28,8 @@ __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 PROG = "queuetune"
 USAGE_ERROR = 2
+# The exit code of a command whose reader went away: 128 + SIGPIPE, as a shell gives a process that signal ends.
+BROKEN_PIPE = 141
 
 
 class UsageError(ValueError):
@@ -630,11 +632,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-        code: int = args.run(args)
+        try:
+            args = parser.parse_args(argv)
+            code: int = args.run(args)
+        except SystemExit as exc:  # --help and --version
+            code = exc.code if isinstance(exc.code, int) else 0
+        sys.stdout.flush()  # a reader gone away is seen here, not as Python exits
         return code
-    except SystemExit as exc:  # --help and --version
-        return exc.code if isinstance(exc.code, int) else 0
+    except BrokenPipeError:
+        return _reader_gone()
     except UsageError as exc:
         if _missing_command(exc):
             return _fail(f"give a command: {', '.join(c.name for c in COMMANDS)} ({PROG} -h for more)", USAGE_ERROR)
@@ -643,6 +649,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc) or type(exc).__name__, USAGE_ERROR)
     except OSError as exc:
         return _fail(_file_error(exc), USAGE_ERROR)
+
+
+def _reader_gone() -> int:
+    """What reads our output went away (``queuetune report DIR | head``): nothing
+    more is said, now or as Python exits, and the code is a shell's for a
+    process ended by SIGPIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (a test's capture): nothing is flushed to a pipe at exit
+        pass
+    return BROKEN_PIPE
 
 
 def _missing_command(exc: UsageError) -> bool:
