@@ -25,6 +25,8 @@ PREFETCHERS: dict[str, dict[str, Any]] = {
     "prefetcher": {},
     "prefetcher-unsampled": {"sample_memory": False},
     "prefetcher-fixed": {"adaptive": False, "depth": FIXED_DEPTH, "sample_memory": False},
+    # Workers forked from a server process of their own, not from the training process (see real_pipeline.py).
+    "prefetcher-forkserver": {"multiprocessing_context": "forkserver"},
 }
 
 
@@ -39,10 +41,11 @@ class Counted:
     (2, 4)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, start_method: str = "fork") -> None:
         import multiprocessing
 
-        context = multiprocessing.get_context("fork")
+        # The workers' start method: a lock made for forked workers cannot be sent to others.
+        context = multiprocessing.get_context(start_method)
         self.now = context.Value("i", 0)
         self.top = context.RawValue("i", 0)
 
@@ -150,10 +153,14 @@ class Sampler:
 
 
 def children() -> list[Any]:
-    """This process's descendants (psutil processes)."""
+    """This process's descendants (psutil processes) but Python's fork server and
+    resource tracker, which stay until it exits (the fork server's workers count)."""
     import psutil
 
-    return psutil.Process().children(recursive=True)
+    from queuetune.recorder import multiprocessing_helpers
+
+    helpers = multiprocessing_helpers()
+    return [child for child in psutil.Process().children(recursive=True) if child.pid not in helpers]
 
 
 def check_no_children(name: str) -> None:
@@ -429,10 +436,10 @@ def epoch_loader(
       pin_memory=pin_memory)``; the persistent workers are shut down by the stop;
     - ``torchdata.nodes``: :func:`nodes_loader` of
       ``SamplerWrapper(BatchSampler(RandomSampler))`` and :class:`Collated`;
-    - ``prefetcher``, ``prefetcher-unsampled``, ``prefetcher-fixed``:
+    - ``prefetcher``, ``prefetcher-unsampled``, ``prefetcher-fixed``, ``prefetcher-forkserver``:
       ``queuetune.Prefetcher(data, batch_size=batch, shuffle=True,
-      mode="process", workers=workers, max_bytes="4GiB")`` with what
-      :data:`PREFETCHERS` sets; closed by the stop.
+      mode="process", workers=workers, max_bytes="4GiB", multiprocessing_context="fork")``
+      with what :data:`PREFETCHERS` sets; closed by the stop.
     """
     if name in ("torch", "torch-persistent"):
         from torch.utils.data import DataLoader
@@ -464,8 +471,7 @@ def epoch_loader(
             mode="process",
             workers=workers,
             max_bytes="4GiB",
-            multiprocessing_context="fork",
-            **PREFETCHERS[name],
+            **{"multiprocessing_context": "fork", **PREFETCHERS[name]},
         )
         return prefetcher, prefetcher.close
     if name != "torchdata.nodes":

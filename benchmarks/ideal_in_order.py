@@ -1,7 +1,7 @@
 """What an ideal in-order loader could reach on a workload of ``benchmarks/prefetcher.py``:
 the ceiling that a depth allows, against which the loaders' figures are read.
 
-Run: .venv/bin/python benchmarks/ideal_in_order.py [--workload jittery] [--depths 10 16 49]
+Run: .venv/bin/python benchmarks/ideal_in_order.py [--workload jittery] [--workers 4] [--depths 10 16 49]
          [--steps-ms 3.0 3.09 3.26] [--extra-ms 0.8] [--json] [--out benchmarks/results]
 
 A simulation, not a measurement. The workload's own loads (its seeded stalls
@@ -82,13 +82,16 @@ def table(result: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="jittery")
+    parser.add_argument(
+        "--workers", type=pf.positive, default=pf.WORKERS, help=f"the workload's workers (default {pf.WORKERS})"
+    )
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 12, 16, 20, 33, 49])
     parser.add_argument("--steps-ms", type=float, nargs="*", default=None)
     parser.add_argument("--extra-ms", type=float, default=0.8)
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", type=Path, help="write ideal_in_order_<workload>.json and .txt here")
     args = parser.parse_args()
-    found = [w for w in pf.workloads(1.0) if w.name == args.workload]
+    found = [w for w in pf.workloads(1.0, args.workers) if w.name == args.workload]
     if not found:
         names = ", ".join(w.name for w in pf.workloads(1.0))
         print(f"ideal_in_order.py: no workload {args.workload!r} (one of: {names})", file=sys.stderr)
@@ -100,7 +103,8 @@ def main() -> int:
         print(f"ideal_in_order.py: {args.workload} has a pure-Python load, not a sleep to simulate", file=sys.stderr)
         return 2
     result = simulate(found[0], args.depths, args.steps_ms, args.extra_ms / 1000)
-    publish(result, table(result), f"ideal_in_order_{args.workload}", args.json, args.out)
+    stem = f"ideal_in_order_{args.workload}" + ("" if args.workers == pf.WORKERS else f".workers-{args.workers}")
+    publish(result, table(result), stem, args.json, args.out)
     return 0
 
 

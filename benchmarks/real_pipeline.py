@@ -47,6 +47,10 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   ``prefetcher``: ``queuetune.Prefetcher(dataset, batch_size, shuffle=True,
   mode="process", workers, max_bytes="4GiB", multiprocessing_context="fork")``
   with all its other defaults (adaptive depth, memory sampling on);
+  ``prefetcher-forkserver``: the same with ``multiprocessing_context="forkserver"``,
+  its workers forked from a server process of their own (each imports what the
+  dataset needs, torch here) rather than from the training process, whose memory
+  a forked worker keeps as it was at the fork for as long as it lives;
   ``prefetcher-fixed`` (not run unless named): the same with
   ``adaptive=False, depth=24, sample_memory=False``, a reference for the data
   path at a fixed depth. Only the two torch loaders pin memory (on CUDA).
@@ -85,6 +89,13 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   done), the highest over rounds, in batches and in the bytes of those decoded
   samples; the Prefetcher's count includes the one sample its worker builds to
   guess a batch's size before the first batch.
+- Each run is made in a new Python process (this script again, with the
+  loader's name and the JPEGs' folder), which builds the model, warms it up,
+  measures itself alone, runs the loader and prints its row, so that no run
+  starts from what another loader's run left in the process (its allocators,
+  threads, helper processes). The process alone before a run still varies
+  from run to run (755-889 MiB with 20-batch epochs), the model's own doing:
+  compare a loader's figures over its rounds.
 - Between runs the benchmark checks (psutil) that no child process is left:
   it waits up to 10 s for the loader's children to end, records how many did
   not, and ends those itself.
@@ -96,7 +107,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -129,8 +142,8 @@ from common import (
     tree_memory,
 )
 
-LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-fixed")
-DEFAULT_LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher")
+LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-forkserver", "prefetcher-fixed")
+DEFAULT_LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-forkserver")
 QUALITY = 90  # make_images' JPEG quality
 
 
@@ -216,7 +229,7 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
     trainer = Trainer(args.device)
     trainer.warm_up(args.warmup_steps, args.batch, shape)
     alone = tree_memory()["total"]  # this process alone: the model built and warmed up, no loader yet
-    counted = Counted()
+    counted = Counted("forkserver" if name == "prefetcher-forkserver" else "fork")
     loader, close = epoch_loader(
         name, CountedImages(data, counted), args.batch, args.workers, pin_memory=args.device == "cuda"
     )
@@ -266,6 +279,18 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
     }
 
 
+def run_apart(name: str, folder: str, size: str, args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`run` in a new process of this script: what one run leaves in its
+    process (allocators, threads, helper processes) is none of the next one's."""
+    command = [sys.executable, __file__, "--one", name, "--folder", folder, "--size", size, "--device", args.device]
+    for option in ("epoch_batches", "epochs", "batch", "workers", "warmup_steps"):
+        command += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name}: its run ended with exit code {done.returncode}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def summarize(runs: dict[str, list[dict[str, Any]]], batch: int, sample_bytes: int) -> dict[str, dict[str, Any]]:
     """short_epochs.py's summary in images/s, with the input wait, the step and the started samples."""
     summary = summarize_epochs(runs, "images_per_s", 1)
@@ -283,6 +308,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], batch: int, sample_bytes: i
 
 def render(result: dict[str, Any]) -> str:
     s = result["settings"]
+    width = max(len("loader"), *map(len, result["loaders"]))
     lines = [
         *preamble(
             f"Real pipeline: {s['epochs']} epochs of {s['epoch_batches']} batches, a new iterator each; JPEG "
@@ -298,13 +324,13 @@ def render(result: dict[str, Any]) -> str:
         f"sampled every {s['sample_every_s']} s (peak: highest over rounds; median: of the rounds' medians); "
         "started: most samples started and not yet released (batches)",
         "",
-        f"{'loader':<17} {'images/s per round':<20} {'median':>7} {'x best ref':>11} {'input wait':>11} "
+        f"{'loader':<{width}} {'images/s per round':<20} {'median':>7} {'x best ref':>11} {'input wait':>11} "
         f"{'step':>8} {'first batch':>12} {'PSS peak':>12} {'PSS median':>12} {'started':>8}",
     ]
     for name, r in result["loaders"].items():
         ratio = "n/a" if r["x_best_reference"] is None else f"{r['x_best_reference']:.3f}"
         lines.append(
-            f"{name:<17} {', '.join(f'{x:.1f}' for x in r['rounds']):<20} {r['images_per_s']:>7.1f} {ratio:>11} "
+            f"{name:<{width}} {', '.join(f'{x:.1f}' for x in r['rounds']):<20} {r['images_per_s']:>7.1f} {ratio:>11} "
             f"{r['input_wait_fraction']:>11.1%} {r['step_median_s'] * 1e3:>5.0f} ms "
             f"{r['first_batch_wait_median'] * 1e3:>9.0f} ms {mib(r['pss_peak']):>12} {mib(r['pss_median']):>12} "
             f"{r['peak_started_batches']:>8.2f}"
@@ -335,7 +361,11 @@ def main() -> int:
     parser.add_argument("--warmup-steps", type=int, default=3, help="model steps on a random batch before each run")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="write real_pipeline[_cuda].json and .txt into this folder")
+    # How each run is made: this script again, in a new process, for one loader over the JPEGs in a folder.
+    parser.add_argument("--one", choices=LOADERS, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    size = args.size
     names = chosen_loaders(parser, args.loaders, LOADERS)
     try:
         width, height = (int(n) for n in args.size.lower().split("x"))
@@ -371,6 +401,10 @@ def main() -> int:
             import queuetune  # noqa: F401
         except ImportError as error:
             parser.error(f"queuetune does not import ({error}): put src and its dependencies on PYTHONPATH")
+    if args.one is not None:
+        data = ImageFolder(args.folder, train_transform())
+        print(json.dumps(run(args.one, data, tuple(data[0][0].shape), args)))
+        return 0
     if not names:
         parser.error("--loaders: none of them can run here")
     ordered = [name for name in LOADERS if name in names]
@@ -383,11 +417,10 @@ def main() -> int:
         make_images(Path(folder), count, size=args.size)
         print(f"{count} JPEGs of {width}x{height} made in {time.perf_counter() - making:.1f} s", file=sys.stderr)
         data = ImageFolder(folder, train_transform())
-        image = data[0][0]
-        shape, sample_bytes = tuple(image.shape), int(image.nbytes) + 8  # and its label, collated as int64
+        sample_bytes = int(data[0][0].nbytes) + 8  # and its label, collated as int64
         for round_ in range(args.rounds):
             for name in rotated(ordered, round_):
-                row = run(name, data, shape, args)
+                row = run_apart(name, folder, size, args)
                 runs[name].append(row)
                 print(
                     f"round {round_ + 1} {name}: {row['images_per_s']:.1f} images/s, input wait "
