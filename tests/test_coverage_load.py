@@ -122,7 +122,9 @@ def test_keys_cut_for_their_cost_make_the_coverage_partial_and_say_so():
     queuetune.probe_of(loader).close()
     assert_nothing_left_running()
     [cov] = report.coverage
+    # Judged once 32 items and 5 batches were keyed: from the 9th batch on, none are.
     assert (cov.consumed, cov.batches, cov.unkeyed, cov.partial) == (32, 16, 8, True)
+    assert len(cov.duplicates) == 1
     assert report.coverage_partial and not cov.cut_short
     [line] = coverage_rows(report)
     assert "coverage partial: 8 of 16 batches not keyed" in line

@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from helpers import assert_nothing_left_running
 from queuetune import recorder as recorder_module
 from queuetune.analysis import analyze
 from queuetune.fingerprint import SampleKey, fingerprint
@@ -177,7 +178,10 @@ def test_a_users_key_names_the_samples_and_false_takes_none():
 
 @pytest.mark.torch
 @pytest.mark.timeout(60)
-def test_fingerprints_stop_where_they_would_cost_more_than_their_share():
+def test_a_users_key_is_never_stopped_for_its_cost():
+    """Items that cost nothing to fetch and 1 MiB each to fingerprint: queuetune's
+    own keys stop after 32 items (test_coverage_load.py's
+    test_keys_cut_for_their_cost_make_the_coverage_partial_and_say_so), a user's go on."""
     from torch.utils.data import DataLoader, IterableDataset
 
     import queuetune
@@ -185,25 +189,17 @@ def test_fingerprints_stop_where_they_would_cost_more_than_their_share():
     big = np.zeros(2**20, dtype=np.uint8)
 
     class Instant(IterableDataset):
-        # Items cost nothing to fetch, 1 MiB each to fingerprint.
         def __iter__(self):
             for _ in range(64):
                 yield big
 
-    loader = queuetune.watch(DataLoader(Instant(), batch_size=4, collate_fn=lambda items: len(items)))
-    assert sum(1 for _ in loader) == 16
-    report = queuetune.report(loader)
-    queuetune.probe_of(loader).close()
-    [cov] = report.coverage
-    # Judged once 32 items and 5 batches were keyed: from the 9th batch on, none are.
-    assert cov.consumed == 32 and cov.unkeyed == 8 and len(cov.duplicates) == 1
-    # A user's key is never stopped.
     keyed = queuetune.watch(
         DataLoader(Instant(), batch_size=4, collate_fn=lambda items: len(items)), key=lambda s: fingerprint(s)
     )
     assert sum(1 for _ in keyed) == 16
     [cov] = queuetune.report(keyed).coverage
     queuetune.probe_of(keyed).close()
+    assert_nothing_left_running()
     assert cov.consumed == 64 and cov.unkeyed == 0
 
 
