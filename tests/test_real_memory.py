@@ -16,7 +16,7 @@ from tests.helpers import assert_nothing_left_running
 
 import queuetune
 from queuetune import memory_use, real_memory
-from queuetune.recorder import clock, multiprocessing_helpers
+from queuetune.recorder import MemorySampler, clock, multiprocessing_helpers
 from queuetune.tune.headline import headline
 from queuetune.tune.recommend import Recommendation
 
@@ -127,7 +127,11 @@ class Leaky(Dataset):
 
 
 @pytest.mark.timeout(120)
-def test_shared_memory_left_behind_beyond_the_batches_in_flight_is_named():
+def test_shared_memory_left_behind_beyond_the_batches_in_flight_is_named(monkeypatch):
+    # The tree is read at most as often as keeps that within a share of a core: in the
+    # suite's own process, grown large, a reading cost so much that this 8 s run got too
+    # few to show the growth. What is tested here is what the readings show.
+    monkeypatch.setattr(MemorySampler, "CHILDREN_SHARE", 0.5)
     watched = queuetune.watch(DataLoader(Leaky(), batch_size=1, num_workers=2, multiprocessing_context="fork"))
     for _ in watched:
         time.sleep(0.04)
