@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import threading
 import time
 
@@ -12,8 +13,10 @@ import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher
+from queuetune.prefetch import shm
+from queuetune.prefetch import workers as workers_module
 from queuetune.prefetch.workers import ProcessWorkers, ThreadWorkers
-from queuetune.recorder import MemorySampler
+from queuetune.recorder import Channel, MemorySampler
 
 
 def test_each_build_runs_in_a_worker_thread_and_a_failure_reaches_the_future():
@@ -135,6 +138,85 @@ def test_the_consumer_starts_the_first_batch_and_the_worker_threads_start_the_re
     assert got == list(range(n))
     assert len(starters) == n
     assert starters.count(threading.get_ident()) == 1
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(90)
+def test_in_process_mode_the_start_a_hand_over_lets_go_is_made_on_the_workers_starter_thread(monkeypatch):
+    threads = []
+    original = ProcessWorkers.submit
+
+    def submit(self, indices, reserve=0):
+        threads.append(threading.current_thread().name)
+        return original(self, indices, reserve)
+
+    monkeypatch.setattr(ProcessWorkers, "submit", submit)
+    n, depth = 30, 3
+    source = [np.full(1000, i) for i in range(n)]
+    got = []
+    with Prefetcher(source, mode="process", workers=2, adaptive=False, depth=depth, max_bytes="1MiB") as p:
+        for batch in p:
+            got.append(int(batch[0]))
+            # The batch this hand-over let start: once it has, ask for the next.
+            deadline = time.monotonic() + 10
+            while len(threads) < min(n, len(got) + depth) and time.monotonic() < deadline:
+                time.sleep(0.005)
+    assert got == list(range(n))
+    assert len(threads) == n
+    # The consumer's thread starts the first batch at most (the next ones start once
+    # their size is guessed, on the pool's thread that tells the guess).
+    assert threads.count(threading.current_thread().name) <= 1
+    assert threads.count("queuetune-starter") >= n - 2 * depth
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(90)
+def test_in_process_mode_a_batch_let_go_of_returns_its_segment_on_the_starter_thread(monkeypatch):
+    where = []
+    take_back = shm.Pool._take_back
+
+    def spy(self, reserve=0):
+        where.append(threading.current_thread().name)
+        return take_back(self, reserve)
+
+    monkeypatch.setattr(shm.Pool, "_take_back", spy)
+    n = 30
+    source = [np.full(200_000, i) for i in range(n)]  # 1.6 MB each: built in shared memory
+    got = []
+    with Prefetcher(source, mode="process", workers=2, adaptive=False, depth=3, max_bytes="64MiB") as p:
+        for batch in p:
+            got.append(int(batch[0]))
+            del batch
+            time.sleep(0.01)
+    assert got == list(range(n))
+    # Each batch let go of is taken back once; the consumer's thread only queues it.
+    assert where.count("queuetune-starter") >= n
+    assert where.count(threading.current_thread().name) <= n // 3
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_process_workers_drop_what_their_starter_was_asked_and_had_not_begun_at_shutdown(monkeypatch):
+    drained = threading.Event()
+    drain = workers_module._drain
+
+    def drain_and_tell(jobs):
+        drain(jobs)
+        drained.set()
+
+    monkeypatch.setattr(workers_module, "_drain", drain_and_tell)
+    channel = Channel(list().append, processes=True)
+    workers = ProcessWorkers(1, [np.zeros(10)], None, None, channel, multiprocessing.get_context("fork"))
+    ran = []
+    try:
+        assert workers.defer(lambda: drained.wait(10))  # begun, or dropped, before shutdown drains
+        assert workers.defer(lambda: ran.append(threading.current_thread().name))
+    finally:
+        workers.shutdown(wait=True, unclaimed=[])
+        channel.close()
+    assert ran == []
+    assert not workers.defer(lambda: ran.append("after shutdown"))
+    assert ran == []
     assert_nothing_left_running()
 
 

@@ -158,11 +158,12 @@ class Epoch:
                 schedule.fill()
 
     def _fill(self) -> None:
-        """Start what the depth allows, on the worker about to build it: the
-        consumer goes back to its step sooner, and the build begins after that
-        step did. Begun just before it, a build as long as the step ends its
-        wait as the step does, and its work runs on the core where the
-        consumer is woken (``benchmarks/jittery_phase.py``)."""
+        """Start what the depth allows, on a thread of the workers' (see
+        :meth:`.Workers.defer`): the consumer goes back to its step sooner. On
+        the worker thread about to build it, the build begins after that step
+        did: begun just before it, a build as long as the step ends its wait as
+        the step does, and its work runs on the core where the consumer is
+        woken (``benchmarks/jittery_phase.py``)."""
         with self.schedule.lock:
             self._deferred = False
             self.schedule.fill()

@@ -39,7 +39,7 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -429,6 +429,10 @@ class Pool:
         self._back: deque[str] = deque()
         self._dropped: deque[str] = deque(maxlen=64)
         self._closed = False
+        # Where set, what runs a segment's return on another thread, so that the
+        # consumer's thread, which lets go of most batches, only queues it: True
+        # once queued, False where it cannot be (then the return is made here).
+        self.later: Callable[[Callable[[], None]], bool] | None = None
 
     def lend(self, reserve: int) -> Lease:
         """What the next build is lent: room for ``reserve`` bytes (0: its size is
@@ -490,15 +494,23 @@ class Pool:
         return batch
 
     def returned(self, name: str) -> None:
-        """Segment ``name``'s batch is gone: shelve it now if the pool is free,
-        else at the next lend (a finalizer may run while this thread holds the lock)."""
+        """Segment ``name``'s batch is gone: shelve it on the thread of :attr:`later`
+        where set, else now if the pool is free, else at the next lend (a
+        finalizer may run while this thread holds the lock)."""
         self._back.append(name)
+        if self.later is not None and self.later(self._shelve_returned):
+            return
         if self._lock.acquire(blocking=False):
             try:
                 if not self._closed:
                     self._take_back()
             finally:
                 self._lock.release()
+
+    def _shelve_returned(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._take_back()
 
     def discard(self, shipped: Shipped) -> None:
         """Take back the segments of a batch that will never be opened."""

@@ -79,7 +79,8 @@ class Workers(Protocol):
         ...
 
     def defer(self, action: Callable[[], None]) -> bool:
-        """Have a worker run ``action`` before it takes its next batch, and say
+        """Have ``action`` run on a thread of the workers' (a worker thread, before
+        it takes its next batch; the worker processes' starter thread), and say
         True; False where these workers cannot (the caller runs it itself)."""
         ...
 
@@ -308,6 +309,26 @@ def _serve(jobs: queue.SimpleQueue[Job], build: Callable[[Any], Any], timed: boo
         del future
 
 
+def _later(jobs: queue.SimpleQueue[Job], serving: threading.Event, action: Callable[[], None]) -> bool:
+    """Queue ``action`` for a starter thread that serves (a put, safe in a finalizer); False where none does."""
+    if not serving.is_set():
+        return False
+    jobs.put(action)
+    return True
+
+
+def _drain(jobs: queue.SimpleQueue[Job]) -> None:
+    while True:
+        try:
+            jobs.get_nowait()
+        except queue.Empty:
+            return
+
+
+def _no_build(indices: Any) -> Any:
+    raise RuntimeError("a thread that runs deferred actions was given a batch to build")
+
+
 def _stop_serving(jobs: queue.SimpleQueue[Job], threads: list[threading.Thread]) -> None:
     for _ in threads:
         jobs.put(None)
@@ -321,6 +342,12 @@ class ProcessWorkers:
     opened as arrays over the segment when the consumer gets them. A large copy
     is made behind the worker's next build (:class:`Shipper`): :meth:`finish`
     waits for it.
+
+    What the consumer's thread would otherwise do at every hand-over (start the
+    next batch: the submit and its shared memory's book-keeping; take back the
+    segments of the batch it let go of: most of a hand-over's cost) is done on a
+    thread of these workers' own (:meth:`defer`, :attr:`.shm.Pool.later`) while
+    the consumer steps.
 
     With a ``capacity``, the pool holds that many processes and :meth:`resize`
     changes how many build at once: while fewer than all, the schedule submits
@@ -381,6 +408,13 @@ class ProcessWorkers:
         # releases taken here.
         self._done = [context.Semaphore(0) for _ in range(self.capacity)]
         self._copied = [0] * self.capacity
+        # The thread that runs what the consumer defers (see defer), started at the
+        # first: after a fork of every worker, so no thread of it is copied there.
+        self._deferred: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._starter: threading.Thread | None = None
+        # Set while that thread serves: a batch let go of returns its segment there too.
+        self._serving = threading.Event()
+        self.segments.later = functools.partial(_later, self._deferred, self._serving)
         self._pool = cf.ProcessPoolExecutor(
             self.capacity,
             mp_context=context,
@@ -433,7 +467,16 @@ class ProcessWorkers:
         self.count = count
 
     def defer(self, action: Callable[[], None]) -> bool:
-        return False  # no thread here takes jobs: the pool's manager thread sends them on
+        if self._shut:
+            return False
+        if self._starter is None:
+            self._starter = threading.Thread(
+                target=_serve, args=(self._deferred, _no_build, False), name="queuetune-starter", daemon=True
+            )
+            self._starter.start()
+            self._serving.set()
+        self._deferred.put(action)
+        return True
 
     def guess(self, index: Any) -> cf.Future[int] | None:
         try:
@@ -550,6 +593,12 @@ class ProcessWorkers:
         if self._shut:
             return
         self._shut = True
+        if self._starter is not None:  # what it was asked to do and has not begun is dropped
+            self._serving.clear()
+            _drain(self._deferred)
+            self._deferred.put(None)
+            if self._starter is not threading.current_thread():
+                self._starter.join()
         _shutdown(self._pool)
         self.segments.close()
 
