@@ -414,6 +414,7 @@ class ProcessWorkers:
         self._starter: threading.Thread | None = None
         # Set while that thread serves: a batch let go of returns its segment there too.
         self._serving = threading.Event()
+        self._starting = threading.Lock()
         self.segments.later = functools.partial(_later, self._deferred, self._serving)
         self._pool = cf.ProcessPoolExecutor(
             self.capacity,
@@ -467,15 +468,16 @@ class ProcessWorkers:
         self.count = count
 
     def defer(self, action: Callable[[], None]) -> bool:
-        if self._shut:
-            return False
-        if self._starter is None:
-            self._starter = threading.Thread(
-                target=_serve, args=(self._deferred, _no_build, False), name="queuetune-starter", daemon=True
-            )
-            self._starter.start()
-            self._serving.set()
-        self._deferred.put(action)
+        with self._starting:  # no thread started, nor action queued, once shutdown has stopped it
+            if self._shut:
+                return False
+            if self._starter is None:
+                self._starter = threading.Thread(
+                    target=_serve, args=(self._deferred, _no_build, False), name="queuetune-starter", daemon=True
+                )
+                self._starter.start()
+                self._serving.set()
+            self._deferred.put(action)
         return True
 
     def guess(self, index: Any) -> cf.Future[int] | None:
@@ -590,15 +592,17 @@ class ProcessWorkers:
     def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future[Any]]) -> None:
         """Stop the processes and wait for them (whatever ``wait`` says), then
         remove the shared memory of every batch not handed over."""
-        if self._shut:
-            return
-        self._shut = True
-        if self._starter is not None:  # what it was asked to do and has not begun is dropped
-            self._serving.clear()
-            _drain(self._deferred)
-            self._deferred.put(None)
-            if self._starter is not threading.current_thread():
-                self._starter.join()
+        with self._starting:
+            if self._shut:
+                return
+            self._shut = True
+            starter = self._starter
+            if starter is not None:  # what it was asked to do and has not begun is dropped
+                self._serving.clear()
+                _drain(self._deferred)
+                self._deferred.put(None)
+        if starter is not None and starter is not threading.current_thread():
+            starter.join()
         _shutdown(self._pool)
         self.segments.close()
 
