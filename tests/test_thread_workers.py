@@ -201,8 +201,9 @@ def test_process_workers_drop_what_their_starter_was_asked_and_had_not_begun_at_
     drain = workers_module._drain
 
     def drain_and_tell(jobs):
-        drain(jobs)
+        taken = drain(jobs)
         drained.set()
+        return taken
 
     monkeypatch.setattr(workers_module, "_drain", drain_and_tell)
     channel = Channel(list().append, processes=True)

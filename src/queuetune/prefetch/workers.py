@@ -264,11 +264,7 @@ class ThreadWorkers:
         still running finish in the background. Once stopped, a second call does nothing."""
         if not self._stop.alive:
             return
-        while self._stop.alive:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
+        for job in _drain(self._jobs):
             if isinstance(job, tuple):
                 job[0].cancel()
         self._stop()
@@ -317,12 +313,14 @@ def _later(jobs: queue.SimpleQueue[Job], serving: threading.Event, action: Calla
     return True
 
 
-def _drain(jobs: queue.SimpleQueue[Job]) -> None:
+def _drain(jobs: queue.SimpleQueue[Job]) -> list[Job]:
+    """Take off ``jobs`` what is on it now, and return it."""
+    taken = []
     while True:
         try:
-            jobs.get_nowait()
+            taken.append(jobs.get_nowait())
         except queue.Empty:
-            return
+            return taken
 
 
 def _no_build(indices: Any) -> Any:
