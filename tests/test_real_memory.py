@@ -5,6 +5,7 @@ none), shared memory left behind named, and the total as the kernel counts it.""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from copy_on_read import loader as names_loader  # noqa: E402
 
 MiB = 2**20
+
+
+@pytest.fixture(autouse=True)
+def readings_as_often_as_a_short_run_needs(monkeypatch):
+    # The tree is read at most as often as keeps that within a share of a core. In the
+    # suite's own process, grown large, a reading costs several times what it costs in a
+    # process of its own: runs of 5-8 s got too few readings to show a growth (a Keras
+    # PyDataset's workers end before the last reading). What these tests test is what
+    # the readings show, not how seldom they come.
+    monkeypatch.setattr(MemorySampler, "CHILDREN_SHARE", 0.5)
 
 
 def own_uss() -> int:
@@ -127,11 +138,7 @@ class Leaky(Dataset):
 
 
 @pytest.mark.timeout(120)
-def test_shared_memory_left_behind_beyond_the_batches_in_flight_is_named(monkeypatch):
-    # The tree is read at most as often as keeps that within a share of a core: in the
-    # suite's own process, grown large, a reading cost so much that this 8 s run got too
-    # few to show the growth. What is tested here is what the readings show.
-    monkeypatch.setattr(MemorySampler, "CHILDREN_SHARE", 0.5)
+def test_shared_memory_left_behind_beyond_the_batches_in_flight_is_named():
     watched = queuetune.watch(DataLoader(Leaky(), batch_size=1, num_workers=2, multiprocessing_context="fork"))
     for _ in watched:
         time.sleep(0.04)
@@ -167,6 +174,26 @@ def independent_total(root: psutil.Process) -> int:
             if not mapped:
                 total += entry.stat().st_blocks * 512
     return total
+
+
+@pytest.mark.timeout(60)
+def test_a_child_that_has_ended_is_not_read_as_a_worker_holding_nothing(monkeypatch):
+    # A worker's last reading, made as it exits, read it as holding 0 bytes: its
+    # growth came out negative, and copy-on-read went unnamed.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        tree = real_memory.read_tree(exclude=multiprocessing_helpers())
+        assert tree is not None and child.pid not in [w.pid for w in tree.workers]
+        monkeypatch.setattr(real_memory, "supported", lambda: False)
+        samples: list[Any] = []
+        MemorySampler(samples.append).sample(children_now=True)
+        living = [c for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
+        assert samples[0].n_children == len([c for c in living if c.pid not in multiprocessing_helpers()])
+    finally:
+        child.wait(timeout=10)
+    assert_nothing_left_running()
 
 
 @pytest.mark.timeout(120)

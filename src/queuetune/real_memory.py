@@ -185,7 +185,8 @@ def read_tree(
     torch hands tensors over as descriptors of unlinked files) or named with
     one's pid (queuetune's segments ``queuetune-<pid>-...``, torch's
     ``torch_<pid>_...``). Files of other processes are left out. A descendant
-    that ends while it is read is left out; None when ``root`` cannot be read.
+    that has ended (a zombie, read as holding nothing) or ends while it is read
+    is left out; None when ``root`` cannot be read.
 
     >>> tree = read_tree()
     >>> tree is not None and tree.total >= tree.consumer.pss > 0
@@ -208,6 +209,8 @@ def read_tree(
             memory = read_process(child)
         except (psutil.Error, OSError):
             continue
+        if memory.rss == 0:
+            continue  # ended and not yet reaped (a zombie), or ending: it holds no pages
         own: dict[int, int] = {}
         _shm_of(child.pid, inside, own, held)
         mapped.update({inode: max(size, mapped.get(inode, 0)) for inode, size in own.items()})

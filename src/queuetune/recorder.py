@@ -449,20 +449,22 @@ class MemorySampler:
             return None
 
     def _read_children(self) -> tuple[int, int] | None:
-        """The unique bytes of this process's children and their count; None if
-        this process cannot be read."""
+        """The unique bytes of this process's living children and their count;
+        None if this process cannot be read."""
         try:
             helpers = multiprocessing_helpers()
             children = [c for c in self._process.children(recursive=True) if c.pid not in helpers]
         except psutil.Error:
             return None
-        unique = 0
+        unique, living = 0, 0
         for child in children:
             try:
-                unique += child.memory_full_info().uss
+                info = child.memory_full_info()
             except psutil.Error:
                 continue
-        return unique, len(children)
+            if info.rss:  # a child that has ended (a zombie) reads as holding nothing
+                unique, living = unique + info.uss, living + 1
+        return unique, living
 
 
 #: Sample keys kept a run (8 MiB as int64; about 44 MiB as Python ints):
