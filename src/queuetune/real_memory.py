@@ -167,12 +167,17 @@ def supported() -> bool:
 
 def read_process(process: psutil.Process) -> ProcessMemory:
     """RSS, PSS and USS of ``process`` (one read of its ``smaps_rollup``).
+    A process that has ended and is not yet reaped (a zombie), or is ending,
+    holds no pages and reads as holding nothing: it raises
+    ``psutil.ZombieProcess``, as one psutil cannot read at all does.
 
     >>> m = read_process(psutil.Process())
     >>> m.rss >= m.pss >= m.uss > 0
     True
     """
     info = process.memory_full_info()
+    if not info.rss:
+        raise psutil.ZombieProcess(process.pid)
     return ProcessMemory(process.pid, int(info.rss), int(getattr(info, "pss", info.uss)), int(info.uss))
 
 
@@ -209,8 +214,6 @@ def read_tree(
             memory = read_process(child)
         except (psutil.Error, OSError):
             continue
-        if memory.rss == 0:
-            continue  # ended and not yet reaped (a zombie), or ending: it holds no pages
         own: dict[int, int] = {}
         _shm_of(child.pid, inside, own, held)
         mapped.update({inode: max(size, mapped.get(inode, 0)) for inode, size in own.items()})

@@ -459,11 +459,10 @@ class MemorySampler:
         unique, living = 0, 0
         for child in children:
             try:
-                info = child.memory_full_info()
+                unique += real_memory.read_process(child).uss
             except psutil.Error:
                 continue
-            if info.rss:  # a child that has ended (a zombie) reads as holding nothing
-                unique, living = unique + info.uss, living + 1
+            living += 1
         return unique, living
 
 
