@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import multiprocessing
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from queuetune import Prefetcher
 from queuetune.analysis import analyze
 from queuetune.prefetch import shm, workers
 from queuetune.prefetch.errors import PrefetcherClosed, WorkerDied
+from queuetune.recorder import Channel
 from queuetune.render.text import report_rows
 from queuetune.trace import Trace
 from queuetune.units import format_bytes
@@ -307,6 +309,89 @@ def test_the_first_batch_is_collated_in_shared_memory_as_the_others_are(kind, mo
             got = [[int(v) for v in y] for _, y in p]
             assert got == [list(range(b * 8, (b + 1) * 8)) for b in range(4)]
     assert list(tmp_path.iterdir()) == []
+    assert files() == []
+    assert_nothing_left_running()
+
+
+def test_a_batch_prepared_as_it_settles_is_handed_over_as_those_views():
+    size = shm._round(200_000)
+    pool = shm.Pool(os.getpid(), budget=2 * size)
+    try:
+        shipped = built(pool, 7)
+        pool.prepare(shipped)
+        assert shipped.views is not None
+        prepared = shipped.views[0]
+        x = pool.open(shipped)
+        assert x is prepared and shipped.views is None and float(x.sum()) == 7 * 50_000
+        assert pool.held() == 1  # its segment stays out while the batch lives
+        del x, prepared
+        gc.collect()
+        assert pool.held() == 0 and len(pool.shelf.names()) == 1
+    finally:
+        pool.close()
+    assert files(pool.prefix) == []
+
+
+def test_a_prepared_batch_that_is_discarded_gives_its_segment_back_once():
+    pool = shm.Pool(os.getpid())
+    try:
+        old = built(pool, 1)
+        pool.prepare(old)
+        pool.discard(old)  # never handed over: its segment goes back now, not when `old` goes
+        assert pool.held() == 0 and pool.shelf.names() == old.segments()
+        new = built(pool, 2)
+        assert new.segments() == old.segments()  # the next build took it
+        del old
+        gc.collect()
+        assert pool.held() == 1 and pool.shelf.names() == set()  # not given back a second time
+        assert float(pool.open(new).sum()) == 2 * 50_000
+    finally:
+        pool.close()
+    assert files(pool.prefix) == []
+
+
+def test_a_batch_that_cannot_be_prepared_gives_nothing_back_and_is_opened_at_the_hand_over(monkeypatch):
+    pool = shm.Pool(os.getpid())
+    try:
+        shipped = built(pool, 3, 400_000)
+        shipped.batch = (shipped.batch, shipped.batch)  # two views of one segment
+        laid_out = shm._laid_out
+        calls = []
+
+        def second_fails(buffer, piece):
+            calls.append(piece)
+            if len(calls) == 2:
+                raise ValueError("cannot view")
+            return laid_out(buffer, piece)
+
+        monkeypatch.setattr(shm, "_laid_out", second_fails)
+        pool.prepare(shipped)
+        gc.collect()
+        assert shipped.views is None and len(calls) == 2
+        assert pool.held() == 1 and pool.shelf.names() == set()  # the first view's holder gave nothing back
+        monkeypatch.setattr(shm, "_laid_out", laid_out)
+        x, y = pool.open(shipped)
+        assert float(x.sum()) == float(y.sum()) == 3 * 100_000
+    finally:
+        pool.close()
+    assert files(pool.prefix) == []
+
+
+@pytest.mark.timeout(60)
+def test_process_workers_make_a_batchs_arrays_as_its_build_settles():
+    channel = Channel(list().append, processes=True)
+    source = [np.full(100_000, float(i)) for i in range(3)]
+    pool = workers.ProcessWorkers(1, source, None, None, channel, multiprocessing.get_context("fork"))
+    try:
+        sent = pool.submit(2).result(timeout=30)
+        deadline = time.monotonic() + 10
+        while sent.views is None and time.monotonic() < deadline:  # the callbacks run just after the result is set
+            time.sleep(0.01)
+        assert sent.views is not None
+        assert float(pool.adopt(sent).sum()) == 200_000.0 and sent.views is None
+    finally:
+        pool.shutdown(wait=True, unclaimed=[])
+        channel.close()
     assert files() == []
     assert_nothing_left_running()
 

@@ -123,9 +123,11 @@ class Shipped:
     ``spent``: the CPU seconds and the seconds its build took, once known;
     ``pending``: None once its arrays are all in place, else the worker's slot
     and the number of the copy still being made into them (see
-    :class:`.workers.Shipper`)."""
+    :class:`.workers.Shipper`); ``views``: in the consumer's process, the batch
+    over its segments and the segments' holders where :meth:`Pool.prepare` made
+    them (never sent)."""
 
-    __slots__ = ("batch", "lent", "made", "nbytes", "pending", "spent")
+    __slots__ = ("batch", "lent", "made", "nbytes", "pending", "spent", "views")
 
     def __init__(
         self,
@@ -138,6 +140,7 @@ class Shipped:
     ) -> None:
         self.batch, self.lent, self.made, self.nbytes, self.spent = batch, lent, made, nbytes, spent
         self.pending = pending
+        self.views: tuple[Any, dict[str, Any]] | None = None
 
     def __reduce__(
         self,
@@ -467,9 +470,27 @@ class Pool:
         if unused:
             self._back.append(shipped.lent or "")
 
+    def prepare(self, shipped: Shipped) -> None:
+        """Make the arrays :meth:`open` will hand over now, on the thread that
+        settles builds while the consumer steps, so that the hand-over only takes
+        them. Until then the segments count as not opened, and :meth:`discard`
+        lets them go. A segment that cannot be viewed now is left for
+        :meth:`open`, whose error reaches the consumer."""
+        try:
+            shipped.views = self._views(shipped)
+        except Exception:
+            shipped.views = None
+
     def open(self, shipped: Shipped) -> Any:
         """The batch with arrays (and tensors) over the segments; each segment
         comes back when the last view into it is gone."""
+        views, shipped.views = shipped.views, None
+        batch, holders = self._views(shipped) if views is None else views
+        with self._lock:
+            self._waiting.difference_update(holders)  # the batch's segments, each opened once
+        return batch
+
+    def _views(self, shipped: Shipped) -> tuple[Any, dict[str, Any]]:
         holders: dict[str, Any] = {}
 
         def view(piece: Any) -> Any:
@@ -481,17 +502,16 @@ class Pool:
                     mapped = self._maps.get(piece.name)
                 if mapped is None:  # a segment made by a worker that this pool has not seen
                     mapped = _map(piece.name)
-                holder = (ctypes.c_char * len(mapped)).from_buffer(mapped)
-                weakref.finalize(holder, _returned, weakref.ref(self), piece.name)
-                holders[piece.name] = holder
-            # The holder is the arrays' base: its finalizer runs once the last view is gone.
+                holders[piece.name] = holder = (ctypes.c_char * len(mapped)).from_buffer(mapped)
             array = _laid_out(memoryview(holder), piece)
             return array if piece.kind == "numpy" else TENSORS[piece.kind].from_array(array, piece.tensor_dtype)
 
         batch = _replace(shipped.batch, view)
-        with self._lock:
-            self._waiting.difference_update(holders)  # the batch's segments, each opened once
-        return batch
+        # Each holder is its arrays' base: its finalizer gives the segment back once the last
+        # view is gone. Made once every view is: a batch that failed halfway gives back nothing.
+        for name, holder in holders.items():
+            weakref.finalize(holder, _returned, weakref.ref(self), name)
+        return batch, holders
 
     def returned(self, name: str) -> None:
         """Segment ``name``'s batch is gone: shelve it on the thread of :attr:`later`
@@ -516,6 +536,9 @@ class Pool:
         """Take back the segments of a batch that will never be opened."""
         with self._lock:
             self._waiting.difference_update(shipped.segments())
+        if shipped.views is not None:  # its holders' finalizers give the segments back as they go
+            shipped.views = None
+            return
         self._back.extend(shipped.segments())
 
     def held(self) -> int:

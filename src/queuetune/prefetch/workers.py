@@ -337,9 +337,10 @@ class ProcessWorkers:
     ``source`` (see :func:`_start_workers` for why at once). A batch's large
     arrays and tensors are built in (or copied to) a shared-memory segment lent
     for it from a pool of reused ones, and come back as descriptors (:mod:`.shm`),
-    opened as arrays over the segment when the consumer gets them. A large copy
-    is made behind the worker's next build (:class:`Shipper`): :meth:`finish`
-    waits for it.
+    opened as arrays over the segment (made as the build settles, on the pool's
+    thread: :meth:`.shm.Pool.prepare`; taken when the consumer gets them). A
+    large copy is made behind the worker's next build (:class:`Shipper`):
+    :meth:`finish` waits for it.
 
     What the consumer's thread would otherwise do at every hand-over (start the
     next batch: the submit and its shared memory's book-keeping; take back the
@@ -495,8 +496,10 @@ class ProcessWorkers:
             # Built, but not sent: its copy may still be under way (see Shipper), so
             # its segment is never lent again, and shutdown removes it.
             return
-        done = not future.cancelled() and failure is None
-        self.segments.settle(future.result() if done else None, lease)
+        shipped = future.result() if not future.cancelled() and failure is None else None
+        self.segments.settle(shipped, lease)
+        if shipped is not None:
+            self.segments.prepare(shipped)
 
     def size(self, batch: shm.Shipped) -> int:
         return batch.nbytes
