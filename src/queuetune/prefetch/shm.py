@@ -534,12 +534,13 @@ class Pool:
 
     def discard(self, shipped: Shipped) -> None:
         """Take back the segments of a batch that will never be opened."""
+        names = shipped.segments()
         with self._lock:
-            self._waiting.difference_update(shipped.segments())
+            self._waiting.difference_update(names)
         if shipped.views is not None:  # its holders' finalizers give the segments back as they go
             shipped.views = None
             return
-        self._back.extend(shipped.segments())
+        self._back.extend(names)
 
     def held(self) -> int:
         """Segments holding batches: neither spare nor taken by a build under way."""
