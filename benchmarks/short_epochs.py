@@ -4,7 +4,7 @@ without persistent workers) and torchdata.nodes against queuetune.Prefetcher.
 
 Run: .venv/bin/python benchmarks/short_epochs.py [--loaders NAME,...] [--workers 12]
          [--batch 32] [--epoch-batches 23] [--epochs 4] [--rounds 2] [--build-ms 8]
-         [--step-ms 14] [--shape 3,64,64] [--json] [--out DIR]
+         [--jitter 0] [--step-ms 14] [--shape 3,64,64] [--json] [--out DIR]
 
 The GPU machine's case of design.md ("What a real GPU showed": the defaults at
 0.52-0.60 x the best DataLoader in 23-batch epochs), reproduced on 2 cores:
@@ -13,7 +13,13 @@ The GPU machine's case of design.md ("What a real GPU showed": the defaults at
   array of ``--shape`` (3x64x64: 48 KiB, so 1.5 MiB a batch of 32) and an int
   label, built in ``--build-ms`` of ``time.sleep`` (an I/O-like build that holds
   no CPU, so 12 workers need not 12 cores): 256 ms a batch of 32. Samples are
-  collated into batches in the workers.
+  collated into batches in the workers. With ``--jitter SIGMA`` each sample's
+  build is its own multiple of that, a lognormal factor of that sigma drawn
+  once per sample (seed 1) and scaled to a mean of 1, as JPEG decodes vary
+  with the files' sizes: batches then finish out of turn, and in order the
+  ones built behind a slow batch wait for it (the GPU machine's case, where
+  the defaults ran 0.92 x a fixed depth of 24 until the depth controller
+  counted workers idle for the depth; ``--jitter 0.7``: ``short_epochs.jitter``).
 - The consumer: ``for epoch in range(epochs): for batch in loader: step``, a new
   iterator each epoch, the step a ``time.sleep(--step-ms)`` (a GPU step holds
   no CPU).
@@ -104,17 +110,22 @@ LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefet
 
 
 class Samples:
-    """Sample ``i``: a new float32 array of ``shape`` and a label, after a sleep of ``seconds``."""
+    """Sample ``i``: a new float32 array of ``shape`` and a label, after a sleep of
+    ``seconds``, times a factor of its own with ``jitter`` (a lognormal of that
+    sigma drawn once per sample, seed 1, scaled to a mean of 1: as a JPEG's
+    decode takes as long as its file is large)."""
 
-    def __init__(self, length: int, shape: tuple[int, ...], seconds: float) -> None:
-        self.length, self.seconds = length, seconds
+    def __init__(self, length: int, shape: tuple[int, ...], seconds: float, jitter: float = 0.0) -> None:
+        self.length = length
+        factors = np.random.default_rng(1).lognormal(0.0, jitter, length) if jitter else np.ones(length)
+        self.seconds = (seconds * factors / factors.mean()).tolist()
         self.image = np.random.default_rng(0).random(shape, dtype=np.float32)
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
-        time.sleep(self.seconds)
+        time.sleep(self.seconds[i])
         return self.image + np.float32(i % 7), i % 10
 
 
@@ -122,7 +133,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One run of ``args.epochs`` epochs of a loader built for it; its row."""
     check_no_children(name)
     alone = tree_memory()["total"]  # this process alone, before the loader is built
-    data = Samples(args.epoch_batches * args.batch, args.shape, args.build_ms / 1e3)
+    data = Samples(args.epoch_batches * args.batch, args.shape, args.build_ms / 1e3, args.jitter)
     step = args.step_ms / 1e3
     loader, close = epoch_loader(name, data, args.batch, args.workers)
     firsts, counts = [], []
@@ -160,6 +171,12 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def jittered(settings: dict[str, Any]) -> str:
+    """How the sample builds vary, for the title."""
+    sigma = settings.get("jitter", 0.0)
+    return f", each sample's x its own lognormal factor of sigma {sigma:g}, mean 1" if sigma else ""
+
+
 def render(result: dict[str, Any]) -> str:
     s = result["settings"]
     shape = "x".join(map(str, s["shape"]))
@@ -167,7 +184,7 @@ def render(result: dict[str, Any]) -> str:
         *preamble(
             f"Short epochs: {s['epochs']} epochs of {s['epoch_batches']} batches, a new iterator each; batches of "
             f"{s['batch']} samples of {shape} float32 ({mib(result['batch_bytes'])}), each sample built in "
-            f"{s['build_ms']:g} ms (sleeps), steps of {s['step_ms']:g} ms (sleeps), {s['workers']} worker "
+            f"{s['build_ms']:g} ms (sleeps{jittered(s)}), steps of {s['step_ms']:g} ms (sleeps), {s['workers']} worker "
             f"processes (fork); {s['rounds']} interleaved rounds",
             result,
         ),
@@ -202,9 +219,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--build-ms", type=float, default=8.0, help="milliseconds to build a sample (a sleep)")
     parser.add_argument("--step-ms", type=float, default=14.0, help="milliseconds of the consumer's step (a sleep)")
+    parser.add_argument(
+        "--jitter", type=float, default=0.0, help="each sample's build time x its own lognormal factor of this sigma"
+    )
     parser.add_argument("--shape", default="3,64,64", help="a sample's shape (float32), comma-separated")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", type=Path, help="write short_epochs.json and .txt into this folder")
+    parser.add_argument(
+        "--out", type=Path, help="write short_epochs.json and .txt (short_epochs.jitter.* with --jitter) here"
+    )
     args = parser.parse_args()
     names = chosen_loaders(parser, args.loaders, LOADERS)
     try:
@@ -213,8 +235,8 @@ def main() -> int:
         parser.error(f"--shape: integers separated by commas, got {args.shape!r}")
     if min(args.workers, args.batch, args.epoch_batches, args.epochs, args.rounds, *args.shape) < 1:
         parser.error("--workers, --batch, --epoch-batches, --epochs, --rounds and --shape must be at least 1")
-    if args.build_ms < 0 or args.step_ms < 0:
-        parser.error("--build-ms and --step-ms must not be below 0")
+    if args.build_ms < 0 or args.step_ms < 0 or args.jitter < 0:
+        parser.error("--build-ms, --step-ms and --jitter must not be below 0")
     ordered = [name for name in LOADERS if name in names]
     # Every loader's modules imported before the first run, so that each run forks the same process.
     import torch.utils.data  # noqa: F401
@@ -256,6 +278,7 @@ def main() -> int:
             "rounds": args.rounds,
             "build_ms": args.build_ms,
             "step_ms": args.step_ms,
+            "jitter": args.jitter,
             "shape": list(args.shape),
             "fixed_depth": FIXED_DEPTH,
             "sample_every_s": SAMPLE_EVERY,
@@ -266,7 +289,7 @@ def main() -> int:
         "runs": runs,
         "targets": issue39_targets(summary, "batches/s"),
     }
-    publish(result, render(result), "short_epochs", args.json, args.out)
+    publish(result, render(result), "short_epochs.jitter" if args.jitter else "short_epochs", args.json, args.out)
     return 0
 
 

@@ -236,3 +236,79 @@ def test_a_wait_after_time_lost_to_the_depth_deepens_by_the_batches_it_left_the_
     assert c.observe(waited=True, full=False, lost=True, short=-1.0) == 11  # the workers outpace it: one
     assert c.observe(waited=True, full=False, lost=True, short=8, limit=12) == 12  # within the budget
     assert c.observe(waited=True, full=False, short=5.0) is None  # not after time lost: one wait says nothing
+
+
+def test_workers_idle_for_the_depth_deepen_by_as_many_where_the_consumer_waits_for_them():
+    c = DepthController(depth=13)
+    t = 100.0
+    assert c.observe(waited=False, full=False, now=t) is None
+    # every worker busy as it asks (can_grow False), but three sat idle behind a slow batch meanwhile
+    assert c.observe(waited=True, full=False, can_grow=False, spent=0.050, now=t + 0.1) is None
+    assert c.observe(waited=True, full=False, can_grow=False, idle=3, spent=0.050, now=t + 0.2) == 16
+    assert c.observe(waited=True, full=False, can_grow=False, idle=10, spent=0.050, now=t + 0.3, limit=20) == 20
+    assert c.observe(waited=False, full=False, idle=3, now=t + 0.4) is None  # only a wait asks
+
+
+def test_idle_workers_do_not_deepen_where_the_consumer_seldom_waits():
+    c = DepthController(depth=4)
+    t = 100.0
+    assert c.observe(waited=False, full=False, now=t) is None
+    # waits of 5 ms in a second: over the slack (0.5 %), under the bound (10 %): the consumer is the slower
+    assert c.observe(waited=True, full=False, can_grow=False, idle=2, spent=0.005, now=t + 1.0) is None
+    assert c.observe(waited=True, full=False, can_grow=False, idle=2, spent=0.200, now=t + 1.1) == 6
+
+
+def test_idle_workers_in_the_first_requests_are_the_first_epoch_s_start_only():
+    c = DepthController(depth=5, start=3, grow_after=4)
+    assert [c.observe(waited=True, full=False, can_grow=False, idle=2) for _ in range(3)] == [None] * 3
+    c.new_epoch()  # the workers are kept: a new epoch is no new start
+    assert c.observe(waited=True, full=False, can_grow=False, idle=2) == 7
+
+
+@pytest.mark.timeout(30)
+def test_the_schedule_adds_up_the_worker_seconds_idle_for_the_depth_alone():
+    import threading
+    import time
+
+    from queuetune.prefetch.config import BatchSizes, EpochConfig
+    from queuetune.prefetch.schedule import Schedule
+    from queuetune.prefetch.workers import ThreadWorkers
+
+    sizes = BatchSizes()
+    sizes.learn(100)
+    release = threading.Event()
+
+    def build(i):
+        if i == 0:
+            release.wait(10)  # the slow batch at the head
+        else:
+            time.sleep(0.01)
+        return bytes(100)
+
+    workers = ThreadWorkers(3, build)
+    schedules = []
+    try:
+        for ordered in (True, False):
+            config = EpochConfig(max_bytes=10_000, depth=3, max_depth=8, ordered=ordered, timeout=None)
+            schedule = Schedule(config, list(range(6)), workers, sizes)
+            schedules.append(schedule)
+            with schedule.lock:
+                schedule.fill()
+            assert schedule.wait_for([schedule.tasks[1]], 10) is not None
+            assert schedule.wait_for([schedule.tasks[2]], 10) is not None
+            time.sleep(0.3)
+            # batches 1 and 2 built behind batch 0, nothing more may start: two workers idle
+            idle, _ = schedule.idle_for_depth()
+            assert idle >= 2 * 0.3  # counted for each worker, not once
+            assert schedule.idle_workers() == (2 if ordered else None)
+            schedule.count_idle_anew()
+            assert schedule.idle_for_depth()[0] < idle
+            release.set()
+            assert schedule.wait_for([schedule.tasks[0]], 10) is not None
+            release.clear()
+    finally:
+        release.set()
+        for each in schedules:
+            each.stopped = True
+        workers.shutdown(wait=True, unclaimed=[])
+    assert not [t for t in threading.enumerate() if t.name.startswith("queuetune-prefetch")]

@@ -682,3 +682,45 @@ def test_a_batch_above_the_guess_that_breaks_the_budget_says_it_was_guessed():
         assert fault is not None and "larger than any before (4.9 KiB)" in str(fault)
     finally:
         workers.shutdown(wait=True, unclaimed=[])
+
+
+def head_of_line_run(step, epochs):
+    """Epochs of 16 batches on 4 workers, in order, each fourth batch built in
+    150 ms and the others in 50 ms: the three fast ones finish while the slow one
+    holds the head of the queue, and at the start's depth (every worker and one
+    more) two workers then sit idle for the depth alone. The depth marks and
+    the peak bytes started and not taken."""
+    source = Recorded([1000] * 16, [0.150, 0.050, 0.050, 0.050])
+    with Prefetcher(source, max_bytes=20 * batch_bytes(1000), workers=4, sample_memory=False) as p:
+        for _ in range(epochs):
+            taken = []
+            for batch in p:
+                source.taken(batch["i"])
+                taken.append(batch["i"])
+                time.sleep(step)
+            assert taken == list(range(16))
+        depths = [m.value for m in p.trace().marks if m.kind == "depth"]
+    assert_nothing_left_running()
+    return depths, source.peak_bytes()
+
+
+@pytest.mark.timeout(60)
+def test_workers_idle_behind_a_slow_batch_deepen_the_queue_where_the_consumer_waits_for_them():
+    """A consumer that waits for the workers (1 ms steps) while they sit idle
+    behind the slow batch at the head: deeper by the workers idle at once, after
+    the first epoch's first 16 requests (the start's, as for the other rules).
+    The waits alone take it one deeper, which leaves them idle still."""
+    depths, peak = head_of_line_run(step=0.001, epochs=3)
+    assert depths[0] == 4 + 1
+    assert max(depths) >= 4 + 1 + 3  # the three fast builds behind the slow one
+    assert max(depths) <= 3 * 4
+    assert peak <= max(depths) * 1000
+
+
+@pytest.mark.timeout(60)
+def test_workers_idle_for_the_depth_do_not_deepen_it_where_the_consumer_is_the_slower():
+    """The same builds for a consumer of 60 ms steps, which the workers outpace:
+    its waits are under a tenth of its time, so idle workers are memory saved,
+    not throughput lost, and the depth stays."""
+    depths, _ = head_of_line_run(step=0.060, epochs=2)
+    assert max(depths) == 4 + 1

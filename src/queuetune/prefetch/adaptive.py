@@ -33,7 +33,16 @@ class DepthController:
       wait, then ready batches): deeper at once by about the steps the wait cost
       (``ceil(wait / step)``), so that as many more batches are under way when the
       next stall comes.
-    - The last two rules (one wait at a time) deepen only while the waits cost
+    - A wait while workers sat idle for the depth alone for more than a share
+      of their time (``idle``: how many sat so at once, given where that share
+      is over 2 %; see :meth:`.Schedule.idle_workers`), where the consumer's
+      waits take ``bound`` of its time or more since the depth last changed (it
+      waits for the workers, so their idle time is throughput lost): deeper by
+      that many. Builds as long as hundreds of steps finish out of turn, and
+      those behind a slow one wait for the depth however short the lull between
+      two waits. Not in the first ``start`` requests of the controller's life
+      (the first epoch's start, where the workers begin; later epochs keep them).
+    - The last three rules (one wait at a time) deepen only while the waits cost
       the consumer more than ``slack`` of its time since the depth last changed
       (given ``spent`` and ``now`` with each wait): a queue that misses a batch now
       and then, for a few hundred microseconds in a second, is deep enough.
@@ -62,6 +71,7 @@ class DepthController:
     long_wait: float = 4.0
     floor: int = 1
     slack: float = 0.005
+    bound: float = 0.1
     start: int = 0
     _recent: deque[bool] = field(default_factory=deque, repr=False)
     # When the depth last changed (or the first request asked), the seconds waited
@@ -72,6 +82,8 @@ class DepthController:
     _calm: int = field(default=0, repr=False)
     _since_shrink: int | None = field(default=None, repr=False)
     _requests: int = field(default=0, repr=False)
+    # Requests over every epoch: the workers' first builds are the first epoch's.
+    _seen: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         self.depth = positive_int(self.depth, "depth")
@@ -101,6 +113,7 @@ class DepthController:
         short: float | None = None,
         spent: float | None = None,
         now: float | None = None,
+        idle: float | None = None,
     ) -> int | None:
         """Note one request; return the new depth if it changes, else None.
 
@@ -116,9 +129,11 @@ class DepthController:
         batches this wait left the consumer short of. ``spent``: the
         seconds this request waited, and ``now`` the time it got its batch (a
         clock's seconds, given with every request), for the slack rule; without
-        them, that rule is off.
+        them, that rule is off. ``idle``: workers idle for the depth alone at
+        once, given where they sat so for a share of their time that matters.
         """
         self._requests += 1
+        self._seen += 1
         lost = lost and self._requests > self.start
         if now is not None:
             self._now = now
@@ -126,6 +141,9 @@ class DepthController:
                 self._since = now - (spent or 0.0)
             if waited and spent is not None:
                 self._spent += spent
+        # Workers idle for the depth alone cost throughput where the consumer waits for them.
+        if self._seen <= self.start or not self._costly(spent, now, self.bound):
+            idle = None
         if self._since_shrink is not None:
             self._since_shrink += 1
             if waited and self._since_shrink <= self.shrink_after:
@@ -135,15 +153,15 @@ class DepthController:
         if waited:
             self._calm = 0
             top = self.max_depth if limit is None else min(self.max_depth, limit)
-            if not can_grow or self.depth >= top:
+            if not (can_grow or idle) or self.depth >= top:
                 return None
             if wait is not None and step is not None and step > 0 and wait >= self.long_wait * step:
                 return self._set(min(top, self.depth + math.ceil(wait / step)))
             if needed is not None and needed > self.depth:
                 return self._set(min(top, needed))
-            if (lost or sum(self._recent) >= self.grow_after) and self._costly(spent, now):
+            if (lost or idle or sum(self._recent) >= self.grow_after) and self._costly(spent, now):
                 more = max(1, math.ceil(short)) if lost and short is not None else 1
-                return self._set(min(top, self.depth + more))
+                return self._set(min(top, self.depth + max(more, math.ceil(idle or 0))))
             return None
         self._calm = self._calm + 1 if full else 0
         if self._calm >= self.shrink_after and self.depth > self.floor:
@@ -167,12 +185,12 @@ class DepthController:
         self._since_shrink = None
         self._requests = 0
 
-    def _costly(self, spent: float | None, now: float | None) -> bool:
+    def _costly(self, spent: float | None, now: float | None, share: float | None = None) -> bool:
         """Whether the waits since the depth last changed, this one included, cost
-        more than ``slack`` of the time since (True when not told)."""
+        more than ``share`` (by default ``slack``) of the time since (True when not told)."""
         if spent is None or now is None or self._since is None:
             return True
-        return self._spent > self.slack * (now - self._since)
+        return self._spent > (self.slack if share is None else share) * (now - self._since)
 
     def _set(self, depth: int) -> int:
         self.depth = depth

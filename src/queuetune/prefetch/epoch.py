@@ -120,6 +120,7 @@ class Epoch:
                         changed = schedule.controller.observe(False, seen.full, now=got)
                     if changed is not None:
                         recorder.mark("depth", changed)
+                        schedule.count_idle_anew()
                     self._start_more()
                 samples = task.indices if isinstance(task.indices, list) else None
                 recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
@@ -197,6 +198,8 @@ class Epoch:
         # they were all busy when it was asked for.
         stalled = schedule.stalled(step)
         held_back = schedule.held_back(True)
+        # The epoch's first wait is its start's: every worker began at once.
+        idle = schedule.idle_workers() if schedule.delivered > 1 else None
         return schedule.controller.observe(
             True,
             seen.full,
@@ -210,6 +213,7 @@ class Epoch:
             short=schedule.short(got - asked, step) if held_back else None,
             spent=got - asked,
             now=got,
+            idle=idle,
         )
 
     def _next_task(self, deadline: float | None) -> tuple[Task, Seen] | None:

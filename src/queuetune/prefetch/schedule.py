@@ -26,6 +26,8 @@ BUILD_MEMORY = 128
 # many bytes more: room for what joining the samples adds.
 GUESS_MARGIN = 1.25
 GUESS_SLACK = 4096
+# Workers idle for the depth alone for more than this share of their time: deeper.
+IDLE_SLACK = 0.02
 
 
 @dataclass(slots=True)
@@ -168,6 +170,13 @@ class Schedule:
         # the seconds of such idleness that ended since the consumer last waited.
         self.held_back_since: float | None = None
         self.held_back_seconds = 0.0
+        # The worker-seconds workers sat idle for the depth alone since ``idle_from``
+        # (see :meth:`idle_for_depth`), and how many sit so now, since ``_idle_at``.
+        self.idle_from = clock()
+        self._idle_seconds = 0.0
+        self._idle_workers = 0
+        self._idle_at = self.idle_from
+        self._idle_most = 0
         self.error: BaseException | None = None
         self.stopped = False
         self.exhausted = False
@@ -192,6 +201,7 @@ class Schedule:
                 return
             if first:
                 self._ask_guess(task, start=False)
+        self._recount_idle()
 
     def _start(self, task: Task) -> bool:
         """Submit ``task`` to the workers; False where it could not be (it fails as its build would have)."""
@@ -274,6 +284,47 @@ class Schedule:
         if self.held_back_since is not None:
             self.held_back_seconds += clock() - self.held_back_since
             self.held_back_since = None
+        self._recount_idle(0)
+
+    def _recount_idle(self, idle: int | None = None) -> None:
+        """Count again the workers idle for the depth alone (``idle``, else
+        worked out), adding the last count's worker-seconds to the sum."""
+        if idle is None:
+            idle = 0
+            if self._can_start_but_for_depth() and self.submitted - self.delivered >= self.controller.depth:
+                left = self.workers.count if self.total is None else self.total - self.submitted
+                idle = max(0, min(self.workers.count - self.building, left))
+        now = clock()
+        self._idle_seconds += self._idle_workers * (now - self._idle_at)
+        self._idle_workers, self._idle_at = idle, now
+        self._idle_most = max(self._idle_most, idle)
+
+    def idle_for_depth(self) -> tuple[float, float]:
+        """The worker-seconds workers sat idle for the depth alone since
+        :attr:`idle_from`, and the seconds since then."""
+        now = clock()
+        return self._idle_seconds + self._idle_workers * (now - self._idle_at), now - self.idle_from
+
+    def idle_workers(self) -> int | None:
+        """The most workers that sat idle for the depth alone at once since the
+        depth last changed (or the epoch's first batch was taken), where in all
+        they sat so for more than ``IDLE_SLACK`` of the workers' time, over a
+        typical build or longer, in order; else None. Out of order a batch
+        never waits behind another: a worker idle for the depth has nothing
+        slow ahead of it to cover."""
+        typical = self.typical_build
+        idle, seconds = self.idle_for_depth()
+        if not self.config.ordered or typical is None or seconds < typical or seconds <= 0:
+            return None
+        mean = idle / seconds
+        return self._idle_most if mean > IDLE_SLACK * self.workers.count else None
+
+    def count_idle_anew(self) -> None:
+        """Start the sum of :meth:`idle_for_depth` again from now (the depth changed)."""
+        self._recount_idle(self._idle_workers)
+        self._idle_seconds = 0.0
+        self.idle_from = self._idle_at
+        self._idle_most = self._idle_workers
 
     def held_back(self, waited: bool) -> bool:
         """On a request that ``waited``: whether, since the consumer last waited,
@@ -305,6 +356,7 @@ class Schedule:
             finally:
                 task.settled = True
                 self.building -= 1
+                self._recount_idle()
                 self.changed.notify_all()
 
     def _account(self, task: Task, future: cf.Future[Any]) -> None:
@@ -391,6 +443,8 @@ class Schedule:
         self.delivered += 1
         self.ready -= 1
         self.held -= task.size or 0
+        if self.delivered == 1:  # idle time counts from the end of the epoch's start
+            self.count_idle_anew()
         # Under the lock: a stop() from another thread sweeps the files.
         return self.workers.adopt(batch)
 
