@@ -131,6 +131,7 @@ def test_stalls_do_not_swing_the_depth():
         {"long_wait": 1},
         {"window": 0},
         {"grow_after": 5, "window": 4},
+        {"memory": 0},
     ],
 )
 def test_bad_settings(kwargs):
@@ -242,20 +243,28 @@ def test_workers_idle_for_the_depth_deepen_by_as_many_where_the_consumer_waits_f
     c = DepthController(depth=13)
     t = 100.0
     assert c.observe(waited=False, full=False, now=t) is None
-    # every worker busy as it asks (can_grow False), but three sat idle behind a slow batch meanwhile
-    assert c.observe(waited=True, full=False, can_grow=False, spent=0.050, now=t + 0.1) is None
-    assert c.observe(waited=True, full=False, can_grow=False, idle=3, spent=0.050, now=t + 0.2) == 16
-    assert c.observe(waited=True, full=False, can_grow=False, idle=10, spent=0.050, now=t + 0.3, limit=20) == 20
-    assert c.observe(waited=False, full=False, idle=3, now=t + 0.4) is None  # only a wait asks
+    # the consumer waits half its time, every worker busy as it asks (can_grow False)
+    for i in range(1, 9):
+        assert c.observe(waited=True, full=False, can_grow=False, spent=0.050, now=t + 0.1 * i) is None
+    # three sat idle at once behind a slow batch since the last change
+    assert c.observe(waited=True, full=False, can_grow=False, idle=3, spent=0.050, now=t + 0.9) == 16
+    assert c.observe(waited=True, full=False, can_grow=False, idle=10, spent=0.050, now=t + 1.0, limit=20) == 20
+    assert c.observe(waited=False, full=False, idle=3, now=t + 1.1) is None  # only a wait asks
 
 
 def test_idle_workers_do_not_deepen_where_the_consumer_seldom_waits():
     c = DepthController(depth=4)
     t = 100.0
     assert c.observe(waited=False, full=False, now=t) is None
-    # waits of 5 ms in a second: over the slack (0.5 %), under the bound (10 %): the consumer is the slower
-    assert c.observe(waited=True, full=False, can_grow=False, idle=2, spent=0.005, now=t + 1.0) is None
-    assert c.observe(waited=True, full=False, can_grow=False, idle=2, spent=0.200, now=t + 1.1) == 6
+    # a wait of 2 ms every 100 ms: over the slack (0.5 %), far under the bound (10 %): the consumer is the slower
+    for i in range(1, 40):
+        assert c.observe(waited=True, full=False, can_grow=False, idle=2, spent=0.002, now=t + 0.1 * i) is None
+    # then it waits 60 % of its time: after a few such requests the average passes the bound
+    changes = [
+        c.observe(waited=True, full=False, can_grow=False, idle=2, spent=0.060, now=t + 4.0 + 0.1 * i)
+        for i in range(1, 9)
+    ]
+    assert changes[0] is None and 6 in changes
 
 
 def test_idle_workers_in_the_first_requests_are_the_first_epoch_s_start_only():

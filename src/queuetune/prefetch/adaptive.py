@@ -36,12 +36,13 @@ class DepthController:
     - A wait while workers sat idle for the depth alone for more than a share
       of their time (``idle``: how many sat so at once, given where that share
       is over 2 %; see :meth:`.Schedule.idle_workers`), where the consumer's
-      waits take ``bound`` of its time or more since the depth last changed (it
-      waits for the workers, so their idle time is throughput lost): deeper by
-      that many. Builds as long as hundreds of steps finish out of turn, and
-      those behind a slow one wait for the depth however short the lull between
-      two waits. Not in the first ``start`` requests of the controller's life
-      (the first epoch's start, where the workers begin; later epochs keep them).
+      waits take ``bound`` of its time or more (a moving average over about
+      ``memory`` requests, an epoch's first wait left out: it waits for the
+      workers, so their idle time is throughput lost): deeper by that many. Builds as long as
+      hundreds of steps finish out of turn, and those behind a slow one wait
+      for the depth however short the lull between two waits. Not in the first
+      ``start`` requests of the controller's life (the first epoch's start,
+      where the workers begin; later epochs keep them).
     - The last three rules (one wait at a time) deepen only while the waits cost
       the consumer more than ``slack`` of its time since the depth last changed
       (given ``spent`` and ``now`` with each wait): a queue that misses a batch now
@@ -72,6 +73,7 @@ class DepthController:
     floor: int = 1
     slack: float = 0.005
     bound: float = 0.1
+    memory: int = 16
     start: int = 0
     _recent: deque[bool] = field(default_factory=deque, repr=False)
     # When the depth last changed (or the first request asked), the seconds waited
@@ -84,6 +86,8 @@ class DepthController:
     _requests: int = field(default=0, repr=False)
     # Requests over every epoch: the workers' first builds are the first epoch's.
     _seen: int = field(default=0, repr=False)
+    # The share of its time the consumer waits, a moving average over about ``memory`` requests.
+    _waiting: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
         self.depth = positive_int(self.depth, "depth")
@@ -91,6 +95,7 @@ class DepthController:
         self.grow_after = positive_int(self.grow_after, "grow_after")
         self.shrink_after = positive_int(self.shrink_after, "shrink_after")
         self.window = positive_int(self.window, "window")
+        self.memory = positive_int(self.memory, "memory")
         self.start = nonnegative_int(self.start, "start")
         if self.grow_after > self.window:
             raise ValueError(f"grow_after {self.grow_after} is above window {self.window}")
@@ -136,13 +141,16 @@ class DepthController:
         self._seen += 1
         lost = lost and self._requests > self.start
         if now is not None:
+            if self._now is not None and now > self._now:
+                share = min(1.0, (spent or 0.0) / (now - self._now)) if waited else 0.0
+                self._waiting += (share - self._waiting) / self.memory
             self._now = now
             if self._since is None:
                 self._since = now - (spent or 0.0)
             if waited and spent is not None:
                 self._spent += spent
         # Workers idle for the depth alone cost throughput where the consumer waits for them.
-        if self._seen <= self.start or not self._costly(spent, now, self.bound):
+        if self._seen <= self.start or (now is not None and self._waiting < self.bound):
             idle = None
         if self._since_shrink is not None:
             self._since_shrink += 1
@@ -185,12 +193,12 @@ class DepthController:
         self._since_shrink = None
         self._requests = 0
 
-    def _costly(self, spent: float | None, now: float | None, share: float | None = None) -> bool:
+    def _costly(self, spent: float | None, now: float | None) -> bool:
         """Whether the waits since the depth last changed, this one included, cost
-        more than ``share`` (by default ``slack``) of the time since (True when not told)."""
+        more than ``slack`` of the time since (True when not told)."""
         if spent is None or now is None or self._since is None:
             return True
-        return self._spent > (self.slack if share is None else share) * (now - self._since)
+        return self._spent > self.slack * (now - self._since)
 
     def _set(self, depth: int) -> int:
         self.depth = depth

@@ -291,9 +291,11 @@ class Schedule:
         worked out), adding the last count's worker-seconds to the sum."""
         if idle is None:
             idle = 0
-            if self._can_start_but_for_depth() and self.submitted - self.delivered >= self.controller.depth:
+            if self.submitted - self.delivered >= self.controller.depth and self._can_start_but_for_depth():
                 left = self.workers.count if self.total is None else self.total - self.submitted
                 idle = max(0, min(self.workers.count - self.building, left))
+        if idle == self._idle_workers == 0:
+            return  # none idle before or now: nothing to add, and a count from zero starts when one is
         now = clock()
         self._idle_seconds += self._idle_workers * (now - self._idle_at)
         self._idle_workers, self._idle_at = idle, now
@@ -321,9 +323,8 @@ class Schedule:
 
     def count_idle_anew(self) -> None:
         """Start the sum of :meth:`idle_for_depth` again from now (the depth changed)."""
-        self._recount_idle(self._idle_workers)
         self._idle_seconds = 0.0
-        self.idle_from = self._idle_at
+        self.idle_from = self._idle_at = clock()
         self._idle_most = self._idle_workers
 
     def held_back(self, waited: bool) -> bool:
