@@ -36,9 +36,10 @@ class DepthController:
     - A wait while workers sat idle for the depth alone for more than a share
       of their time (``idle``: how many sat so at once, given where that share
       is over 2 %; see :meth:`.Schedule.idle_workers`), where the consumer's
-      waits take ``bound`` of its time or more (a moving average over about
-      ``memory`` requests, an epoch's first wait left out: it waits for the
-      workers, so their idle time is throughput lost): deeper by that many. Builds as long as
+      waits take more than ``bound`` of its time (over about the last
+      ``memory`` requests, each weighed by its seconds, an epoch's first wait
+      left out: it waits for the workers, so their idle time is throughput
+      lost): deeper by that many. Builds as long as
       hundreds of steps finish out of turn, and those behind a slow one wait
       for the depth however short the lull between two waits. Not in the first
       ``start`` requests of the controller's life (the first epoch's start,
@@ -86,8 +87,9 @@ class DepthController:
     _requests: int = field(default=0, repr=False)
     # Requests over every epoch: the workers' first builds are the first epoch's.
     _seen: int = field(default=0, repr=False)
-    # The share of its time the consumer waits, a moving average over about ``memory`` requests.
-    _waiting: float = field(default=0.0, repr=False)
+    # The seconds the consumer waited, and all its seconds, over about the last ``memory`` requests.
+    _waited: float = field(default=0.0, repr=False)
+    _lasted: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
         self.depth = positive_int(self.depth, "depth")
@@ -142,15 +144,16 @@ class DepthController:
         lost = lost and self._requests > self.start
         if now is not None:
             if self._now is not None and now > self._now:
-                share = min(1.0, (spent or 0.0) / (now - self._now)) if waited else 0.0
-                self._waiting += (share - self._waiting) / self.memory
+                keep = 1 - 1 / self.memory
+                self._waited = self._waited * keep + (min(spent or 0.0, now - self._now) if waited else 0.0)
+                self._lasted = self._lasted * keep + (now - self._now)
             self._now = now
             if self._since is None:
                 self._since = now - (spent or 0.0)
             if waited and spent is not None:
                 self._spent += spent
         # Workers idle for the depth alone cost throughput where the consumer waits for them.
-        if self._seen <= self.start or (now is not None and self._waiting < self.bound):
+        if self._seen <= self.start or (now is not None and self._waited <= self.bound * self._lasted):
             idle = None
         if self._since_shrink is not None:
             self._since_shrink += 1
@@ -176,6 +179,16 @@ class DepthController:
             self._since_shrink = 0
             return self._set(self.depth - 1)
         return None
+
+    @property
+    def starting(self) -> bool:
+        """Whether the requests so far are the first epoch's start, whose idle
+        workers are the start's (see the rule for idle workers).
+
+        >>> c = DepthController(start=1); c.starting, c.observe(waited=False, full=False), c.starting
+        (True, None, False)
+        """
+        return self._seen < self.start
 
     def new_epoch(self) -> None:
         """Begin another epoch at the depth the last ended with: what the

@@ -120,6 +120,7 @@ class Epoch:
                         changed = schedule.controller.observe(False, seen.full, now=got)
                     if changed is not None:
                         recorder.mark("depth", changed)
+                    if changed is not None or schedule.controller.starting:
                         schedule.count_idle_anew()
                     self._start_more()
                 samples = task.indices if isinstance(task.indices, list) else None
