@@ -139,13 +139,24 @@ def test_bad_settings(kwargs):
         DepthController(**kwargs)
 
 
+def started(config, workers, sizes, schedules):
+    """A schedule of six batches on ``workers`` with what its depth allows
+    started, kept in ``schedules`` for the test to stop."""
+    from queuetune.prefetch.schedule import Schedule
+
+    schedule = Schedule(config, list(range(6)), workers, sizes)
+    schedules.append(schedule)
+    with schedule.lock:
+        schedule.fill()
+    return schedule
+
+
 @pytest.mark.timeout(30)
 def test_time_a_worker_sits_idle_for_the_depth_alone_counts_once_it_reaches_half_a_build():
     import threading
     import time
 
     from queuetune.prefetch.config import BatchSizes, EpochConfig
-    from queuetune.prefetch.schedule import Schedule
     from queuetune.prefetch.workers import ThreadWorkers
 
     sizes = BatchSizes()
@@ -159,10 +170,7 @@ def test_time_a_worker_sits_idle_for_the_depth_alone_counts_once_it_reaches_half
     schedules = []
     try:
         config = EpochConfig(max_bytes=10_000, depth=1, max_depth=8, ordered=True, timeout=None)
-        schedule = Schedule(config, list(range(6)), workers, sizes)
-        schedules.append(schedule)
-        with schedule.lock:
-            schedule.fill()
+        schedule = started(config, workers, sizes, schedules)
         assert schedule.wait_for([schedule.tasks[0]], 10) is not None
         # built, not taken, and batch 1 not started for the depth alone: a worker sits idle,
         # for less than half a build (1 s) so far
@@ -172,12 +180,9 @@ def test_time_a_worker_sits_idle_for_the_depth_alone_counts_once_it_reaches_half
         assert schedule.held_back(waited=False) is False  # only a wait asks
         assert schedule.held_back(waited=True) is True
         assert schedule.held_back(waited=True) is False  # counted from the last wait
-        budget = Schedule(
-            EpochConfig(max_bytes=150, depth=1, max_depth=8, ordered=True, timeout=None), list(range(6)), workers, sizes
+        budget = started(
+            EpochConfig(max_bytes=150, depth=1, max_depth=8, ordered=True, timeout=None), workers, sizes, schedules
         )
-        schedules.append(budget)
-        with budget.lock:
-            budget.fill()
         assert budget.wait_for([budget.tasks[0]], 10) is not None
         assert budget.held_back_since is None  # held back by the budget, which more depth cannot help
     finally:
@@ -280,7 +285,6 @@ def test_the_schedule_adds_up_the_worker_seconds_idle_for_the_depth_alone():
     import time
 
     from queuetune.prefetch.config import BatchSizes, EpochConfig
-    from queuetune.prefetch.schedule import Schedule
     from queuetune.prefetch.workers import ThreadWorkers
 
     sizes = BatchSizes()
@@ -299,10 +303,7 @@ def test_the_schedule_adds_up_the_worker_seconds_idle_for_the_depth_alone():
     try:
         for ordered in (True, False):
             config = EpochConfig(max_bytes=10_000, depth=3, max_depth=8, ordered=ordered, timeout=None)
-            schedule = Schedule(config, list(range(6)), workers, sizes)
-            schedules.append(schedule)
-            with schedule.lock:
-                schedule.fill()
+            schedule = started(config, workers, sizes, schedules)
             assert schedule.wait_for([schedule.tasks[1]], 10) is not None
             assert schedule.wait_for([schedule.tasks[2]], 10) is not None
             time.sleep(0.3)
