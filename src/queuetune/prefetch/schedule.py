@@ -295,7 +295,7 @@ class Schedule:
                 left = self.workers.count if self.total is None else self.total - self.submitted
                 idle = max(0, min(self.workers.count - self.building, left))
         if idle == self._idle_workers == 0:
-            return  # none idle before or now: nothing to add, and a count from zero starts when one is
+            return  # none idle before or now: nothing to add; the clock starts when one is
         now = clock()
         self._idle_seconds += self._idle_workers * (now - self._idle_at)
         self._idle_workers, self._idle_at = idle, now
@@ -322,7 +322,9 @@ class Schedule:
         return self._idle_most if mean > IDLE_SLACK * self.workers.count else None
 
     def count_idle_anew(self) -> None:
-        """Start the sum of :meth:`idle_for_depth` again from now (the depth changed)."""
+        """Start the sum of :meth:`idle_for_depth` again from now: the depth
+        changed, the epoch's first batch was taken, or the first epoch's start
+        goes on."""
         self._idle_seconds = 0.0
         self.idle_from = self._idle_at = clock()
         self._idle_most = self._idle_workers
