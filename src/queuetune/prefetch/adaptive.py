@@ -120,7 +120,7 @@ class DepthController:
         short: float | None = None,
         spent: float | None = None,
         now: float | None = None,
-        idle: float | None = None,
+        idle: int | None = None,
     ) -> int | None:
         """Note one request; return the new depth if it changes, else None.
 
@@ -172,7 +172,7 @@ class DepthController:
                 return self._set(min(top, needed))
             if (lost or idle or sum(self._recent) >= self.grow_after) and self._costly(spent, now):
                 more = max(1, math.ceil(short)) if lost and short is not None else 1
-                return self._set(min(top, self.depth + max(more, math.ceil(idle or 0))))
+                return self._set(min(top, self.depth + max(more, idle or 0)))
             return None
         self._calm = self._calm + 1 if full else 0
         if self._calm >= self.shrink_after and self.depth > self.floor:

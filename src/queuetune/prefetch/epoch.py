@@ -199,8 +199,7 @@ class Epoch:
         # they were all busy when it was asked for.
         stalled = schedule.stalled(step)
         held_back = schedule.held_back(True)
-        # The epoch's first wait is its start's: every worker began at once.
-        idle = schedule.idle_workers() if schedule.delivered > 1 else None
+        idle = schedule.idle_workers()
         return schedule.controller.observe(
             True,
             seen.full,

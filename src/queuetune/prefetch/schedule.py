@@ -446,7 +446,7 @@ class Schedule:
         self.delivered += 1
         self.ready -= 1
         self.held -= task.size or 0
-        if self.delivered == 1:  # idle time counts from the end of the epoch's start
+        if self.delivered == 1:  # idle time counts from the end of the epoch's start, not in its first wait
             self.count_idle_anew()
         # Under the lock: a stop() from another thread sweeps the files.
         return self.workers.adopt(batch)
