@@ -33,6 +33,17 @@ import psutil
 RAY = str(Path(sys.executable).with_name("ray"))
 #: Set in a driver before Ray is imported (Ray reads the mode once, at import).
 DRIVER_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+#: How long a node and a driver wait for a starved peer. Ray marks a node dead
+#: once its raylet has missed 5 health checks 3 s apart; the raylet then ends
+#: itself and takes every driver connected through it along (status 1, nothing
+#: printed: a test run ends mid-module). On a machine busy with other work a
+#: raylet can be starved that long, so the nodes wait 10 minutes (200 checks),
+#: as a driver waits for the GCS.
+PATIENCE = {
+    "RAY_health_check_failure_threshold": "200",
+    "RAY_health_check_timeout_ms": "30000",
+    "RAY_gcs_rpc_server_reconnect_timeout_s": "600",
+}
 #: What else Ray reads of the token; a cluster sets its own path and nothing else.
 _TOKEN_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 #: Threads of Ray's own that can start after ``ray.init`` and end with ``ray.shutdown``.
@@ -64,7 +75,7 @@ class LocalCluster:
         with os.fdopen(descriptor, "w") as f:
             f.write(secrets.token_hex(32))
         #: The environment of the cluster's nodes and of its drivers.
-        self.env = {**DRIVER_ENV, "RAY_AUTH_TOKEN_PATH": self.token_path}
+        self.env = {**DRIVER_ENV, **PATIENCE, "RAY_AUTH_TOKEN_PATH": self.token_path}
         # Ray starts its worker processes at nice 15, so that its own daemons stay
         # responsive; on a machine busy with other work (nice 0) that leaves the
         # workers almost no CPU, and a test that takes 9 s idle took 308 s. The

@@ -107,6 +107,20 @@ def test_the_cluster_brings_its_own_token(cluster):
     assert all(e.get("RAY_AUTH_MODE") == "token" and "RAY_AUTH_TOKEN" not in e for e in environments)
 
 
+def test_the_clusters_nodes_and_this_driver_wait_minutes_for_a_starved_peer(cluster):
+    """Ray's defaults mark a raylet starved for about a minute dead, and its end
+    takes this driver, the whole test run, along (see ray_cluster.PATIENCE)."""
+    from ray_cluster import PATIENCE
+
+    gcs = [p for p in cluster.processes() if p.name() == "gcs_server"]
+    raylets = [p for p in cluster.processes() if p.name() == "raylet"]
+    assert len(gcs) == 1 and len(raylets) == 2
+    for process in gcs + raylets:
+        assert {name: process.environ().get(name) for name in PATIENCE} == PATIENCE
+    assert {name: os.environ.get(name) for name in PATIENCE} == PATIENCE
+    assert int(PATIENCE["RAY_health_check_failure_threshold"]) * 3 >= 600  # checks 3 s apart: 10 minutes
+
+
 def test_the_clusters_workers_run_at_the_priority_of_the_rest(cluster):
     """Not at Ray's default nice 15, which a busy machine starves (see ray_cluster.py)."""
 
