@@ -17,6 +17,7 @@ directory (Ray's default is ``~/.ray/auth_token``).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -50,6 +51,15 @@ _TOKEN_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 _RAY_OWN = frozenset({"PythonGCThread", "ray_listen_error_messages", "ray_print_logs"})
 
 
+#: The file in a cluster's folder that names the process that made it, and the cluster's port.
+OWNER = "owner"
+#: Where the clusters' folders are made (Ray's socket paths must stay short).
+ROOT = "/tmp"
+PREFIX = "qtray"
+#: What Ray's logs say when a node or a driver ends for want of a peer.
+_FATAL = re.compile(r"\d [EF] \d+ \d+\]|marked dead|Terminate the process|has already been shutdown")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -67,9 +77,10 @@ class LocalCluster:
         self, nodes: int = 2, cpus: int = 1, object_store: int = 256 * 2**20, worker_niceness: int | None = 0
     ) -> None:
         # Ray's socket paths must stay under 107 characters, so the folder is short.
-        self.folder = tempfile.mkdtemp(prefix="qtray", dir="/tmp")
+        self.folder = tempfile.mkdtemp(prefix=PREFIX, dir=ROOT)
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        Path(self.folder, OWNER).write_text(f"{os.getpid()} {self.port}")
         self.token_path = os.path.join(self.folder, "auth_token")
         descriptor = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as f:
@@ -198,6 +209,47 @@ class LocalCluster:
             raise RuntimeError(f"Ray cluster processes left running: {[p.pid for p in left]}")
 
 
+def orphans(root: str = ROOT) -> list[tuple[Path, int]]:
+    """Folders and ports of clusters whose maker has ended without stopping them:
+    a driver that Ray ended at once (status 1, nothing printed) leaves its cluster up."""
+    found = []
+    for folder in sorted(Path(root).glob(f"{PREFIX}*")):
+        try:
+            owner, port = map(int, (folder / OWNER).read_text().split())
+        except (OSError, ValueError):
+            continue
+        try:
+            ended = psutil.Process(owner).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            ended = True
+        if ended:
+            found.append((folder, port))
+    return found
+
+
+def after_a_crash(root: str = ROOT) -> int:
+    """Print what Ray's logs say of each orphaned cluster, then stop it; the
+    number of clusters found. Run by ``scripts/test`` when the suite fails, so
+    that a run Ray ended mid-module says why and leaves nothing running."""
+    clusters = orphans(root)
+    for folder, port in clusters:
+        print(f"== a Ray cluster left by a process that ended: {folder}", file=sys.stderr)
+        for log in sorted(folder.glob("session_[0-9]*/logs/*")):
+            if log.suffix in (".out", ".err", ".log") and log.is_file():
+                lines = log.read_text(errors="replace").splitlines()
+                for line in [line for line in lines if _FATAL.search(line)][-5:]:
+                    print(f"{log.name}: {line[:400]}", file=sys.stderr)
+        marks = (str(folder), f":{port}")
+        procs = []
+        for p in psutil.process_iter(["cmdline"]):
+            if any(mark in " ".join(p.info["cmdline"] or []) for mark in marks) and p.pid != os.getpid():
+                procs.append(p)
+                _signal(p, signal.SIGKILL)
+        psutil.wait_procs(procs, timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
+    return len(clusters)
+
+
 def _stop_block_prefetcher(thread: threading.Thread) -> None:
     """Stop a Ray Data ``WaitBlockPrefetcher`` whose thread this is (its owner
     is reachable only through the thread's target)."""
@@ -211,3 +263,7 @@ def _signal(process: psutil.Process, sig: int) -> None:
         process.send_signal(sig)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass
+
+
+if __name__ == "__main__":
+    after_a_crash()

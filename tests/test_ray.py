@@ -121,6 +121,33 @@ def test_the_clusters_nodes_and_this_driver_wait_minutes_for_a_starved_peer(clus
     assert int(PATIENCE["RAY_health_check_failure_threshold"]) * 3 >= 600  # checks 3 s apart: 10 minutes
 
 
+def test_a_cluster_whose_driver_ray_ended_is_reported_and_stopped_after_the_run(cluster, tmp_path):
+    """What scripts/test does when the suite fails: a driver ended at once
+    (``os._exit``, as Ray ends one) leaves its cluster; the sweep prints what
+    the logs say and stops it, and leaves a live driver's cluster alone."""
+    import subprocess
+
+    import ray_cluster
+
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from ray_cluster import LocalCluster; "
+        "c = LocalCluster(nodes=1, cpus=1, object_store=80 * 2**20); print(c.folder, flush=True); os._exit(3)"
+    )
+    tests = str(Path(__file__).parent)
+    done = subprocess.run([sys.executable, "-c", code, tests], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 3, done.stderr
+    folder = Path(done.stdout.split()[-1])
+    assert folder.exists()
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(folder) in " ".join(p.info["cmdline"] or [])]
+    assert left  # the cluster outlived its maker
+    assert folder in [f for f, _ in ray_cluster.orphans()]
+    assert Path(cluster.folder) not in [f for f, _ in ray_cluster.orphans()]
+    assert ray_cluster.after_a_crash() >= 1
+    assert not folder.exists()
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(folder) in " ".join(p.info["cmdline"] or [])]
+    assert cluster.processes() and ray.is_initialized()
+
+
 def test_the_clusters_workers_run_at_the_priority_of_the_rest(cluster):
     """Not at Ray's default nice 15, which a busy machine starves (see ray_cluster.py)."""
 
