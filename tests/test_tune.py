@@ -627,8 +627,12 @@ def test_tune_looks_past_the_cores_when_the_builds_wait_on_io():
 
     result = tune(make, steps=40, warmup=5, rounds=2, candidates=4)
     assert result.baseline is not None and result.baseline.build_busy_share < 0.5
-    # 2 workers build a batch every 10 ms against 2.5 ms steps: it takes 8 to keep up.
+    # 2 workers build a batch every 10 ms against 2.5 ms steps: it takes 8 to keep
+    # up on an idle machine. How many the tuner tries and which measures best
+    # depend on the machine's load (CI once read 8 workers below 4's 198
+    # batches/s); it looks, and chooses, past the cores.
     assert max(p.settings["num_workers"] for p in result.predictions) > cores.available()
-    assert result.chosen is not None and result.chosen.settings["num_workers"] >= 8
-    assert result.chosen.settings["num_workers"] > cores.available()
+    tried = [c.settings["num_workers"] for c in result.candidates if not c.is_default]
+    assert tried and max(tried) > cores.available()
+    assert result.chosen is not None and result.chosen.settings["num_workers"] > cores.available()
     assert_nothing_left_running()
