@@ -328,3 +328,29 @@ def test_consumed_by_block_gives_each_block_the_batch_that_took_its_first_row():
     # a trace matched by batches comes back as it is
     plain = Trace(produced=produced, consumed=consumed)
     assert consumed_by_block(plain) is plain
+
+
+def _copying_worker(held_mib: list[int], objects_mib: int) -> list:
+    """A worker (pid 7) that read 100 samples a batch and held ``held_mib`` at
+    readings after batches 1, 2, ..., of a dataset of 10,000 samples whose
+    Python objects take ``objects_mib``."""
+    from queuetune.memory_use import _growing
+    from queuetune.trace import TraceMeta
+
+    mib = 2**20
+    trace = Trace(
+        meta=TraceMeta(settings={"batch_size": 100}, num_samples=10_000),
+        produced=[Produced(i, i + 0.5, 8, worker="7") for i in range(len(held_mib))],
+    )
+    readings = [MemorySample(i + 0.6, 0, workers=[[7, 0, m * mib, 0]]) for i, m in enumerate(held_mib)]
+    return _growing(trace, readings, copying=True, objects=objects_mib * mib)
+
+
+def test_a_copying_worker_heads_for_its_baseline_and_the_objects_and_never_below_what_it_holds():
+    mib = 2**20
+    [growth] = _copying_worker([10, 20, 30, 40], objects_mib=100)
+    assert (growth.held, growth.heading) == (40 * mib, 110 * mib)  # 10 MiB baseline + 100 MiB of objects
+    # A read copies the whole page an object lies on: after 400 of 10,000
+    # samples the worker holds more than its baseline and the objects' bytes.
+    [growth] = _copying_worker([10, 30, 50, 70], objects_mib=40)
+    assert growth.held == 70 * mib and growth.heading == 70 * mib

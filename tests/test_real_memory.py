@@ -108,9 +108,12 @@ def test_copy_on_read_of_a_list_of_strings_is_named_with_the_growth_the_workers_
         truth = at(reported, last) - at(reported, first)
         assert truth > 16 * MiB
         assert abs(growth.bytes - truth) <= 0.15 * truth, (growth.bytes / MiB, truth / MiB)
-        # Heading for a copy of every string: the baseline and the strings' objects.
-        assert growth.heading is not None and growth.heading > growth.held
-    assert use.heading_bytes is not None and use.heading_bytes > use.peak.total
+        # Heading for a copy of every string: the baseline and the strings' objects
+        # (a million str, over 48 MiB), or what it holds where its reads copied whole
+        # pages past that (on a busy machine the last reading comes late).
+        baseline = growth.held - growth.bytes
+        assert growth.heading is not None and growth.heading >= max(growth.held, baseline + 48 * MiB)
+    assert use.heading_bytes is not None and use.heading_bytes >= use.peak.total
     line = headline(report, Recommendation(None, why="none")).text()
     assert "Memory: workers copy what they read (copy-on-read)" in line
 

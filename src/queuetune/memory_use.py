@@ -304,6 +304,10 @@ def _growing(trace: Trace, readings: list[MemorySample], copying: bool, objects:
             heading: int | None = int(held[0] + objects)
         else:
             heading = int(held[0] + slope * dataset) if dataset else None
+        if heading is not None:
+            # A read copies the whole page an object lies on, so a worker can pass
+            # its baseline plus the objects' bytes; it heads for no less than it holds.
+            heading = max(heading, int(held[-1]))
         span = (points[0][0], points[-1][0])
         found.append(
             Growth(str(pid), int(grew), int(held[-1]), slope * 1000, int(samples), heading, copying, span, unit)
