@@ -239,10 +239,10 @@ def after_a_crash(root: str = ROOT) -> int:
                 lines = log.read_text(errors="replace").splitlines()
                 for line in [line for line in lines if _FATAL.search(line)][-5:]:
                     print(f"{log.name}: {line[:400]}", file=sys.stderr)
-        marks = (str(folder), f":{port}")
+        mark = re.compile(rf"{re.escape(str(folder))}|:{port}\b")
         procs = []
         for p in psutil.process_iter(["cmdline"]):
-            if any(mark in " ".join(p.info["cmdline"] or []) for mark in marks) and p.pid != os.getpid():
+            if mark.search(" ".join(p.info["cmdline"] or [])) and p.pid != os.getpid():
                 procs.append(p)
                 _signal(p, signal.SIGKILL)
         psutil.wait_procs(procs, timeout=10)
