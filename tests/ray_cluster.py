@@ -31,6 +31,8 @@ from pathlib import Path
 
 import psutil
 
+from queuetune.prefetch import lifeline
+
 RAY = str(Path(sys.executable).with_name("ray"))
 #: Set in a driver before Ray is imported (Ray reads the mode once, at import).
 DRIVER_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -178,35 +180,47 @@ class LocalCluster:
 
     def processes(self) -> list[psutil.Process]:
         """The cluster's processes still alive (their command lines name its folder or port)."""
-        marks = (self.folder, f":{self.port}")
-        found = []
-        for p in psutil.process_iter(["cmdline"]):
-            try:
-                line = " ".join(p.info["cmdline"] or [])
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            if any(mark in line for mark in marks) and p.pid != os.getpid():
-                found.append(p)
-        return found
+        return cluster_processes(self.folder, self.port)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop every process of the cluster (SIGTERM, then SIGKILL) and remove its folder."""
-        procs = self.processes()
-        for p in procs:
-            _signal(p, signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=timeout / 2)
-        for p in alive:
+        stop_cluster(self.folder, self.port, timeout)
+
+
+def cluster_processes(folder: str | Path, port: int) -> list[psutil.Process]:
+    """The processes still alive whose command lines name ``folder`` or ``port``
+    (as a whole number: ``:6379`` is not ``:63790``), this one aside."""
+    mark = re.compile(rf"{re.escape(str(folder))}|:{port}\b")
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            line = " ".join(p.info["cmdline"] or [])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if mark.search(line) and p.pid != os.getpid():
+            found.append(p)
+    return found
+
+
+def stop_cluster(folder: str | Path, port: int, timeout: float = 30.0) -> None:
+    """Stop every process of the cluster in ``folder`` on ``port`` (SIGTERM, then
+    SIGKILL) and remove the folder; raise if any is left."""
+    procs = cluster_processes(folder, port)
+    for p in procs:
+        _signal(p, signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=timeout / 2)
+    for p in alive:
+        _signal(p, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=timeout / 2)
+    deadline = time.monotonic() + timeout
+    while (left := cluster_processes(folder, port)) and time.monotonic() < deadline:
+        for p in left:
             _signal(p, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=timeout / 2)
-        deadline = time.monotonic() + timeout
-        while self.processes() and time.monotonic() < deadline:
-            for p in self.processes():
-                _signal(p, signal.SIGKILL)
-            time.sleep(0.2)
-        left = self.processes()
-        shutil.rmtree(self.folder, ignore_errors=True)
-        if left:
-            raise RuntimeError(f"Ray cluster processes left running: {[p.pid for p in left]}")
+        time.sleep(0.2)
+    left = cluster_processes(folder, port)
+    shutil.rmtree(folder, ignore_errors=True)
+    if left:
+        raise RuntimeError(f"Ray cluster processes left running: {[p.pid for p in left]}")
 
 
 def orphans(root: str = ROOT) -> list[tuple[Path, int]]:
@@ -218,11 +232,7 @@ def orphans(root: str = ROOT) -> list[tuple[Path, int]]:
             owner, port = map(int, (folder / OWNER).read_text().split())
         except (OSError, ValueError):
             continue
-        try:
-            ended = psutil.Process(owner).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            ended = True
-        if ended:
+        if not lifeline.alive(owner):
             found.append((folder, port))
     return found
 
@@ -239,14 +249,7 @@ def after_a_crash(root: str = ROOT) -> int:
                 lines = log.read_text(errors="replace").splitlines()
                 for line in [line for line in lines if _FATAL.search(line)][-5:]:
                     print(f"{log.name}: {line[:400]}", file=sys.stderr)
-        mark = re.compile(rf"{re.escape(str(folder))}|:{port}\b")
-        procs = []
-        for p in psutil.process_iter(["cmdline"]):
-            if mark.search(" ".join(p.info["cmdline"] or [])) and p.pid != os.getpid():
-                procs.append(p)
-                _signal(p, signal.SIGKILL)
-        psutil.wait_procs(procs, timeout=10)
-        shutil.rmtree(folder, ignore_errors=True)
+        stop_cluster(folder, port)
     return len(clusters)
 
 

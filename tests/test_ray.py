@@ -112,8 +112,9 @@ def test_the_clusters_nodes_and_this_driver_wait_minutes_for_a_starved_peer(clus
     takes this driver, the whole test run, along (see ray_cluster.PATIENCE)."""
     from ray_cluster import PATIENCE
 
-    gcs = [p for p in cluster.processes() if p.name() == "gcs_server"]
-    raylets = [p for p in cluster.processes() if p.name() == "raylet"]
+    processes = cluster.processes()
+    gcs = [p for p in processes if p.name() == "gcs_server"]
+    raylets = [p for p in processes if p.name() == "raylet"]
     assert len(gcs) == 1 and len(raylets) == 2
     for process in gcs + raylets:
         assert {name: process.environ().get(name) for name in PATIENCE} == PATIENCE
@@ -138,13 +139,12 @@ def test_a_cluster_whose_driver_ray_ended_is_reported_and_stopped_after_the_run(
     assert done.returncode == 3, done.stderr
     folder = Path(done.stdout.split()[-1])
     assert folder.exists()
-    left = [p for p in psutil.process_iter(["cmdline"]) if str(folder) in " ".join(p.info["cmdline"] or [])]
-    assert left  # the cluster outlived its maker
-    assert folder in [f for f, _ in ray_cluster.orphans()]
-    assert Path(cluster.folder) not in [f for f, _ in ray_cluster.orphans()]
+    orphans = dict(ray_cluster.orphans())
+    assert folder in orphans and Path(cluster.folder) not in orphans
+    assert ray_cluster.cluster_processes(folder, orphans[folder])  # the cluster outlived its maker
     assert ray_cluster.after_a_crash() >= 1
     assert not folder.exists()
-    assert not [p for p in psutil.process_iter(["cmdline"]) if str(folder) in " ".join(p.info["cmdline"] or [])]
+    assert not ray_cluster.cluster_processes(folder, orphans[folder])
     assert cluster.processes() and ray.is_initialized()
 
 
