@@ -2,13 +2,14 @@
 little off it, and with the loaders' threads kept off the consumer's core:
 where the Prefetcher's shortfall there comes from.
 
-Run: .venv/bin/python benchmarks/jittery_phase.py [--rounds 3] [--out benchmarks/results]
+Run: .venv/bin/python benchmarks/jittery_phase.py [--rounds 3] [--workers 4] [--out benchmarks/results]
 
 The workload of ``benchmarks/prefetcher.py`` (load: a 3 ms sleep, a 100 ms stall
 with p=0.04, then a 2 MiB numpy pass; 600 steps, 30 of warm-up), with the
 step at 3.0 ms (the benchmark's), 3.5 ms and 2.5 ms. At each step, interleaved
 for ``--rounds`` rounds: ``queuetune.Prefetcher`` with the benchmark's budget
-(16 batches) and with torchdata.nodes' bytes (10 batches), torchdata.nodes
+(16 batches) and with torchdata.nodes' bytes (10 batches at 4 workers: 2 per
+worker and 2 more, ``prefetcher.lean_budget_batches``), torchdata.nodes
 (``ParallelMapper(in_order=True)`` -> ``Prefetcher(2)``) and tf.data
 (``map(AUTOTUNE)`` -> ``prefetch(AUTOTUNE)``), peaks counted as in that
 benchmark; at 3.0 ms the two Prefetchers and nodes once more with the cores
@@ -22,7 +23,9 @@ consumer's ``next()`` did (0.976 x nodes at nodes' bytes). Started by the
 worker that builds them, after the consumer's step began, they did not on an
 AMD EPYC host, and still did on an Intel Xeon host, where they began some
 50 us after the step. A step off the load breaks that phase too; cores apart
-take the collision away.
+take the collision away. ``--workers N`` (default 4) is every loader's worker
+count but tf.data's (AUTOTUNE); with N other than 4, ``--out`` writes
+``jittery_phase.workers-N.json`` and ``.txt``.
 
 At 3.0 ms, on Linux, the 10-batch Prefetcher and nodes also run with the
 consumer's timer slack at 1 ns (``prctl(PR_SET_TIMERSLACK)`` on its thread;
@@ -131,15 +134,18 @@ def placement(how: str) -> Iterator[None]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=pf.WORKERS, help="every loader's worker count (default 4)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    parser.add_argument("--out", type=Path, help="write jittery_phase.json and jittery_phase.txt here")
+    parser.add_argument("--out", type=Path, help="write jittery_phase[.workers-N].json and .txt here")
     args = parser.parse_args()
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("needs at least 2 cores to keep the consumer apart")
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
     for step in STEPS:
-        w = pf.Workload("jittery", 0.003, step, 600, 30, stall=0.100, p=0.04)
+        w = pf.Workload("jittery", 0.003, step, 600, 30, stall=0.100, p=0.04, workers=args.workers)
         entries = [(name, ANY) for name in LOADERS]
         if step == STEPS[0]:
             entries += [(name, APART) for name in KEPT_APART]
@@ -166,10 +172,12 @@ def main() -> int:
         "machine": machine(),
         "versions": pf.versions(),
         "rounds": args.rounds,
+        "workers": args.workers,
         "seconds": time.monotonic() - started,
         "settings": rows,
     }
-    publish(data, table(data), "jittery_phase", args.json, args.out)
+    stem = "jittery_phase" if args.workers == pf.WORKERS else f"jittery_phase.workers-{args.workers}"
+    publish(data, table(data), stem, args.json, args.out)
     return 0
 
 
@@ -178,6 +186,7 @@ def table(data: dict[str, Any]) -> str:
         "The jittery workload: step on and off the load, and the loaders' threads off the consumer's core "
         "(benchmarks/jittery_phase.py)",
         f"machine: {data['machine']}; date: {data['date']}; versions: {data['versions']}; "
+        f"workers: {data.get('workers', pf.WORKERS)} for every loader but tf.data (AUTOTUNE); "
         f"rounds: {data['rounds']} (interleaved); took {data['seconds']:.0f} s",
         "cells: batches/s, median of the rounds (the rounds), peak batches started and not released, "
         "the consumer's mean step in ms",
