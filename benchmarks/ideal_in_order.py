@@ -103,7 +103,7 @@ def main() -> int:
         print(f"ideal_in_order.py: {args.workload} has a pure-Python load, not a sleep to simulate", file=sys.stderr)
         return 2
     result = simulate(found[0], args.depths, args.steps_ms, args.extra_ms / 1000)
-    stem = f"ideal_in_order_{args.workload}" + ("" if args.workers == pf.WORKERS else f".workers-{args.workers}")
+    stem = pf.result_stem(f"ideal_in_order_{args.workload}", args.workers)
     publish(result, table(result), stem, args.json, args.out)
     return 0
 

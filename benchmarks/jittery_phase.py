@@ -134,12 +134,10 @@ def placement(how: str) -> Iterator[None]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=pf.WORKERS, help="every loader's worker count (default 4)")
+    parser.add_argument("--workers", type=pf.positive, default=pf.WORKERS, help="every loader's workers (default 4)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", type=Path, help="write jittery_phase[.workers-N].json and .txt here")
     args = parser.parse_args()
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("needs at least 2 cores to keep the consumer apart")
     started = time.monotonic()
@@ -176,8 +174,7 @@ def main() -> int:
         "seconds": time.monotonic() - started,
         "settings": rows,
     }
-    stem = "jittery_phase" if args.workers == pf.WORKERS else f"jittery_phase.workers-{args.workers}"
-    publish(data, table(data), stem, args.json, args.out)
+    publish(data, table(data), pf.result_stem("jittery_phase", args.workers), args.json, args.out)
     return 0
 
 

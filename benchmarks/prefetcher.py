@@ -900,9 +900,18 @@ def main() -> int:
         "seconds": time.monotonic() - started,
         "workloads": summaries,
     }
-    stem = "prefetcher" if args.workers == WORKERS else f"prefetcher.workers-{args.workers}"
-    publish(data, table(data), stem, args.json, args.out)
+    publish(data, table(data), result_stem("prefetcher", args.workers), args.json, args.out)
     return 0
+
+
+def result_stem(name: str, workers: int) -> str:
+    """The results' file name for a run at ``workers`` workers: ``name`` at the
+    default count, else ``name.workers-N``.
+
+    >>> result_stem("prefetcher", WORKERS), result_stem("prefetcher", 8)
+    ('prefetcher', 'prefetcher.workers-8')
+    """
+    return name if workers == WORKERS else f"{name}.workers-{workers}"
 
 
 def positive(text: str) -> int:
