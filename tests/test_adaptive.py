@@ -53,6 +53,20 @@ def test_a_wait_soon_after_shrinking_sets_a_floor():
     assert feed(c, "f" * 100) == []  # no more swinging between 3 and 4
 
 
+def test_deepening_however_late_from_a_depth_shrinking_reached_sets_a_floor():
+    """Waits that come long after the shrink (a consumer missing one batch in
+    fifty at the shallower depth) still show it too shallow."""
+    c = DepthController(depth=4, shrink_after=8)
+    assert feed(c, "f" * 8) == [3]
+    assert feed(c, "." * 40) == []  # ready, the queue not full: no reason to change
+    assert feed(c, "ww") == [4]
+    assert c.floor == 4
+    assert feed(c, "f" * 100) == []
+    grown = DepthController(depth=2, shrink_after=8)
+    assert feed(grown, "." * 40 + "ww") == [3]  # deeper from a depth it started at: no floor
+    assert grown.floor == 1
+
+
 def test_never_past_max_depth_or_when_it_cannot_grow():
     c = DepthController(max_depth=3)
     assert feed(c, "w" * 20) == [2, 3]

@@ -302,11 +302,18 @@ def test_adaptive_depth_starts_with_every_worker_and_the_budget_bounds_the_bytes
     assert source.peak_bytes() <= 5000  # the budget, not the depth, bounds the bytes
 
 
-def stalled_run(ordered):
-    """40 batches of 1000 bytes, loads of 2 ms and one of 400 ms (batch 20), a
-    consumer step of 5 ms: the depth marks, the budget's depth, the peak held."""
+def stalled_run(ordered, stalls=(20,)):
+    """40 batches of 1000 bytes, loads of 2 ms and of 400 ms for those in
+    ``stalls``, a consumer step of 5 ms: the depth marks, the budget's depth,
+    the peak held."""
+    depths, limit, peak, _ = stalled_trace(ordered, stalls)
+    return depths, limit, peak
+
+
+def stalled_trace(ordered, stalls):
     delays = [0.002] * 40
-    delays[20] = 0.400
+    for i in stalls:
+        delays[i] = 0.400
     source = Recorded([1000] * 40, delays)
     budget = 12_000
     with Prefetcher(source, max_bytes=budget, workers=4, ordered=ordered, sample_memory=False) as p:
@@ -316,7 +323,7 @@ def stalled_run(ordered):
         trace = p.trace()
         source.takes_from(trace)
         limit = budget // batch_bytes(1000)
-    return [m.value for m in trace.marks if m.kind == "depth"], limit, source.peak_bytes()
+    return [m.value for m in trace.marks if m.kind == "depth"], limit, source.peak_bytes(), trace
 
 
 @pytest.mark.timeout(60)
@@ -327,6 +334,20 @@ def test_one_stall_deepens_at_once_in_order_within_the_budget():
     # before the stall; 400 ms held up everything behind it, at 5 ms a step:
     # deeper by more than one batch in one decision, stopped by the budget.
     assert max(jumps) > 1
+    assert max(depths) == limit
+    assert peak <= 12_000
+
+
+@pytest.mark.timeout(60)
+def test_two_stalls_under_way_at_once_deepen_at_the_first():
+    """Batch 22 stalls too, and is still building when batch 20 is handed over:
+    the wait is a stall all the same (not a depth too small for the load, where
+    the batches behind build at the workers' pace), so the depth reaches the
+    budget's at that hand-over, not at a later stall."""
+    depths, limit, peak, trace = stalled_trace(ordered=True, stalls=(20, 22))
+    marks = [m for m in trace.marks if m.kind == "depth"]
+    assert max(b.value - a.value for a, b in itertools.pairwise(marks)) > 1
+    assert [m.value for m in marks if m.t <= trace.consumed[21].requested][-1] == limit
     assert max(depths) == limit
     assert peak <= 12_000
 

@@ -50,7 +50,10 @@ class DepthController:
       and then, for a few hundred microseconds in a second, is deep enough.
     - ``shrink_after`` requests in a row that found it ready with the queue full:
       one shallower. A wait soon after shrinking makes the depth it left a floor,
-      so the controller does not swing between two depths.
+      and so does deepening, however late, from a depth shrinking reached: the
+      controller does not swing between two depths (a consumer that waits now
+      and then at the shallower one loses more than the slack, in waits spread
+      over hundreds of requests).
     - Never deeper than ``max_depth``, nor than the ``limit`` (the depth the byte
       budget allows) passed with an observation.
 
@@ -84,6 +87,8 @@ class DepthController:
     _now: float | None = field(default=None, repr=False)
     _calm: int = field(default=0, repr=False)
     _since_shrink: int | None = field(default=None, repr=False)
+    # The depths shrinking reached: deepened from one of them, the depth it left is a floor.
+    _shrunk: set[int] = field(default_factory=set, repr=False)
     _requests: int = field(default=0, repr=False)
     # Requests over every epoch: the workers' first builds are the first epoch's.
     _seen: int = field(default=0, repr=False)
@@ -177,6 +182,7 @@ class DepthController:
         self._calm = self._calm + 1 if full else 0
         if self._calm >= self.shrink_after and self.depth > self.floor:
             self._since_shrink = 0
+            self._shrunk.add(self.depth - 1)
             return self._set(self.depth - 1)
         return None
 
@@ -214,6 +220,8 @@ class DepthController:
         return self._spent > self.slack * (now - self._since)
 
     def _set(self, depth: int) -> int:
+        if depth > self.depth and self.depth in self._shrunk:
+            self.floor = max(self.floor, self.depth + 1)
         self.depth = depth
         self._recent.clear()
         self._calm = 0

@@ -28,6 +28,9 @@ GUESS_MARGIN = 1.25
 GUESS_SLACK = 4096
 # Workers idle for the depth alone for more than this share of their time: deeper.
 IDLE_SLACK = 0.02
+# A batch still building this many typical builds after it was started is a
+# stall itself (see :meth:`Schedule.stalled`).
+STALL_BUILDS = 4
 
 
 @dataclass(slots=True)
@@ -556,17 +559,37 @@ class Schedule:
     def stalled(self, step: float | None) -> bool:
         """Whether the batch just handed over was a stall that more depth can cover.
 
-        It alone held up the ones behind it: in order, with every batch behind
-        it (if any) already built (a stall, not a depth too small for the load). And the
-        other workers outpace the consumer (typical build < (workers - 1) x
-        ``step``, the consumer's typical step), so batches can pile up behind the
-        next stall; otherwise the queue never fills and more depth is memory the
+        It held up the ones behind it: in order, with every batch behind it (if
+        any) already built, or still building for more than ``STALL_BUILDS``
+        typical builds since it was started: stalls themselves, as two seeded
+        close together are (a stall, not a depth too small for the load, where
+        the batches behind are building at the workers' pace). And the other
+        workers outpace the consumer (typical build < (workers - 1) x ``step``,
+        the consumer's typical step), so batches can pile up behind the next
+        stall; otherwise the queue never fills and more depth is memory the
         workers cannot use (a plain iterable's one worker never outpaces it). Out
         of order, the others are handed over meanwhile: a wait says nothing.
+
+        >>> from queuetune.prefetch.workers import ThreadWorkers
+        >>> schedule = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(8, str), BatchSizes())
+        >>> schedule.learn_build(0.003)
+        >>> now = clock()
+        >>> schedule.tasks[1] = Task(1, None, 0, submitted_at=now - 0.090)
+        >>> schedule.building = 1
+        >>> schedule.stalled(0.003)  # the one behind has built for 30 typical builds: a stall too
+        True
+        >>> schedule.tasks[2] = Task(2, None, 0, submitted_at=now)
+        >>> schedule.building = 2
+        >>> schedule.stalled(0.003)  # one behind was just started: the workers' pace holds it up
+        False
+        >>> schedule.workers.shutdown(wait=True, unclaimed=[])
         """
         typical = self.typical_build
         if not self.config.ordered or step is None or typical is None:
             return False
         if typical >= (self.workers.count - 1) * step:
             return False
-        return self.building == 0
+        if self.building == 0:
+            return True
+        since = clock() - STALL_BUILDS * typical
+        return all(task.settled or task.submitted_at < since for task in self.tasks.values())
