@@ -310,13 +310,13 @@ def stalled_run(ordered, stalls=(20,)):
     return depths, limit, peak
 
 
-def stalled_trace(ordered, stalls):
-    delays = [0.002] * 40
+def stalled_trace(ordered, stalls, workers=4, load=0.002):
+    delays = [load] * 40
     for i in stalls:
         delays[i] = 0.400
     source = Recorded([1000] * 40, delays)
     budget = 12_000
-    with Prefetcher(source, max_bytes=budget, workers=4, ordered=ordered, sample_memory=False) as p:
+    with Prefetcher(source, max_bytes=budget, workers=workers, ordered=ordered, sample_memory=False) as p:
         for batch in p:
             source.taken(batch["i"])
             time.sleep(0.005)
@@ -347,6 +347,18 @@ def test_two_stalls_under_way_at_once_deepen_at_the_first():
     depths, limit, peak, trace = stalled_trace(ordered=True, stalls=(20, 22))
     marks = [m for m in trace.marks if m.kind == "depth"]
     assert max(b.value - a.value for a, b in itertools.pairwise(marks)) > 1
+    assert [m.value for m in marks if m.t <= trace.consumed[21].requested][-1] == limit
+    assert max(depths) == limit
+    assert peak <= 12_000
+
+
+@pytest.mark.timeout(60)
+def test_a_stall_deepens_at_once_where_two_workers_together_outpace_the_consumer():
+    """Loads of 6 ms against steps of 5 ms: one worker alone is slower than the
+    consumer, two are faster, so the queue fills between stalls and one worker
+    builds behind a stall while the other is held in it."""
+    depths, limit, peak, trace = stalled_trace(ordered=True, stalls=(20,), workers=2, load=0.006)
+    marks = [m for m in trace.marks if m.kind == "depth"]
     assert [m.value for m in marks if m.t <= trace.consumed[21].requested][-1] == limit
     assert max(depths) == limit
     assert peak <= 12_000

@@ -563,12 +563,13 @@ class Schedule:
         any) already built, or still building for more than ``STALL_BUILDS``
         typical builds since it was started: stalls themselves, as two seeded
         close together are (a stall, not a depth too small for the load, where
-        the batches behind are building at the workers' pace). And the other
-        workers outpace the consumer (typical build < (workers - 1) x ``step``,
-        the consumer's typical step), so batches can pile up behind the next
-        stall; otherwise the queue never fills and more depth is memory the
-        workers cannot use (a plain iterable's one worker never outpaces it). Out
-        of order, the others are handed over meanwhile: a wait says nothing.
+        the batches behind are building at the workers' pace). And the workers
+        outpace the consumer (typical build < workers x ``step``, the consumer's
+        typical step), so the queue fills between stalls, and at least one other
+        builds behind a stall while the consumer, in order, takes nothing;
+        otherwise more depth is memory the workers cannot fill (a plain
+        iterable's one worker stops at the stall). Out of order, the others are
+        handed over meanwhile: a wait says nothing.
 
         >>> from queuetune.prefetch.workers import ThreadWorkers
         >>> schedule = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(8, str), BatchSizes())
@@ -587,7 +588,8 @@ class Schedule:
         typical = self.typical_build
         if not self.config.ordered or step is None or typical is None:
             return False
-        if typical >= (self.workers.count - 1) * step:
+        count = self.workers.count
+        if count < 2 or typical >= count * step:
             return False
         if self.building == 0:
             return True
