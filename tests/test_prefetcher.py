@@ -355,8 +355,8 @@ def test_two_stalls_under_way_at_once_deepen_at_the_first():
 @pytest.mark.timeout(60)
 def test_a_stall_deepens_at_once_where_two_workers_together_outpace_the_consumer():
     """Loads of 6 ms against steps of 5 ms: one worker alone is slower than the
-    consumer, two are faster, so the queue fills between stalls and one worker
-    builds behind a stall while the other is held in it."""
+    consumer, two are faster by more than a third, so the queue fills between
+    stalls and one worker builds behind a stall while the other is held in it."""
     depths, limit, peak, trace = stalled_trace(ordered=True, stalls=(20,), workers=2, load=0.006)
     marks = [m for m in trace.marks if m.kind == "depth"]
     assert [m.value for m in marks if m.t <= trace.consumed[21].requested][-1] == limit

@@ -31,6 +31,9 @@ IDLE_SLACK = 0.02
 # A batch still building this many typical builds after it was started is a
 # stall itself (see :meth:`Schedule.stalled`).
 STALL_BUILDS = 4
+# Workers whose typical build is under this share of their count of consumer
+# steps outpace the consumer enough for a deeper queue to fill between stalls.
+OUTPACE = 0.75
 
 
 @dataclass(slots=True)
@@ -564,12 +567,14 @@ class Schedule:
         typical builds since it was started: stalls themselves, as two seeded
         close together are (a stall, not a depth too small for the load, where
         the batches behind are building at the workers' pace). And the workers
-        outpace the consumer (typical build < workers x ``step``, the consumer's
-        typical step), so the queue fills between stalls, and at least one other
-        builds behind a stall while the consumer, in order, takes nothing;
-        otherwise more depth is memory the workers cannot fill (a plain
-        iterable's one worker stops at the stall). Out of order, the others are
-        handed over meanwhile: a wait says nothing.
+        outpace the consumer by a third or more (typical build < ``OUTPACE`` x
+        workers x ``step``, the consumer's typical step), so the queue fills
+        between stalls, and at least one other builds behind a stall while the
+        consumer, in order, takes nothing; otherwise more depth is memory the
+        workers cannot fill (and a wait of a few steps, a worker's hiccup while
+        they barely keep pace, would deepen by as many), and a plain iterable's
+        one worker stops at the stall. Out of order, the others are handed over
+        meanwhile: a wait says nothing.
 
         >>> from queuetune.prefetch.workers import ThreadWorkers
         >>> schedule = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(8, str), BatchSizes())
@@ -584,12 +589,17 @@ class Schedule:
         >>> schedule.stalled(0.003)  # one behind was just started: the workers' pace holds it up
         False
         >>> schedule.workers.shutdown(wait=True, unclaimed=[])
+        >>> two = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(2, str), BatchSizes())
+        >>> two.learn_build(0.0045)
+        >>> two.stalled(0.0025), two.stalled(0.0040)  # the workers build 1.1 and 1.8 x what it takes
+        (False, True)
+        >>> two.workers.shutdown(wait=True, unclaimed=[])
         """
         typical = self.typical_build
         if not self.config.ordered or step is None or typical is None:
             return False
         count = self.workers.count
-        if count < 2 or typical >= count * step:
+        if count < 2 or typical >= OUTPACE * count * step:
             return False
         if self.building == 0:
             return True
