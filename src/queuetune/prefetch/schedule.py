@@ -578,15 +578,15 @@ class Schedule:
 
         >>> from queuetune.prefetch.workers import ThreadWorkers
         >>> schedule = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(8, str), BatchSizes())
-        >>> schedule.learn_build(0.003)
+        >>> schedule.learn_build(1.0)
         >>> now = clock()
-        >>> schedule.tasks[1] = Task(1, None, 0, submitted_at=now - 0.090)
+        >>> schedule.tasks[1] = Task(1, None, 0, submitted_at=now - 10)
         >>> schedule.building = 1
-        >>> schedule.stalled(0.003)  # the one behind has built for 30 typical builds: a stall too
+        >>> schedule.stalled(0.5)  # the one behind has built for 10 typical builds: a stall too
         True
         >>> schedule.tasks[2] = Task(2, None, 0, submitted_at=now)
         >>> schedule.building = 2
-        >>> schedule.stalled(0.003)  # one behind was just started: the workers' pace holds it up
+        >>> schedule.stalled(0.5)  # one behind was just started: the workers' pace holds it up
         False
         >>> schedule.workers.shutdown(wait=True, unclaimed=[])
         >>> two = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(2, str), BatchSizes())
