@@ -302,15 +302,10 @@ def test_adaptive_depth_starts_with_every_worker_and_the_budget_bounds_the_bytes
     assert source.peak_bytes() <= 5000  # the budget, not the depth, bounds the bytes
 
 
-def stalled_run(ordered, stalls=(20,)):
-    """40 batches of 1000 bytes, loads of 2 ms and of 400 ms for those in
-    ``stalls``, a consumer step of 5 ms: the depth marks, the budget's depth,
-    the peak held."""
-    depths, limit, peak, _ = stalled_trace(ordered, stalls)
-    return depths, limit, peak
-
-
-def stalled_trace(ordered, stalls, workers=4, load=0.002):
+def stalled_run(ordered, stalls=(20,), workers=4, load=0.002):
+    """40 batches of 1000 bytes, loads of ``load`` and of 400 ms for those in
+    ``stalls``, a consumer step of 5 ms, ``workers`` threads: the depth marks,
+    the budget's depth, the peak held and the trace."""
     delays = [load] * 40
     for i in stalls:
         delays[i] = 0.400
@@ -328,7 +323,7 @@ def stalled_trace(ordered, stalls, workers=4, load=0.002):
 
 @pytest.mark.timeout(60)
 def test_one_stall_deepens_at_once_in_order_within_the_budget():
-    depths, limit, peak = stalled_run(ordered=True)
+    depths, limit, peak, _ = stalled_run(ordered=True)
     jumps = [b - a for a, b in itertools.pairwise(depths)]
     # The workers outpace the consumer, so the depth had no reason to grow
     # before the stall; 400 ms held up everything behind it, at 5 ms a step:
@@ -344,7 +339,7 @@ def test_two_stalls_under_way_at_once_deepen_at_the_first():
     the wait is a stall all the same (not a depth too small for the load, where
     the batches behind build at the workers' pace), so the depth reaches the
     budget's at that hand-over, not at a later stall."""
-    depths, limit, peak, trace = stalled_trace(ordered=True, stalls=(20, 22))
+    depths, limit, peak, trace = stalled_run(ordered=True, stalls=(20, 22))
     marks = [m for m in trace.marks if m.kind == "depth"]
     assert max(b.value - a.value for a, b in itertools.pairwise(marks)) > 1
     assert [m.value for m in marks if m.t <= trace.consumed[21].requested][-1] == limit
@@ -357,7 +352,7 @@ def test_a_stall_deepens_at_once_where_two_workers_together_outpace_the_consumer
     """Loads of 6 ms against steps of 5 ms: one worker alone is slower than the
     consumer, two are faster by more than a third, so the queue fills between
     stalls and one worker builds behind a stall while the other is held in it."""
-    depths, limit, peak, trace = stalled_trace(ordered=True, stalls=(20,), workers=2, load=0.006)
+    depths, limit, peak, trace = stalled_run(ordered=True, stalls=(20,), workers=2, load=0.006)
     marks = [m for m in trace.marks if m.kind == "depth"]
     assert [m.value for m in marks if m.t <= trace.consumed[21].requested][-1] == limit
     assert max(depths) == limit
@@ -366,7 +361,7 @@ def test_a_stall_deepens_at_once_where_two_workers_together_outpace_the_consumer
 
 @pytest.mark.timeout(60)
 def test_out_of_order_a_stall_is_no_reason_to_deepen_by_more_than_one():
-    depths, limit, peak = stalled_run(ordered=False)
+    depths, limit, peak, _ = stalled_run(ordered=False)
     assert all(b - a in (1, -1) for a, b in itertools.pairwise(depths))
     assert max(depths) <= limit
     assert peak <= 12_000
