@@ -753,3 +753,33 @@ def test_workers_idle_for_the_depth_do_not_deepen_it_where_the_consumer_is_the_s
     not throughput lost, and the depth stays."""
     depths, _ = head_of_line_run(step=0.060, epochs=2)
     assert max(depths) == 4 + 1
+
+
+@pytest.mark.timeout(60)
+def test_workers_idle_behind_a_later_epoch_s_first_batch_deepen_the_queue_at_its_first_wait():
+    """Epochs of 20 batches on 4 workers, each epoch's first batch built in
+    300 ms and the others in 30 ms, for a consumer of 1 ms steps. In the second
+    epoch, at the start's depth (every worker and one more), the three workers
+    that built the batches behind the first sit idle for the depth alone while
+    the consumer waits for it. The workers are kept from the first epoch, so
+    that is throughput lost: the depth grows at that very wait (the code before
+    counted idle time from the epoch's first batch taken, and waited for later)."""
+    source = Recorded([1000] * 20, [0.300] + [0.030] * 19)
+    with Prefetcher(source, max_bytes=20 * batch_bytes(1000), workers=4, sample_memory=False) as p:
+        for _ in range(2):
+            taken = []
+            for batch in p:
+                source.taken(batch["i"])
+                taken.append(batch["i"])
+                time.sleep(0.001)
+            assert taken == list(range(20))
+        trace = p.trace()
+    assert_nothing_left_running()
+    begins = [m.t for m in trace.marks if m.kind == "run_begin"]
+    assert len(begins) == 2
+    depths = [m for m in trace.marks if m.kind == "depth"]
+    at_start = [m.value for m in depths if m.t <= begins[1]][-1]
+    first, second = [c.consumed for c in trace.consumed if c.run == 1][:2]
+    changes = [m.value for m in depths if first <= m.t < second]
+    assert changes, f"no change of depth at the second epoch's first wait: {[(m.t, m.value) for m in depths]}"
+    assert at_start + 2 <= changes[0] <= 20

@@ -315,7 +315,7 @@ class Schedule:
 
     def idle_workers(self) -> int | None:
         """The most workers that sat idle for the depth alone at once since the
-        depth last changed (or the epoch's first batch was taken), where in all
+        depth last changed (or the epoch began: its first wait included), where in all
         they sat so for more than ``IDLE_SLACK`` of the workers' time, over a
         typical build or longer, in order; else None. Out of order a batch
         never waits behind another: a worker idle for the depth has nothing
@@ -329,8 +329,9 @@ class Schedule:
 
     def count_idle_anew(self) -> None:
         """Start the sum of :meth:`idle_for_depth` again from now: the depth
-        changed, the epoch's first batch was taken, or the first epoch's start
-        goes on."""
+        changed, or the first epoch's start goes on. A later epoch counts from
+        its beginning: its workers are kept, so those idle behind its first
+        batch are throughput lost, as behind any other."""
         self._idle_seconds = 0.0
         self.idle_from = self._idle_at = clock()
         self._idle_most = self._idle_workers
@@ -452,8 +453,6 @@ class Schedule:
         self.delivered += 1
         self.ready -= 1
         self.held -= task.size or 0
-        if self.delivered == 1:  # idle time counts from the end of the epoch's start, not in its first wait
-            self.count_idle_anew()
         # Under the lock: a stop() from another thread sweeps the files.
         return self.workers.adopt(batch)
 
