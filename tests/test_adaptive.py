@@ -294,7 +294,7 @@ def test_idle_workers_in_the_first_requests_are_the_first_epoch_s_start_only():
 
 
 @pytest.mark.timeout(30)
-def test_the_schedule_adds_up_the_worker_seconds_idle_for_the_depth_alone():
+def test_the_schedule_adds_up_the_worker_seconds_idle_for_the_depth_alone_while_the_consumer_waits():
     import threading
     import time
 
@@ -320,8 +320,13 @@ def test_the_schedule_adds_up_the_worker_seconds_idle_for_the_depth_alone():
             schedule = started(config, workers, sizes, schedules)
             assert schedule.wait_for([schedule.tasks[1]], 10) is not None
             assert schedule.wait_for([schedule.tasks[2]], 10) is not None
+            time.sleep(0.1)
+            # batches 1 and 2 built behind batch 0, nothing more may start: two workers idle,
+            # but the consumer has not asked for batch 0 yet, so they cost it nothing
+            assert schedule.idle_for_depth()[0] == 0
+            with schedule.lock:
+                schedule.consumer_waits(True)  # it asks for batch 0
             time.sleep(0.3)
-            # batches 1 and 2 built behind batch 0, nothing more may start: two workers idle
             idle, _ = schedule.idle_for_depth()
             assert idle >= 2 * 0.3  # counted for each worker, not once
             assert schedule.idle_workers() == (2 if ordered else None)

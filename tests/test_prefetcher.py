@@ -783,3 +783,27 @@ def test_workers_idle_behind_a_later_epoch_s_first_batch_deepen_the_queue_at_its
     changes = [m.value for m in depths if first <= m.t < second]
     assert changes, f"no change of depth at the second epoch's first wait: {[(m.t, m.value) for m in depths]}"
     assert at_start + 2 <= changes[0] <= 20
+
+
+@pytest.mark.timeout(60)
+def test_workers_idle_for_the_depth_while_the_consumer_takes_built_batches_do_not_deepen_it():
+    """Builds that all take 200 ms, for a consumer of 30 ms steps on 4 workers:
+    each wave of builds ends together, and at the start's depth (every worker
+    and one more) three workers sit idle for the depth while the consumer
+    takes the wave's batches, one step apart. Each starts again as it takes
+    one, so the next wave is ready as its pace asks for it: a deeper queue
+    would hold more and wait as long. Idle workers count only while the
+    consumer waits, and it waits for builds under way, never behind a worker
+    idle for the depth: the depth stays over three epochs."""
+    source = Recorded([1000] * 16, [0.200])
+    with Prefetcher(source, max_bytes=20 * batch_bytes(1000), workers=4, sample_memory=False) as p:
+        for _ in range(3):
+            taken = []
+            for batch in p:
+                source.taken(batch["i"])
+                taken.append(batch["i"])
+                time.sleep(0.030)
+            assert taken == list(range(16))
+        depths = [m.value for m in p.trace().marks if m.kind == "depth"]
+    assert_nothing_left_running()
+    assert set(depths) == {4 + 1}

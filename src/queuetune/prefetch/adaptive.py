@@ -33,15 +33,16 @@ class DepthController:
       wait, then ready batches): deeper at once by about the steps the wait cost
       (``ceil(wait / step)``), so that as many more batches are under way when the
       next stall comes.
-    - A wait while workers sat idle for the depth alone for more than a share
-      of their time (``idle``: how many sat so at once, given where that share
-      is over 2 %; see :meth:`.Schedule.idle_workers`), where the consumer's
-      waits take more than ``bound`` of its time (over about the last
-      ``memory`` requests, each weighed by its seconds, an epoch's first wait
-      left out: it waits for the workers, so their idle time is throughput
-      lost): deeper by that many. Builds as long as
-      hundreds of steps finish out of turn, and those behind a slow one wait
-      for the depth however short the lull between two waits. Not in the first
+    - A wait while workers sat idle for the depth alone, as the consumer
+      waited, for more than a share of their time (``idle``: how many sat so
+      at once, given where that share is over 2 %; see
+      :meth:`.Schedule.idle_workers`), where the consumer's waits take more
+      than ``bound`` of its time (over about the last ``memory`` requests,
+      each weighed by its seconds, an epoch's first wait left out: it waits
+      for the workers, so their idle time is throughput lost): deeper by that
+      many. Builds as long as hundreds of steps finish out of turn, and those
+      behind a slow one wait for the depth however short the lull between
+      two waits. Not in the first
       ``start`` requests of the controller's life (the first epoch's start,
       where the workers begin; later epochs keep them).
     - The last three rules (one wait at a time) deepen only while the waits cost

@@ -237,6 +237,7 @@ class Epoch:
                 if task.settled:
                     return task, schedule.seen(waited=False)
             seen = schedule.seen(waited=True)
+            schedule.consumer_waits(True)
         return self._wait(pending, deadline), seen
 
     def _wait(self, pending: list[Task], deadline: float | None) -> Task:

@@ -183,6 +183,8 @@ class Schedule:
         self._idle_workers = 0
         self._idle_at = self.idle_from
         self._idle_most = 0
+        # Whether the consumer is waiting for its next batch (see :meth:`consumer_waits`).
+        self._waiting = False
         self.error: BaseException | None = None
         self.stopped = False
         self.exhausted = False
@@ -302,20 +304,41 @@ class Schedule:
                 idle = max(0, min(self.workers.count - self.building, left))
         if idle == self._idle_workers == 0:
             return  # none idle before or now: nothing to add; the clock starts when one is
+        self._tick()
+        self._idle_workers = idle
+        if self._waiting:
+            self._idle_most = max(self._idle_most, idle)
+
+    def _tick(self) -> None:
+        """Add the worker-seconds idle since the last count, where the consumer waited meanwhile."""
         now = clock()
-        self._idle_seconds += self._idle_workers * (now - self._idle_at)
-        self._idle_workers, self._idle_at = idle, now
-        self._idle_most = max(self._idle_most, idle)
+        if self._waiting:
+            self._idle_seconds += self._idle_workers * (now - self._idle_at)
+        self._idle_at = now
+
+    def consumer_waits(self, waiting: bool) -> None:
+        """The consumer begins (``waiting``) or ends a wait for its next batch.
+        Workers idle for the depth alone count only meanwhile: idle while it
+        takes batches already built, they start again one per batch it takes,
+        and what they build is ready as its pace asks for it (builds that end
+        together, taken a step apart); idle while it waits, they leave it
+        waiting for what they could have built."""
+        self._tick()
+        self._waiting = waiting
+        if waiting:
+            self._idle_most = max(self._idle_most, self._idle_workers)
 
     def idle_for_depth(self) -> tuple[float, float]:
-        """The worker-seconds workers sat idle for the depth alone since
-        :attr:`idle_from`, and the seconds since then."""
+        """The worker-seconds workers sat idle for the depth alone while the
+        consumer waited (see :meth:`consumer_waits`) since :attr:`idle_from`,
+        and the seconds since then."""
         now = clock()
-        return self._idle_seconds + self._idle_workers * (now - self._idle_at), now - self.idle_from
+        waiting = self._idle_workers * (now - self._idle_at) if self._waiting else 0.0
+        return self._idle_seconds + waiting, now - self.idle_from
 
     def idle_workers(self) -> int | None:
-        """The most workers that sat idle for the depth alone at once since the
-        depth last changed (or the epoch began: its first wait included), where in all
+        """The most workers that sat idle for the depth alone at once while the
+        consumer waited, since the depth last changed (or the epoch began: its first wait included), where in all
         they sat so for more than ``IDLE_SLACK`` of the workers' time, over a
         typical build or longer, in order; else None. Out of order a batch
         never waits behind another: a worker idle for the depth has nothing
@@ -334,7 +357,7 @@ class Schedule:
         batch are throughput lost, as behind any other."""
         self._idle_seconds = 0.0
         self.idle_from = self._idle_at = clock()
-        self._idle_most = self._idle_workers
+        self._idle_most = self._idle_workers if self._waiting else 0
 
     def held_back(self, waited: bool) -> bool:
         """On a request that ``waited``: whether, since the consumer last waited,
@@ -450,6 +473,7 @@ class Schedule:
         del self.tasks[task.position]
         if batch is END:
             return END
+        self.consumer_waits(False)
         self.delivered += 1
         self.ready -= 1
         self.held -= task.size or 0
