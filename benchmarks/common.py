@@ -320,6 +320,18 @@ def publish(result: dict[str, Any], text: str, stem: str, as_json: bool, out: Pa
         (out / f"{stem}.txt").write_text(text + "\n")
 
 
+def depth_changes(loader: Any) -> list[int] | None:
+    """A Prefetcher's depth as it changed over the run (its trace's depth marks,
+    a repeat at each epoch's start left out); None for the other loaders."""
+    if not hasattr(loader, "trace"):
+        return None
+    depths: list[int] = []
+    for mark in loader.trace().marks:
+        if mark.kind == "depth" and (not depths or mark.value != depths[-1]):
+            depths.append(mark.value)
+    return depths
+
+
 def rotated(items: list[Any], round_: int) -> list[Any]:
     """``items`` starting one later each round, so that none always runs first.
 

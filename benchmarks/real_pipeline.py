@@ -51,9 +51,11 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   its workers forked from a server process of their own (each imports what the
   dataset needs, torch here) rather than from the training process, whose memory
   a forked worker keeps as it was at the fork for as long as it lives;
-  ``prefetcher-fixed`` (not run unless named): the same with
-  ``adaptive=False, depth=24, sample_memory=False``, a reference for the data
-  path at a fixed depth. Only the two torch loaders pin memory (on CUDA).
+  ``prefetcher-unsampled`` and ``prefetcher-fixed`` (not run unless named):
+  the same with ``sample_memory=False`` (what sampling the workers' memory
+  costs), and with ``adaptive=False, depth=24, sample_memory=False``, a
+  reference for the data path at a fixed depth; the two apart tell the
+  depth's share of a gap to the fixed depth from the sampler's. Only the two torch loaders pin memory (on CUDA).
 - Throughput: images per second over the whole run, epoch starts included:
   ``epochs * epoch-batches * batch`` over the time from just before the first
   epoch's ``iter()`` (the ``for`` loop's start) to the end of the last step
@@ -128,6 +130,7 @@ from common import (
     check_no_children,
     children_left_line,
     chosen_loaders,
+    depth_changes,
     epoch_loader,
     issue39_targets,
     machine,
@@ -142,7 +145,15 @@ from common import (
     tree_memory,
 )
 
-LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-forkserver", "prefetcher-fixed")
+LOADERS = (
+    "torch",
+    "torch-persistent",
+    "torchdata.nodes",
+    "prefetcher",
+    "prefetcher-forkserver",
+    "prefetcher-unsampled",
+    "prefetcher-fixed",
+)
 DEFAULT_LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-forkserver")
 QUALITY = 90  # make_images' JPEG quality
 
@@ -254,6 +265,7 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
                     steps.append(done - got)
                 counts.append(count)
             ended = time.perf_counter()
+        depths = depth_changes(loader)
     finally:
         close()
         del loader, trainer
@@ -276,6 +288,7 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
         **sampler.figures(),
         "children_left": left,
         "peak_started_samples": counted.peak,
+        "depths": depths,
     }
 
 
@@ -429,7 +442,8 @@ def main() -> int:
                     + f" ms, PSS peak {mib(row['pss_peak'])} (unmapped /dev/shm {mib(row['unmapped_shm_peak'])}), "
                     f"median {mib(row['pss_median'])} "
                     f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each), "
-                    f"started {row['peak_started_samples']} samples, children left {row['children_left']}",
+                    f"started {row['peak_started_samples']} samples, children left {row['children_left']}"
+                    + ("" if row.get("depths") is None else ", depths " + ", ".join(map(str, row["depths"]))),
                     file=sys.stderr,
                     flush=True,
                 )

@@ -92,6 +92,7 @@ from common import (
     check_no_children,
     children_left_line,
     chosen_loaders,
+    depth_changes,
     epoch_loader,
     issue39_targets,
     machine,
@@ -152,6 +153,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
                     done = time.perf_counter()
                 counts.append(count)
             ended = time.perf_counter()
+        depths = depth_changes(loader)
     finally:
         close()
         del loader
@@ -168,6 +170,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "pss_before": alone,
         **sampler.figures(),
         "children_left": left,
+        "depths": depths,
     }
 
 
@@ -259,7 +262,8 @@ def main() -> int:
                 + f" ms, PSS peak {mib(row['pss_peak'])} (unmapped /dev/shm {mib(row['unmapped_shm_peak'])}), "
                 f"median {mib(row['pss_median'])} "
                 f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each), "
-                f"children left {row['children_left']}",
+                f"children left {row['children_left']}"
+                + ("" if row.get("depths") is None else ", depths " + ", ".join(map(str, row["depths"]))),
                 file=sys.stderr,
                 flush=True,
             )
