@@ -720,6 +720,14 @@ def head_of_line_run(step, epochs):
     more) two workers then sit idle for the depth alone. The depth marks and
     the peak bytes started and not taken."""
     source = Recorded([1000] * 16, [0.150, 0.050, 0.050, 0.050])
+    trace = epochs_in_order(source, epochs, step)
+    return [m.value for m in trace.marks if m.kind == "depth"], source.peak_bytes()
+
+
+def epochs_in_order(source, epochs, step):
+    """``epochs`` of Recorded ``source`` on 4 workers, within 20 of its batches,
+    each batch followed by a step of ``step`` seconds; each epoch checked to
+    come whole and in order. The trace."""
     with Prefetcher(source, max_bytes=20 * batch_bytes(1000), workers=4, sample_memory=False) as p:
         for _ in range(epochs):
             taken = []
@@ -727,10 +735,10 @@ def head_of_line_run(step, epochs):
                 source.taken(batch["i"])
                 taken.append(batch["i"])
                 time.sleep(step)
-            assert taken == list(range(16))
-        depths = [m.value for m in p.trace().marks if m.kind == "depth"]
+            assert taken == list(range(len(source)))
+        trace = p.trace()
     assert_nothing_left_running()
-    return depths, source.peak_bytes()
+    return trace
 
 
 @pytest.mark.timeout(60)
@@ -764,17 +772,7 @@ def test_workers_idle_behind_a_later_epoch_s_first_batch_deepen_the_queue_at_its
     the consumer waits for it. The workers are kept from the first epoch, so
     that is throughput lost: the depth grows at that very wait (the code before
     counted idle time from the epoch's first batch taken, and waited for later)."""
-    source = Recorded([1000] * 20, [0.300] + [0.030] * 19)
-    with Prefetcher(source, max_bytes=20 * batch_bytes(1000), workers=4, sample_memory=False) as p:
-        for _ in range(2):
-            taken = []
-            for batch in p:
-                source.taken(batch["i"])
-                taken.append(batch["i"])
-                time.sleep(0.001)
-            assert taken == list(range(20))
-        trace = p.trace()
-    assert_nothing_left_running()
+    trace = epochs_in_order(Recorded([1000] * 20, [0.300] + [0.030] * 19), epochs=2, step=0.001)
     begins = [m.t for m in trace.marks if m.kind == "run_begin"]
     assert len(begins) == 2
     depths = [m for m in trace.marks if m.kind == "depth"]
@@ -795,15 +793,5 @@ def test_workers_idle_for_the_depth_while_the_consumer_takes_built_batches_do_no
     would hold more and wait as long. Idle workers count only while the
     consumer waits, and it waits for builds under way, never behind a worker
     idle for the depth: the depth stays over three epochs."""
-    source = Recorded([1000] * 16, [0.200])
-    with Prefetcher(source, max_bytes=20 * batch_bytes(1000), workers=4, sample_memory=False) as p:
-        for _ in range(3):
-            taken = []
-            for batch in p:
-                source.taken(batch["i"])
-                taken.append(batch["i"])
-                time.sleep(0.030)
-            assert taken == list(range(16))
-        depths = [m.value for m in p.trace().marks if m.kind == "depth"]
-    assert_nothing_left_running()
-    assert set(depths) == {4 + 1}
+    trace = epochs_in_order(Recorded([1000] * 16, [0.200]), epochs=3, step=0.030)
+    assert {m.value for m in trace.marks if m.kind == "depth"} == {4 + 1}
