@@ -332,6 +332,16 @@ def depth_changes(loader: Any) -> list[int] | None:
     return depths
 
 
+def depths_text(row: dict[str, Any]) -> str:
+    """The end of a run's progress line: its depths as they changed, where it has them (a Prefetcher's).
+
+    >>> depths_text({"depths": [13, 20]}), depths_text({"depths": None})
+    (', depths 13, 20', '')
+    """
+    depths = row.get("depths")
+    return "" if depths is None else ", depths " + ", ".join(map(str, depths))
+
+
 def rotated(items: list[Any], round_: int) -> list[Any]:
     """``items`` starting one later each round, so that none always runs first.
 

@@ -55,7 +55,8 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   the same with ``sample_memory=False`` (what sampling the workers' memory
   costs), and with ``adaptive=False, depth=24, sample_memory=False``, a
   reference for the data path at a fixed depth; the two apart tell the
-  depth's share of a gap to the fixed depth from the sampler's. Only the two torch loaders pin memory (on CUDA).
+  depth's share of a gap to the fixed depth from the sampler's. Only the two
+  torch loaders pin memory (on CUDA).
 - Throughput: images per second over the whole run, epoch starts included:
   ``epochs * epoch-batches * batch`` over the time from just before the first
   epoch's ``iter()`` (the ``for`` loop's start) to the end of the last step
@@ -131,6 +132,7 @@ from common import (
     children_left_line,
     chosen_loaders,
     depth_changes,
+    depths_text,
     epoch_loader,
     issue39_targets,
     machine,
@@ -443,7 +445,7 @@ def main() -> int:
                     f"median {mib(row['pss_median'])} "
                     f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each), "
                     f"started {row['peak_started_samples']} samples, children left {row['children_left']}"
-                    + ("" if row.get("depths") is None else ", depths " + ", ".join(map(str, row["depths"]))),
+                    + depths_text(row),
                     file=sys.stderr,
                     flush=True,
                 )

@@ -93,6 +93,7 @@ from common import (
     children_left_line,
     chosen_loaders,
     depth_changes,
+    depths_text,
     epoch_loader,
     issue39_targets,
     machine,
@@ -262,8 +263,7 @@ def main() -> int:
                 + f" ms, PSS peak {mib(row['pss_peak'])} (unmapped /dev/shm {mib(row['unmapped_shm_peak'])}), "
                 f"median {mib(row['pss_median'])} "
                 f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each), "
-                f"children left {row['children_left']}"
-                + ("" if row.get("depths") is None else ", depths " + ", ".join(map(str, row["depths"]))),
+                f"children left {row['children_left']}" + depths_text(row),
                 file=sys.stderr,
                 flush=True,
             )

@@ -338,8 +338,9 @@ class Schedule:
 
     def idle_workers(self) -> int | None:
         """The most workers that sat idle for the depth alone at once while the
-        consumer waited, since the depth last changed (or the epoch began: its first wait included), where in all
-        they sat so for more than ``IDLE_SLACK`` of the workers' time, over a
+        consumer waited, since the depth last changed (or the epoch began: its
+        first wait included), where in all they sat so for more than
+        ``IDLE_SLACK`` of the workers' time, over a
         typical build or longer, in order; else None. Out of order a batch
         never waits behind another: a worker idle for the depth has nothing
         slow ahead of it to cover."""
