@@ -21,31 +21,12 @@ read a loader's ceiling at its own steps).
 from __future__ import annotations
 
 import argparse
-import heapq
 import sys
 from pathlib import Path
 from typing import Any
 
 import prefetcher as pf
-from common import publish
-
-
-def ceiling(loads: list[float], steps: list[float], depth: int, workers: int, warmup: int) -> float:
-    """Batches per second of an ideal in-order loader with ``depth`` (see the module).
-
-    >>> ceiling([0.01] * 200, [0.001] * 200, depth=4, workers=1, warmup=20)  # one 10 ms build at a time
-    100.0
-    >>> ceiling([0.001] * 200, [0.005] * 200, depth=4, workers=4, warmup=20)  # the consumer is slower
-    200.0
-    """
-    free = [0.0] * workers
-    taken: list[float] = []
-    for i, load in enumerate(loads):
-        start = max(heapq.heappop(free), taken[i - depth] if i >= depth else 0.0)
-        built = start + load
-        heapq.heappush(free, built)
-        taken.append(max(built, taken[-1] + steps[i - 1]) if taken else built)
-    return round((len(taken) - 1 - warmup) / (taken[-1] - taken[warmup]), 1)
+from common import ceiling, publish
 
 
 def simulate(w: pf.Workload, depths: list[int], steps_ms: list[float] | None, extra: float) -> dict[str, Any]:
@@ -87,7 +68,7 @@ def main() -> int:
     )
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 12, 16, 20, 33, 49])
     parser.add_argument("--steps-ms", type=float, nargs="*", default=None)
-    parser.add_argument("--extra-ms", type=float, default=0.8)
+    parser.add_argument("--extra-ms", type=float, default=pf.NUMPY_PASS_S * 1000)
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", type=Path, help="write ideal_in_order_<workload>.json and .txt here")
     args = parser.parse_args()

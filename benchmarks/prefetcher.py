@@ -80,6 +80,11 @@ for ``--rounds`` rounds of each workload):
   cpu-bound); for the pause workload, its peak started
   bytes within ``max_bytes`` plus the batch in the step, and its peak started
   batches within the deepest depth it reached plus that batch.
+- The in-order ceiling, on the jittery workload (stalls): the batches/s an
+  ideal in-order loader held to the prefetcher's budget (depth 16) reads at
+  the best other loader's measured step, simulated as ``ideal_in_order.py``
+  does, and its ratio to that loader: where it is below the target, no
+  in-order loader within the budget meets it (the best other held more).
 - Extra rows: on the jittery workload, the prefetcher with ``ordered=False``,
   with a budget of 40 batches, and "at nodes' bytes": a budget of 2 x N + 2
   batches, what torchdata.nodes holds besides the batch in the step (read at
@@ -108,7 +113,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import queuetune
-from common import Counted, machine, publish, stop_nodes
+from common import Counted, ceiling, machine, publish, stop_nodes
 from queuetune.matching import match
 from queuetune.tune import throughput
 
@@ -118,6 +123,9 @@ LENGTH = 100_000
 # The prefetcher's throughput target, and the share of the best that makes a loader count as keeping it.
 TARGET = 0.99
 TOLERANCE = 0.98
+# What a build takes besides its sleep, as the in-order ceiling simulates it: the numpy
+# pass over the 2 MiB batch and its allocation.
+NUMPY_PASS_S = 0.0008
 PAUSE = 2.0
 # The default worker count of every loader (--workers), and the most worker processes
 # of the cpu-bound workload, whose pure-Python load holds a core (the hosts have 2).
@@ -682,7 +690,7 @@ def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, A
     best_other = max(others, key=lambda k: others[k]["throughput"])
     best = others[best_other]["throughput"]  # the reference: the best of the other loaders
     checks = {name: check(w, rows[name], others, best_other) for name in rows if name.startswith("prefetcher")}
-    return {
+    summary = {
         "workload": w.name,
         "description": w.describe(),
         "physical_minimum_batches": w.minimum,
@@ -694,6 +702,18 @@ def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, A
         "checks": checks["prefetcher"],
         "extra_checks": {k: v for k, v in checks.items() if k != "prefetcher"},
     }
+    if w.p and others[best_other]["mean_step_ms"]:
+        summary["in_order_ceiling"] = in_order_ceiling(w, others[best_other]["mean_step_ms"], best)
+    return summary
+
+
+def in_order_ceiling(w: Workload, step_ms: float, best: float) -> dict[str, Any]:
+    """What an ideal in-order loader held to the prefetcher's budget (depth
+    ``BUDGET_BATCHES``) reads at the best other loader's step of ``step_ms``:
+    whether the throughput target can be reached in order at all."""
+    loads = [float(s) + NUMPY_PASS_S for s in Batches(w).sleeps[: w.steps]]
+    reads = ceiling(loads, [step_ms / 1000] * w.steps, BUDGET_BATCHES, w.workers, w.warmup)
+    return {"depth": BUDGET_BATCHES, "step_ms": round(step_ms, 3), "throughput": reads, "ratio": reads / best}
 
 
 def check(w: Workload, pf: dict[str, Any], others: dict[str, Any], best_other: str) -> dict[str, Any]:
@@ -832,6 +852,13 @@ def table(data: dict[str, Any]) -> str:
             marks = r.get("depth_marks")
             if marks:
                 lines.append(f"{name} depth marks per round: " + " | ".join(",".join(map(str, m)) for m in marks))
+        top = s.get("in_order_ceiling")
+        if top:
+            lines.append(
+                f"  in order within max_bytes (depth {top['depth']}), an ideal loader at the best other's step "
+                f"({top['step_ms']:.2f} ms) reads {top['throughput']:.1f}/s: {top['ratio']:.3f} x the best other "
+                "(a simulation: ideal_in_order.py)"
+            )
         for title, checks in [("prefetcher", s["checks"]), *s.get("extra_checks", {}).items()]:
             if title != "prefetcher":
                 lines.append(f"  {title} (extra row, not the default):")
