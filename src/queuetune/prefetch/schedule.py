@@ -323,6 +323,8 @@ class Schedule:
         and what they build is ready as its pace asks for it (builds that end
         together, taken a step apart); idle while it waits, they leave it
         waiting for what they could have built."""
+        if waiting == self._waiting:
+            return  # no change: nothing to count (a hand-over's end of no wait reads no clock)
         self._tick()
         self._waiting = waiting
         if waiting:
