@@ -30,7 +30,7 @@ from common import ceiling, publish
 
 
 def simulate(w: pf.Workload, depths: list[int], steps_ms: list[float] | None, extra: float) -> dict[str, Any]:
-    loads = [float(s) + extra for s in pf.Batches(w).sleeps[: w.steps]]
+    loads = pf.simulated_loads(w, extra)
     if steps_ms:
         cases = {f"step {ms:g} ms": [ms / 1000] * w.steps for ms in steps_ms}
     else:

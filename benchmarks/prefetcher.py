@@ -707,12 +707,17 @@ def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, A
     return summary
 
 
+def simulated_loads(w: Workload, extra: float) -> list[float]:
+    """Seconds of each of ``w``'s builds as the in-order ceiling simulates them:
+    its seeded sleeps (stalls included) plus ``extra`` for the numpy pass."""
+    return [float(s) + extra for s in Batches(w).sleeps[: w.steps]]
+
+
 def in_order_ceiling(w: Workload, step_ms: float, best: float) -> dict[str, Any]:
     """What an ideal in-order loader held to the prefetcher's budget (depth
     ``BUDGET_BATCHES``) reads at the best other loader's step of ``step_ms``:
     whether the throughput target can be reached in order at all."""
-    loads = [float(s) + NUMPY_PASS_S for s in Batches(w).sleeps[: w.steps]]
-    reads = ceiling(loads, [step_ms / 1000] * w.steps, BUDGET_BATCHES, w.workers, w.warmup)
+    reads = ceiling(simulated_loads(w, NUMPY_PASS_S), [step_ms / 1000] * w.steps, BUDGET_BATCHES, w.workers, w.warmup)
     return {"depth": BUDGET_BATCHES, "step_ms": round(step_ms, 3), "throughput": reads, "ratio": reads / best}
 
 
