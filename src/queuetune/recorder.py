@@ -761,11 +761,13 @@ def recorded(
         while True:
             asked = clock()
             try:
-                batch = next(source)
+                out = [next(source)]
             except StopIteration:
                 return
-            record(asked, clock(), batch)
-            yield batch
+            record(asked, clock(), out[0])
+            # Yielded by a pop: while waiting at the yield the generator holds no
+            # batch, so one the consumer lets go is freed then, as without it.
+            yield out.pop()
     except GeneratorExit:
         raise
     except BaseException as exc:

@@ -106,8 +106,10 @@ class Epoch:
                 if found is None:
                     return
                 task, seen = found
-                batch = self._take(task, deadline)
-                if batch is END:
+                # In a list, yielded by a pop: while the generator waits at its
+                # yield it holds no batch, and one the consumer lets go is freed then.
+                out = [self._take(task, deadline)]
+                if out[0] is END:
                     return
                 step = None if got is None else asked - got
                 got = clock()
@@ -129,7 +131,7 @@ class Epoch:
                 if pool is not None and pool != pooled:
                     recorder.mark("pool", pool)
                     pooled = pool
-                yield batch
+                yield out.pop()
         except GeneratorExit:
             raise
         except BaseException as exc:

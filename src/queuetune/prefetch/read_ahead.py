@@ -36,32 +36,38 @@ def read_ahead(source: Iterable[Any], buffer: int) -> Iterator[Any]:
     def fill() -> None:
         try:
             for item in iterator:
-                if not _put(ready, item, stop):
+                # Boxed, and out of the box once queued: this thread holds no batch
+                # the consumer took while it builds the next.
+                box = [item]
+                del item
+                if not _put(ready, box, stop):
                     return
-            _put(ready, _DONE, stop)
+            _put(ready, [_DONE], stop)
         except BaseException as exc:  # handed to the consumer, which re-raises it
-            _put(ready, _Failure(exc), stop)
+            _put(ready, [_Failure(exc)], stop)
 
     thread = threading.Thread(target=fill, name="queuetune-prefetch", daemon=True)
     thread.start()
     try:
         while True:
-            item = ready.get()
-            if item is _DONE:
+            out = [ready.get()]
+            if out[0] is _DONE:
                 return
-            if isinstance(item, _Failure):
-                raise item.error
-            yield item
+            if isinstance(out[0], _Failure):
+                raise out[0].error
+            yield out.pop()  # holding no batch while waiting: one the consumer lets go is freed then
     finally:
         stop.set()
         thread.join()
 
 
-def _put(ready: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
+def _put(ready: queue.Queue[Any], box: list[Any], stop: threading.Event) -> bool:
+    """Queue the item in ``box`` and empty the box; False if stopped first."""
     while not stop.is_set():
         try:
-            ready.put(item, timeout=0.05)
-            return True
+            ready.put(box[0], timeout=0.05)
         except queue.Full:
             continue
+        box.clear()
+        return True
     return False
