@@ -330,10 +330,11 @@ def test_consumed_by_block_gives_each_block_the_batch_that_took_its_first_row():
     assert consumed_by_block(plain) is plain
 
 
-def _copying_worker(held_mib: list[int], objects_mib: int) -> list:
+def _copying_worker(held_mib: list[int], objects_mib: int, warming_mib: int | None = None) -> list:
     """A worker (pid 7) that read 100 samples a batch and held ``held_mib`` at
     readings after batches 1, 2, ..., of a dataset of 10,000 samples whose
-    Python objects take ``objects_mib``."""
+    Python objects take ``objects_mib``; with ``warming_mib``, read once more
+    before its first batch was built."""
     from queuetune.memory_use import _growing
     from queuetune.trace import TraceMeta
 
@@ -343,7 +344,21 @@ def _copying_worker(held_mib: list[int], objects_mib: int) -> list:
         produced=[Produced(i, i + 0.5, 8, worker="7") for i in range(len(held_mib))],
     )
     readings = [MemorySample(i + 0.6, 0, workers=[[7, 0, m * mib, 0]]) for i, m in enumerate(held_mib)]
+    if warming_mib is not None:
+        readings.insert(0, MemorySample(0.1, 0, workers=[[7, 0, warming_mib * mib, 0]]))
     return _growing(trace, readings, copying=True, objects=objects_mib * mib)
+
+
+def test_a_workers_growth_leaves_out_its_warming_up_before_its_first_batch():
+    # Read 0.1 s after the fork, before its first batch, the worker held 2 MiB:
+    # the pages a new worker writes first are its baseline, not copies of samples.
+    mib = 2**20
+    [growth] = _copying_worker([20, 30, 40, 50], objects_mib=100, warming_mib=2)
+    assert growth.bytes == 30 * mib and growth.span == (0.6, 3.6)
+    assert growth.heading == 120 * mib  # the baseline after the first batch + the objects
+    # With one reading after its first batch, the growth is over all of them.
+    [growth] = _copying_worker([20], objects_mib=100, warming_mib=2)
+    assert growth.bytes == 18 * mib and growth.span == (0.1, 0.6)
 
 
 def test_a_copying_worker_heads_for_its_baseline_and_the_objects_and_never_below_what_it_holds():

@@ -279,6 +279,13 @@ def _growing(trace: Trace, readings: list[MemorySample], copying: bool, objects:
             by_pid.setdefault(pid, []).append((m.t, _own(uss, shm)))
     for pid, points in by_pid.items():
         ends = built.get(str(pid), [])
+        # Readings before the worker built its first batch catch it warming up
+        # from the fork (the first pages it writes, some 10 MiB in a torch
+        # worker): its growth is counted from its first reading after that batch,
+        # where two remain.
+        settled = [point for point in points if ends and point[0] >= ends[0]]
+        if len(settled) >= 2:
+            points = settled
         # Two readings do where the dataset holds Python objects to copy (a big
         # consumer's reading takes tens of milliseconds, so they come seldom).
         if len(points) < (2 if copying else 3) or not ends:
