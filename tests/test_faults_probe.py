@@ -221,9 +221,14 @@ def test_a_loader_error_reaches_the_loop_and_the_batches_before_it_are_kept(kind
 
 
 def worker_pids() -> list[int]:
+    """This process's children but Python's multiprocessing helpers (the resource
+    tracker an earlier test's spawn context started outlives that test)."""
     import psutil
 
-    return [c.pid for c in psutil.Process().children(recursive=True)]
+    from queuetune.recorder import multiprocessing_helpers
+
+    helpers = multiprocessing_helpers()
+    return [c.pid for c in psutil.Process().children(recursive=True) if c.pid not in helpers]
 
 
 @pytest.mark.torch
