@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import threading
 import time
@@ -311,27 +310,21 @@ def peak_held(trace):
 @pytest.mark.parametrize("grow_at", [1, 7])
 @pytest.mark.parametrize("ordered", [True, False])
 @pytest.mark.parametrize("mode", MODES)
-def test_a_batch_that_grows_4x_keeps_the_budget_or_fails_clearly(mode, ordered, grow_at):
+def test_a_batch_that_grows_4x_is_held_and_the_epoch_finishes(mode, ordered, grow_at):
     n, small = 30, 100_000
     sizes = [small] * grow_at + [4 * small] * (n - grow_at)
     budget = 1_300_000  # 13 small batches, 3 grown ones
     source = Batches(n, sizes=sizes, delay=0.001)
     with Prefetcher(source, max_bytes=budget, workers=2, mode=mode, ordered=ordered, sample_memory=False) as p:
         got = []
-        try:
-            for batch in p:
-                got.append(int(batch["i"]))
-                time.sleep(0.002)  # a consumer slower than the workers: the queue fills
-        except BudgetExceeded as exc:
-            assert re.search(
-                r"batch \d+ is [\d.]+ KiB, larger than any before \([\d.]+ KiB\): with it, "
-                r"[\d.]+ [KM]iB would be in flight, over max_bytes=",
-                str(exc),
-            ) or "does not fit" in str(exc)
-            assert len(got) == len(set(got)) and (not ordered or got == list(range(len(got))))
-        else:
-            assert_delivered(got, n, ordered)
-            assert peak_held(p.trace()) <= budget
+        for batch in p:
+            got.append(int(batch["i"]))
+            time.sleep(0.002)  # a consumer slower than the workers: the queue fills
+        assert_delivered(got, n, ordered)
+        # Over the budget only by the growth of the batches started before it was seen: those
+        # under way (two threads), or under way and waiting (two more for processes).
+        started_early = 2 if mode == "thread" else 4
+        assert peak_held(p.trace()) <= budget + started_early * 3 * small
     assert_epoch_cleaned_up()
 
 
@@ -391,7 +384,7 @@ def test_the_first_budget_fault_is_the_one_reported():
     # Depth 2: batches 4 and 5 are under way together, and batch 3 is taken before either is built.
     with Prefetcher(LateSmallBatch(), max_bytes=300_000, workers=2, adaptive=False, depth=2, sample_memory=False) as p:
         got = []
-        with pytest.raises(BudgetExceeded, match=r"a batch of .* \(4000\d\d bytes\) does not fit in max_bytes"):
+        with pytest.raises(BudgetExceeded, match=r"batch 5 of the epoch: .* \(4000\d\d bytes\) does not fit in"):
             for batch in p:
                 got.append(int(batch["i"]))
     assert got == [0, 1, 2, 3]

@@ -701,7 +701,7 @@ def test_a_plain_iterable_is_read_anew_each_epoch():
     assert_nothing_left_running()
 
 
-def test_a_batch_above_the_guess_that_breaks_the_budget_says_it_was_guessed():
+def test_a_batch_above_the_guess_or_any_before_is_held_and_no_batch_starts_until_it_fits():
     from queuetune.prefetch.config import BatchSizes, EpochConfig
     from queuetune.prefetch.schedule import Schedule, Task
     from queuetune.prefetch.workers import ThreadWorkers
@@ -710,12 +710,14 @@ def test_a_batch_above_the_guess_that_breaks_the_budget_says_it_was_guessed():
     try:
         config = EpochConfig(max_bytes=10_000, depth=4, max_depth=4, ordered=True, timeout=None, guess=True)
         schedule = Schedule(config, [[0], [1], [2]], workers, BatchSizes(guess=3000))
+        schedule.submitted = 2
         schedule.held, schedule.reserved = 8000, 3000  # the first batch built, one more started on the guess
-        fault = schedule._budget_fault(Task(0, [0], reserved=3000), 8000)
-        assert fault is not None and "larger than guessed from one sample (2.9 KiB): with it, 10.7 KiB" in str(fault)
-        schedule.sizes.learn(5000)
-        fault = schedule._budget_fault(Task(1, [1], reserved=5000), 8000)
-        assert fault is not None and "larger than any before (4.9 KiB)" in str(fault)
+        assert schedule._budget_fault(Task(0, [0], reserved=3000), 8000) is None  # larger than guessed: held
+        assert not schedule.can_start()  # 8,000 + 3,000 in flight: no room for one more
+        schedule.sizes.learn(8000)
+        assert schedule._budget_fault(Task(1, [1], reserved=8000), 9000) is None
+        fault = schedule._budget_fault(Task(2, [2], reserved=8000), 10_001)
+        assert fault is not None and str(fault).startswith("batch 2 of the epoch: 9.8 KiB (10001 bytes) does not fit")
     finally:
         workers.shutdown(wait=True, unclaimed=[])
 

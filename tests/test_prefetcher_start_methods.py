@@ -75,11 +75,16 @@ def test_every_batch_once_in_order_under_each_start_method(method, item):
             for batch in p:
                 if not seen:
                     assert started_as(int(batch["pid"])) == method
-                seen.append(batch)
-            assert [int(b["i"]) for b in seen] == list(range(12))
-            assert all((b["x"] == i % 251).all() and b["x"].shape == (item,) for i, b in enumerate(seen))
-            assert all(isinstance(b["x"].base, ctypes.Array) for b in seen)  # mapped, not unpickled
-            assert os.getpid() not in {int(b["pid"]) for b in seen}
+                x = batch["x"]
+                # Each let go of before the next: were they kept, the budget would have no room for
+                # more segments, and the next batches would come through the pipe.
+                seen.append((int(batch["i"]), bool((x == x.flat[0]).all()), int(x.flat[0]), x.shape, int(batch["pid"])))
+                seen[-1] += (isinstance(x.base, ctypes.Array),)  # mapped, not unpickled
+                del batch, x
+            assert [i for i, *_ in seen] == list(range(12))
+            assert all(same and value == i % 251 and shape == (item,) for i, same, value, shape, _, _ in seen)
+            assert all(mapped for *_, mapped in seen)
+            assert os.getpid() not in {pid for *_, pid, _ in seen}
         trace = p.trace()
     assert trace.meta.settings["start_method"] == method
     assert len(trace.produced) == len(trace.consumed) == 24

@@ -177,9 +177,9 @@ def test_in_process_mode_a_batch_let_go_of_returns_its_segment_on_the_starter_th
     where = []
     take_back = shm.Pool._take_back
 
-    def spy(self, reserve=0):
+    def spy(self):
         where.append(threading.current_thread().name)
-        return take_back(self, reserve)
+        return take_back(self)
 
     monkeypatch.setattr(shm.Pool, "_take_back", spy)
     n = 30

@@ -172,7 +172,7 @@ def _alive():
 def test_thread_workers_resize_starts_and_ends_real_threads():
     workers = ThreadWorkers(1, lambda i: i, capacity=4)
     try:
-        assert (workers.count, workers.capacity, workers.gate, _alive()) == (1, 4, None, 1)
+        assert (workers.count, workers.capacity, workers.gate, _alive()) == (1, 4, 1, 1)
         workers.resize(4)
         assert _alive() == 4
         workers.resize(2)

@@ -72,6 +72,12 @@ class Tensors:
         """The tensor over ``array``'s memory: what :meth:`as_array` undoes."""
         return array
 
+    def portable(self, obj: Any) -> Any:
+        """The tensor as it must be to reach another process unchanged, where its
+        framework's own pickling would lose something of it (torch's drops a
+        conjugate or negative view's bit): ``obj`` itself, or a copy that keeps it."""
+        return obj
+
     def owns_memory(self, obj: Any) -> bool:
         """Whether the tensor's memory is its alone (no view, no other owner)."""
         return False

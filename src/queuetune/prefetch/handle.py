@@ -65,8 +65,14 @@ class Prefetcher:
     and shrinks when the queue stays full; it never passes ``max_bytes``.
     With ``adaptive=False`` it is fixed at ``depth`` (by default ``workers``).
     The bytes of batches built or being built and not yet taken stay within
-    ``max_bytes`` as long as no batch outgrows every batch before it; one that
-    does, and would break the budget, is a :class:`BudgetExceeded` error.
+    ``max_bytes``: each is reserved, before it starts, as much as the largest
+    of the latest batches (more while they grow). A batch that outgrows its
+    reservation is held all the same, and no batch starts until the bytes fit
+    again; only a batch larger than ``max_bytes`` by itself is a
+    :class:`BudgetExceeded` error. In process mode the shared memory itself
+    (``/dev/shm``: segments of batches under way, ready, handed over and still
+    in use, or kept for reuse) never passes ``max_bytes``: an array that finds
+    no room there comes through the pipe instead.
 
     ``workers``: how many build at once (by default 2 for an indexable source
     and 1 for a plain iterable, which one thread reads: more is a ``ValueError``),

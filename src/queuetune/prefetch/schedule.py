@@ -105,13 +105,19 @@ class Schedule:
     """The batches of one epoch under way, within the depth and a budget in bytes.
 
     Before a batch is started, room for it is reserved in the budget: the largest
-    batch seen so far (``sizes``, kept across epochs); until a size is known the
-    first batch is built alone to learn it. When a batch is built, its
-    reservation becomes its real size; when the consumer takes it, its bytes
-    leave the budget. So the bytes of batches built or being built and not yet
-    taken stay within ``max_bytes`` as long as no batch outgrows every batch
-    before it; one that does, and would break the budget, is a
-    :class:`.BudgetExceeded` kept in ``error`` for the consumer.
+    of the latest batches (``sizes``, kept across epochs; more while they grow);
+    until a size is known the first batch is built alone to learn it. A batch
+    starts only where a worker is free for it (``workers.gate``), so that it is
+    reserved as the batches are as it starts, and only where the workers' own
+    memory has room for it too (:meth:`.Workers.make_room`). When a batch is
+    built, its reservation becomes its real size; when the consumer takes it,
+    its bytes leave the budget. So the bytes of batches built or being built and
+    not yet taken stay within ``max_bytes``, but for the growth of those under
+    way when the batches grew: such a batch is held, and none starts until
+    the bytes fit again. One with none under way always starts, so that the
+    consumer gets its next batch whatever it holds. A batch larger than
+    ``max_bytes`` by itself is a :class:`.BudgetExceeded` kept in ``error`` for
+    the consumer.
 
     ``plan``: what each batch is made of, or None for a plain iterable (read
     until its workers return :data:`.END`). The state is read and changed with
@@ -194,6 +200,8 @@ class Schedule:
     def fill(self) -> None:
         """Start batches while the depth and the byte budget allow."""
         while self.can_start():
+            if self.submitted > self.delivered and not self.workers.make_room(self.sizes.reserve):
+                break
             position = self.submitted
             indices = self.plan[position] if self.plan is not None else None
             task = Task(position, indices, self.sizes.reserve, submitted_at=clock())
@@ -281,9 +289,19 @@ class Schedule:
         return self.total is None or self.submitted < self.total
 
     def _budget_has_room(self) -> bool:
-        return self.held + self.reserved + self.sizes.reserve <= self.config.max_bytes
+        """Whether the budget has room for one more batch as large as the largest
+        lately: in the batches' bytes, and in the workers' memory where they keep
+        some (process workers' shared memory). With none under way there is always
+        room, so that the consumer gets its next batch whatever it holds meanwhile."""
+        if self.submitted == self.delivered:
+            return True
+        reserve = self.sizes.reserve
+        return self.held + self.reserved + reserve <= self.config.max_bytes and self.workers.room(reserve)
 
     def _can_start_but_for_depth(self) -> bool:
+        gate = self.workers.gate
+        if gate is not None and self.building >= gate:  # no worker free for it
+            return False
         return self._left_to_start() and (self.sizes.known or self.sizes.guess > 0) and self._budget_has_room()
 
     def end_hold(self) -> None:
@@ -387,11 +405,11 @@ class Schedule:
 
     def _built(self, task: Task, future: cf.Future[Any]) -> None:
         with self.lock:
+            self.building -= 1  # first: the batches its account starts see its worker free
             try:
                 self._account(task, future)
             finally:
                 task.settled = True
-                self.building -= 1
                 self._recount_idle()
                 self.changed.notify_all()
 
@@ -444,25 +462,17 @@ class Schedule:
             return next(t for t in tasks if t.settled)
 
     def _budget_fault(self, task: Task, size: int) -> BudgetExceeded | None:
-        """The error if the batch just built breaks the budget (before ``sizes`` takes it in)."""
+        """The error if the batch just built is larger than the whole budget by itself.
+        A batch larger than those before that fits is held: no batch starts until
+        the bytes in flight leave room again."""
         max_bytes = self.config.max_bytes
-        if size > max_bytes:
-            return BudgetExceeded(
-                f"a batch of {format_bytes(size)} ({size} bytes) does not fit in max_bytes="
-                f"{format_bytes(max_bytes)} ({max_bytes} bytes)"
-            )
-        if self.held + self.reserved > max_bytes:
-            before = (
-                f"larger than any before ({format_bytes(self.sizes.largest)})"
-                if self.sizes.known
-                else f"larger than guessed from one sample ({format_bytes(self.sizes.guess)})"
-            )
-            in_flight = format_bytes(self.held + self.reserved)
-            return BudgetExceeded(
-                f"batch {task.position} is {format_bytes(size)}, {before}: with it, {in_flight} "
-                f"would be in flight, over max_bytes={format_bytes(max_bytes)}"
-            )
-        return None
+        if size <= max_bytes:
+            return None
+        return BudgetExceeded(
+            f"batch {task.position} of the epoch: {format_bytes(size)} ({size} bytes) does not fit in "
+            f"max_bytes={format_bytes(max_bytes)} ({max_bytes} bytes) by itself: give a larger max_bytes "
+            "or make the batches smaller"
+        )
 
     def hand_over(self, task: Task) -> Any:
         """Take ``task``'s built batch out of the account as the consumer gets it;

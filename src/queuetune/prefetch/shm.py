@@ -32,6 +32,7 @@ import fcntl
 import mmap
 import multiprocessing
 import os
+import pickle
 import re
 import shutil
 import sys
@@ -76,13 +77,22 @@ _KEY = 32
 
 @dataclass(frozen=True)
 class Lease:
-    """What a worker is lent for one batch: room for ``size`` bytes (0: none, the
-    size of a batch is not known yet), in a segment from the shelf or one it
-    makes; how many segments the pool holds (the worker keeps no more mapped);
-    and the segments the pool removed lately (the worker lets go of its
-    mappings of them)."""
+    """What a worker is lent for one batch: the lease's ``number``; ``grant``, the
+    bytes of new segments it may make (0: none; arrays that find no room travel
+    through the pipe with the rest of the batch), forfeited once it takes a spare
+    segment from the shelf instead; ``expect``, the bytes the pool expects the
+    batch's arrays to take in shared memory (the segment for its first array is
+    sized for them); how many segments the pool holds (the worker keeps no more
+    mapped); and the segments the pool removed lately (the worker lets go of its
+    mappings of them).
 
-    size: int
+    >>> Lease(1, grant=4096, expect=0, keep=1, prefix="queuetune-0-test-").dropped
+    ()
+    """
+
+    number: int
+    grant: int
+    expect: int
     keep: int
     prefix: str
     dropped: tuple[str, ...] = ()
@@ -119,7 +129,8 @@ class Piece:
 
 class Shipped:
     """A batch as a worker sends it: its large arrays replaced by pieces; the
-    segment it was lent, the segments it made (name and size), and its bytes;
+    segment it took from the shelf, the segments it made (name and size), its
+    bytes, and the bytes of its arrays in shared memory (``shared``);
     ``spent``: the CPU seconds and the seconds its build took, once known;
     ``pending``: None once its arrays are all in place, else the worker's slot
     and the number of the copy still being made into them (see
@@ -127,7 +138,7 @@ class Shipped:
     over its segments and the segments' holders where :meth:`Pool.prepare` made
     them (never sent)."""
 
-    __slots__ = ("batch", "lent", "made", "nbytes", "pending", "spent", "views")
+    __slots__ = ("batch", "lent", "made", "nbytes", "pending", "shared", "spent", "views")
 
     def __init__(
         self,
@@ -137,17 +148,14 @@ class Shipped:
         nbytes: int,
         spent: tuple[float, float] | None = None,
         pending: tuple[int, int] | None = None,
+        shared: int = 0,
     ) -> None:
         self.batch, self.lent, self.made, self.nbytes, self.spent = batch, lent, made, nbytes, spent
-        self.pending = pending
+        self.pending, self.shared = pending, shared
         self.views: tuple[Any, dict[str, Any]] | None = None
 
-    def __reduce__(
-        self,
-    ) -> tuple[
-        type[Shipped], tuple[Any, str | None, dict[str, int], int, tuple[float, float] | None, tuple[int, int] | None]
-    ]:
-        return (Shipped, (self.batch, self.lent, self.made, self.nbytes, self.spent, self.pending))
+    def __reduce__(self) -> tuple[type[Shipped], tuple[Any, ...]]:
+        return (Shipped, (self.batch, self.lent, self.made, self.nbytes, self.spent, self.pending, self.shared))
 
     def segments(self) -> set[str]:
         """The segments the batch's pieces lie in."""
@@ -302,7 +310,8 @@ class Shelf:
     takes one as the first large array of its batch goes in, not as its build
     starts: a segment holds memory for a batch from its collation until the batch
     is let go of, never while its worker builds the samples, and a reused
-    segment needs no new page. The receiver offers and recalls them.
+    segment needs no new page. The receiver offers and recalls them, and reads
+    which lease took each (:meth:`taken`): that lease's grant is then forfeited.
 
     Each operation waits at most ``wait`` seconds for the lock, which a worker
     killed while holding it would keep for ever: then the shelf is passed by (a
@@ -312,10 +321,12 @@ class Shelf:
     >>> shelf = Shelf("queuetune-0-test-", multiprocessing.get_context())
     >>> shelf.offer("queuetune-0-test-" + "a" * 32, 4096), shelf.offer("queuetune-0-test-" + "b" * 32, 8192)
     (True, True)
-    >>> shelf.take(5000) == "queuetune-0-test-" + "b" * 32, len(shelf.names())
+    >>> shelf.take(5000, 9000, taker=7) == "queuetune-0-test-" + "b" * 32, len(shelf.names())
     (True, 1)
-    >>> shelf.take(5000) is None  # nothing large enough
+    >>> shelf.take(5000, 9000, taker=8) is None  # nothing of that size
     True
+    >>> shelf.taken() == [("queuetune-0-test-" + "b" * 32, 7)], shelf.taken()
+    (True, [])
     """
 
     CAPACITY = 16
@@ -323,7 +334,8 @@ class Shelf:
     def __init__(self, prefix: str, context: Any, wait: float = 1.0) -> None:
         self.prefix, self.wait = prefix, wait
         self._lock = context.Lock()
-        self._sizes = context.RawArray("q", self.CAPACITY)  # 0: an empty place
+        # > 0: a spare segment of that many bytes; < 0: taken by lease -value, not yet read; 0: an empty place
+        self._sizes = context.RawArray("q", self.CAPACITY)
         self._keys = context.RawArray("c", self.CAPACITY * _KEY)
 
     def offer(self, name: str, size: int) -> bool:
@@ -336,20 +348,20 @@ class Shelf:
             self._sizes[empty[0]] = size
             return True
 
-    def take(self, need: int) -> str | None:
-        """The smallest segment of ``need`` bytes or more, taken off the shelf; None if none."""
+    def take(self, need: int, most: int, taker: int) -> str | None:
+        """The smallest segment of ``need`` to ``most`` bytes, taken off the shelf by lease ``taker``; None if none."""
         with self._held() as held:
-            fitting = [place for place in range(self.CAPACITY) if self._sizes[place] >= need] if held else []
+            fitting = [p for p in range(self.CAPACITY) if need <= self._sizes[p] <= most] if held else []
             if not fitting:
                 return None
             place = min(fitting, key=lambda p: self._sizes[p])
-            self._sizes[place] = 0
+            self._sizes[place] = -taker
             return self._name(place)
 
     def recall(self, name: str) -> bool:
         """Take segment ``name`` back off the shelf; False if a worker took it first (or it is locked)."""
         with self._held() as held:
-            found = [p for p in range(self.CAPACITY) if self._sizes[p] and self._name(p) == name] if held else []
+            found = [p for p in range(self.CAPACITY) if self._sizes[p] > 0 and self._name(p) == name] if held else []
             if not found:
                 return False
             self._sizes[found[0]] = 0
@@ -358,7 +370,20 @@ class Shelf:
     def names(self) -> set[str] | None:
         """The segments on the shelf now (None: its lock could not be had)."""
         with self._held() as held:
-            return {self._name(place) for place in range(self.CAPACITY) if self._sizes[place]} if held else None
+            return {self._name(place) for place in range(self.CAPACITY) if self._sizes[place] > 0} if held else None
+
+    def taken(self) -> list[tuple[str, int]] | None:
+        """The segments workers took since the last call, each with the lease that
+        took it; their places are empty again (None: the lock could not be had)."""
+        with self._held() as held:
+            if not held:
+                return None
+            found = []
+            for place in range(self.CAPACITY):
+                if self._sizes[place] < 0:
+                    found.append((self._name(place), -self._sizes[place]))
+                    self._sizes[place] = 0
+            return found
 
     @contextlib.contextmanager
     def _held(self) -> Iterator[bool]:
@@ -376,15 +401,16 @@ class Shelf:
 
 
 class Pool:
-    """The receiver's segments: on the shelf (spare), taken by a build, or holding batches.
+    """The receiver's segments: on the shelf (spare), taken by a build, holding
+    batches built, or holding batches handed over and still in use.
 
     >>> pool = Pool(os.getpid())
     >>> lease = pool.lend(200_000)
     >>> shipped = ship((np.arange(20_000.0), 3), lease, pool.shelf)  # a new segment: the shelf is empty
     >>> pool.settle(shipped, lease)
     >>> x, y = pool.open(shipped)
-    >>> bool((x == np.arange(20_000.0)).all()), y, pool.held(), pool.bytes  # 200,000 bytes in whole pages
-    (True, 3, 1, 204800)
+    >>> bool((x == np.arange(20_000.0)).all()), y, pool.held(), pool.bytes  # 160,000 bytes in whole pages
+    (True, 3, 1, 163840)
     >>> del x; pool.held(), pool.shelf.names() == shipped.segments()  # its segment is on the shelf again
     (0, True)
     >>> again = ship(np.ones(20_000), pool.lend(200_000), pool.shelf)
@@ -392,12 +418,18 @@ class Pool:
     (True, set())
     >>> pool.close()
 
+    With a ``budget`` (bytes), the pool holds to it whatever the batches' sizes:
+    its segments (spare, taken, holding batches built or handed over) and the
+    bytes each build under way may still make (its lease's ``grant``) never add
+    up to more (:attr:`committed`). A lease's grant is what the budget has room
+    for, spare segments removed to make it (:meth:`make_room`); a build that
+    outgrows its grant sends the arrays that find no room through the pipe.
+
     At most ``spare`` segments are on the shelf, and ``least`` while the
     workers do not miss more (a miss: a worker made a segment soon after one was
-    removed for the shelf being full; see :data:`MISSED`); with ``budget``
-    (bytes), only while they, the segments taken by builds and those of batches
-    not yet opened fit in it. ``context``: the multiprocessing context the
-    workers are started with (the shelf's lock and memory are made with it).
+    removed for the shelf being full; see :data:`MISSED`), each of a size the
+    batches take (see :meth:`suits`). ``context``: the multiprocessing context
+    the workers are started with (the shelf's lock and memory are made with it).
     """
 
     def __init__(
@@ -422,11 +454,15 @@ class Pool:
         self.shelf = Shelf(self.prefix, context or multiprocessing.get_context())
         self._lock = threading.Lock()
         self._maps: dict[str, mmap.mmap] = {}
-        # Segments put on the shelf and not settled since (on it, or taken by a build),
-        # and those of batches built and not opened: with the spare ones, what the budget bounds.
+        # Segments put on the shelf and not settled since (on it, or taken by a build).
         self._offered: set[str] = set()
-        self._waiting: set[str] = set()
         self._bytes = 0
+        # The grant of each lease not settled nor forfeited, by number, and their sum.
+        self._grants: dict[int, int] = {}
+        self._granted = 0
+        self._leases = 0
+        # The bytes the last batch with arrays in shared memory took there.
+        self._expect = 0
         # Segments whose batch is gone, appended by finalizers (in any thread, at
         # any moment) and shelved at once, or by the next lend where the lock is held.
         self._back: deque[str] = deque()
@@ -437,33 +473,87 @@ class Pool:
         # once queued, False where it cannot be (then the return is made here).
         self.later: Callable[[Callable[[], None]], bool] | None = None
 
-    def lend(self, reserve: int) -> Lease:
-        """What the next build is lent: room for ``reserve`` bytes (0: its size is
-        not known), taken from the shelf or made as its first array goes in.
-        Spare segments that a batch of that size would not use are removed first:
-        too small, or much larger (made while the size was only guessed)."""
-        with self._lock:
-            self._take_back(reserve)
-            return Lease(reserve, len(self._maps) + 1, self.prefix, tuple(self._dropped))
-
     @property
     def bytes(self) -> int:
         """The bytes of every segment the pool holds: spare, taken by builds, or holding batches."""
         return self._bytes
 
+    @property
+    def committed(self) -> int:
+        """:attr:`bytes` and the bytes builds under way may still make: the most
+        its files can take at once, which the budget bounds."""
+        return self._bytes + self._granted
+
+    def room(self, reserve: int) -> bool:
+        """Whether a build of ``reserve`` bytes can be granted them, spare segments
+        removed if need be (a reckoning: :meth:`make_room` makes it)."""
+        if self.budget is None or reserve <= 0:
+            return True
+        with self._lock:
+            spare = sum(len(self._maps[n]) for n in self._offered if n in self._maps)
+            return self.committed - spare + _round(reserve) <= self.budget
+
+    def make_room(self, reserve: int) -> bool:
+        """Remove spare segments until a build of ``reserve`` bytes can be granted
+        them within the budget (those the batches would not take first, then the
+        largest); whether it can."""
+        if self.budget is None or reserve <= 0:
+            return True
+        need = _round(reserve)
+        with self._lock:
+            self._read_forfeits()
+            if self.committed + need <= self.budget:
+                return True
+            sizes = {name: len(self._maps.get(name, b"")) for name in self.shelf.names() or ()}
+            for name in sorted(sizes, key=lambda n: (self.suits(sizes[n]), -sizes[n])):
+                if self.committed + need <= self.budget:
+                    break
+                if name in self._maps and self.shelf.recall(name):
+                    self._offered.discard(name)
+                    self._drop(name)
+            self._read_forfeits()  # a spare a worker took meanwhile forfeited its lease's grant
+            return self.committed + need <= self.budget
+
+    def lend(self, reserve: int) -> Lease:
+        """What the next build is lent: new segments of up to ``reserve`` bytes in
+        whole pages, or what the budget has room for if less (all of that where
+        ``reserve`` is 0: its size is not known, and it is built alone); a spare
+        it takes from the shelf instead forfeits them. Spare segments that the
+        batches would not take are removed first."""
+        with self._lock:
+            self._read_forfeits()
+            self._take_back()
+            room = sys.maxsize if self.budget is None else max(0, self.budget - self.committed) // _PAGE * _PAGE
+            grant = min(_round(reserve), room) if reserve > 0 else room
+            self._leases += 1
+            if grant > 0:
+                self._grants[self._leases] = grant
+                self._granted += grant
+            expect = self._expect or reserve
+            return Lease(self._leases, grant, expect, len(self._maps) + 1, self.prefix, tuple(self._dropped))
+
+    def suits(self, size: int) -> bool:
+        """Whether a spare segment of ``size`` bytes is one the batches take: as
+        large as the last batch's arrays in shared memory, and not more than
+        :data:`OVERSIZE` larger (any, before that is known)."""
+        return self._expect == 0 or _worth_lending(size, self._expect)
+
     def settle(self, shipped: Shipped | None, lease: Lease) -> None:
         """After a build (``shipped`` None: it failed, and its worker put back
-        what it took): map the segments the worker made; a segment taken
-        from the shelf comes back at once if the batch is not in it."""
+        what it took): its lease's grant is given back, the segments the worker
+        made are mapped; a segment taken from the shelf comes back at once if
+        the batch is not in it."""
         with self._lock:
+            self._forfeit(lease.number)
             if shipped is None:
                 return
             for name in shipped.made:
                 self._adopt(name)
             self._learn(missed=bool(shipped.made))
             used = shipped.segments()
+            if used:
+                self._expect = shipped.shared
             self._offered -= used
-            self._waiting.update(n for n in used if n in self._maps)
             unused = shipped.lent is not None and shipped.lent not in used
             if unused:
                 self._offered.discard(shipped.lent or "")
@@ -473,9 +563,8 @@ class Pool:
     def prepare(self, shipped: Shipped) -> None:
         """Make the arrays :meth:`open` will hand over now, on the thread that
         settles builds while the consumer steps, so that the hand-over only takes
-        them. Until then the segments count as not opened, and :meth:`discard`
-        lets them go. A segment that cannot be viewed now is left for
-        :meth:`open`, whose error reaches the consumer."""
+        them. A segment that cannot be viewed now is left for :meth:`open`,
+        whose error reaches the consumer."""
         try:
             shipped.views = self._views(shipped)
         except Exception:
@@ -485,9 +574,7 @@ class Pool:
         """The batch with arrays (and tensors) over the segments; each segment
         comes back when the last view into it is gone."""
         views, shipped.views = shipped.views, None
-        batch, holders = self._views(shipped) if views is None else views
-        with self._lock:
-            self._waiting.difference_update(holders)  # the batch's segments, each opened once
+        batch, _holders = self._views(shipped) if views is None else views
         return batch
 
     def _views(self, shipped: Shipped) -> tuple[Any, dict[str, Any]]:
@@ -534,13 +621,10 @@ class Pool:
 
     def discard(self, shipped: Shipped) -> None:
         """Take back the segments of a batch that will never be opened."""
-        names = shipped.segments()
-        with self._lock:
-            self._waiting.difference_update(names)
         if shipped.views is not None:  # its holders' finalizers give the segments back as they go
             shipped.views = None
             return
-        self._back.extend(names)
+        self._back.extend(shipped.segments())
 
     def held(self) -> int:
         """Segments holding batches: neither spare nor taken by a build under way."""
@@ -555,14 +639,23 @@ class Pool:
             self._closed = True
             self._maps.clear()
             self._offered.clear()
-            self._waiting.clear()
-            self._bytes = 0
+            self._grants.clear()
+            self._bytes = self._granted = 0
         sweep_pool(self.prefix)
         self._release()
 
-    def _take_back(self, reserve: int = 0) -> set[str] | None:
-        """Shelve the segments whose batches are gone, as far as the spare count and
-        the budget allow, and remove the rest; the segments on the shelf now."""
+    def _read_forfeits(self) -> None:
+        """The grants of leases whose builds took a spare segment instead: given back."""
+        for _name, number in self.shelf.taken() or ():
+            self._forfeit(number)
+
+    def _forfeit(self, number: int) -> None:
+        self._granted -= self._grants.pop(number, 0)
+
+    def _take_back(self) -> None:
+        """Shelve the segments whose batches are gone, of a size the batches take,
+        as far as the spare count allows, and remove the rest; remove the spares
+        on the shelf that the batches would not take."""
         shelved = self.shelf.names()
         back = []
         while self._back:
@@ -572,40 +665,31 @@ class Pool:
         if shelved is None:  # the shelf's lock is stuck (a worker killed holding it): nothing goes on it
             for name in back:
                 self._drop(name)
-            return None
-        if reserve > 0:
-            useless = [n for n in shelved if not _worth_lending(len(self._maps.get(n, b"")), reserve)]
-            for name in useless:
-                shelved.discard(name)  # recalled and removed, or taken by a worker meanwhile
-                if name in self._maps and self.shelf.recall(name):
-                    self._offered.discard(name)
-                    self._drop(name)
-            back_useless = [n for n in back if not _worth_lending(len(self._maps[n]), reserve)]
-            for name in back_useless:
-                back.remove(name)
+            return
+        for name in [n for n in shelved if not self.suits(len(self._maps.get(n, b"")))]:
+            shelved.discard(name)  # recalled and removed, or taken by a worker meanwhile
+            if name in self._maps and self.shelf.recall(name):
+                self._offered.discard(name)
                 self._drop(name)
-        taken = self._offered - shelved
         for name in sorted(back, key=lambda n: -len(self._maps[n])):
             size = len(self._maps[name])
-            if len(shelved) >= self.wanted:
+            if not self.suits(size):
+                self._drop(name)
+            elif len(shelved) >= self.wanted:
                 self._overflowed = self._settled
                 self._drop(name)
-            elif self._within_budget(shelved, taken, size) and self.shelf.offer(name, size):
+            elif self.shelf.offer(name, size):
                 shelved.add(name)
                 self._offered.add(name)
             else:
                 self._drop(name)
-        while shelved and (len(shelved) > self.wanted or not self._within_budget(shelved, taken, 0)):
-            if len(shelved) > self.wanted:
-                self._overflowed = self._settled
+        while len(shelved) > self.wanted:
+            self._overflowed = self._settled
             name = min(shelved, key=lambda n: len(self._maps.get(n, b"")))
             shelved.discard(name)
             if self.shelf.recall(name):
                 self._offered.discard(name)
                 self._drop(name)
-            else:
-                taken.add(name)
-        return shelved
 
     def _learn(self, missed: bool) -> None:
         """One more build settled; ``missed``: its worker made a segment."""
@@ -618,18 +702,12 @@ class Pool:
             self.wanted -= 1
             self._changed = self._settled
 
-    def _within_budget(self, shelved: set[str], taken: set[str], more: int) -> bool:
-        if self.budget is None:
-            return True
-        kept = sum(len(self._maps[n]) for n in shelved | taken | self._waiting if n in self._maps)
-        return kept + more <= self.budget
-
     def _drop(self, name: str) -> None:
         mapped = self._maps.pop(name, None)  # unmapped once no view is left
         if mapped is None:
             return
         self._bytes -= len(mapped)
-        _unlink(str(ROOT / name))
+        _release_file(str(ROOT / name))
         self._dropped.append(name)
 
     def _adopt(self, name: str) -> None:
@@ -677,10 +755,13 @@ _SHELF: list[Shelf] = []
 
 class Arena:
     """Where one batch's large arrays go in a worker: one segment, from its start,
-    taken from ``shelf`` (by default this worker's) or made as the first array goes in.
+    taken from ``shelf`` (by default this worker's) or made as the first array
+    goes in, sized for what the lease expects of the batch; what does not fit
+    goes in one more segment made for it, within the lease's grant, and what the
+    grant has no room for travels through the pipe with the rest of the batch.
 
-    >>> arena = Arena(Lease(0, 0, "queuetune-test-"))
-    >>> arena.allocate((100_000,), np.float32) is None  # no room lent
+    >>> arena = Arena(Lease(1, grant=0, expect=0, keep=0, prefix="queuetune-test-"))
+    >>> arena.allocate((100_000,), np.float32) is None  # nothing granted, no shelf
     True
     """
 
@@ -692,6 +773,8 @@ class Arena:
         # The segment taken from the shelf (None: none, or one made here: in ``made``).
         self.lent: str | None = None
         self.used = 0
+        # The bytes of new segments it may still make: none once it took a spare.
+        self.left = lease.grant
         # Arrays placed by allocate: data address -> offset.
         self.placed: dict[int, int] = {}
         self.made: dict[str, int] = {}
@@ -707,15 +790,25 @@ class Arena:
         self.lent = self.name = self.buffer = None
         self.made = {}
 
-    def _segment(self) -> mmap.mmap | None:
-        """The batch's segment, taken or made now if it has none yet (None: no room was lent)."""
-        if self.buffer is None and self.lease.size > 0:
-            name = self.shelf.take(self.lease.size) if self.shelf is not None else None
-            if name is not None:
-                self.buffer, self.lent = _MAPPED.get(name), name
-            else:
-                name, self.buffer = self._make(_round(self.lease.size))
-            self.name = name
+    def _segment(self, size: int, whole: bool = False) -> mmap.mmap | None:
+        """The batch's segment, taken or made now if it has none yet, for a first
+        array of ``size`` bytes and what the lease expects besides (``whole``:
+        ``size`` is all the batch needs); None where no spare fits and the grant
+        has no room."""
+        if self.buffer is not None:
+            return self.buffer
+        want = size if whole else max(size, self.lease.expect)
+        name = None
+        if self.shelf is not None:
+            name = self.shelf.take(want, _round(int(want * (1 + OVERSIZE))), self.lease.number)
+        if name is not None:
+            self.buffer, self.lent, self.left = _MAPPED.get(name), name, 0
+        else:
+            fitting = [_round(n) for n in (want, size) if _round(n) <= self.left]
+            if not fitting:
+                return None
+            name, self.buffer = self._make(fitting[0])
+        self.name = name
         return self.buffer
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
@@ -741,58 +834,78 @@ class Arena:
         place; until they are made, the descriptors point at unwritten bytes),
         and whether every copy's source is in ``unshared`` (ids from
         :func:`unshared`), so that the copies may wait while the worker builds on.
+        Arrays that find no room stay in the batch as they are (they travel
+        through the pipe); what would not cross the pipe unchanged is made so
+        that it does (see :func:`portable`).
 
         >>> pool = Pool(os.getpid())
         >>> lease = pool.lend(1_000_000)
         >>> batch = (np.ones(100_000), 7)
         >>> refs = sys.getrefcount(batch)
         >>> shipped, copies, alone = Arena(lease).plan(batch, unshared(batch, refs))
-        >>> len(copies), shipped.nbytes, shipped.batch[1], alone
-        (1, 800000, 7, True)
+        >>> len(copies), shipped.nbytes, shipped.shared, shipped.batch[1], alone
+        (1, 800000, 800000, 7, True)
         >>> copy(copies); pool.settle(shipped, lease)
         >>> float(pool.open(shipped)[0].sum())
         100000.0
         >>> pool.close()
         """
-        overflow: list[tuple[np.ndarray, Piece]] = []
-        copies: list[Copy] = []
+        found: list[tuple[Any, np.ndarray, Piece]] = []
         size = 0
-        alone = True
 
-        def place(obj: Any) -> Any:
-            nonlocal size, alone
+        def describe(obj: Any) -> Any:
+            nonlocal size
+            tensors = tensors_of(obj)
+            if tensors is not None:
+                obj = tensors.portable(obj)
             shareable = _shareable(obj)
             if shareable is None:
                 size += nbytes(obj)
-                return obj
+                return portable(obj)
             array, kind, tensor_dtype = shareable
             size += array.nbytes
             piece = Piece("", 0, array.shape, array.dtype, kind, _order(array), tensor_dtype)
+            found.append((obj, array, piece))
+            return piece
+
+        described = _replace(batch, describe)
+        copies: list[Copy] = []
+        overflow: list[tuple[np.ndarray, Piece]] = []
+        alone = True
+        # Not placed by allocate: the segment sized for all of them, from its first.
+        rest = sum(array.nbytes for _, array, _ in found if self._placed_at(array) is None)
+        shared = 0
+        for obj, array, piece in found:
             placed = self._placed_at(array)
             if placed is not None:
                 piece.name, piece.offset = self.name or "", placed
-                return piece
+                shared += array.nbytes
+                continue
             alone = alone and unshared is not None and id(obj) in unshared
+            if self.buffer is None and rest >= MIN_BYTES:
+                self._segment(rest, whole=True)
             offset = self._room(array.nbytes)
+            rest -= array.nbytes
             if offset is None or self.buffer is None:
-                overflow.append((array, piece))  # placed by _spill
+                overflow.append((array, piece))  # placed by _spill, or left as it is
             else:
                 piece.name, piece.offset = self.name or "", offset
                 copies.append(_copy_into(self.buffer, piece, array))
-            return piece
-
-        shipped = _replace(batch, place)
+                shared += array.nbytes
         if overflow:
-            copies.extend(self._spill(overflow))
-        return Shipped(shipped, self.lent, self.made, size), copies, alone and bool(copies)
+            spilled = self._spill(overflow)
+            copies.extend(spilled)
+            shared += sum(array.nbytes for _, array in spilled)
+        unplaced = {id(piece): portable(obj) for obj, _, piece in found if not piece.name}
+        if unplaced:
+            described = _replace(described, lambda item: unplaced.get(id(item), item))
+        return Shipped(described, self.lent, self.made, size, shared=shared), copies, alone and bool(copies)
 
     def _room(self, size: int) -> int | None:
-        if size < MIN_BYTES:
+        if size < MIN_BYTES or self._segment(size) is None or self.buffer is None:
             return None
         offset = _aligned(self.used)
-        if offset + size > (len(self.buffer) if self.buffer is not None else self.lease.size):
-            return None
-        if self._segment() is None:
+        if offset + size > len(self.buffer):
             return None
         self.used = offset + size
         return offset
@@ -804,12 +917,18 @@ class Arena:
         return offset
 
     def _spill(self, overflow: list[tuple[np.ndarray, Piece]]) -> list[Copy]:
-        """One new segment for the arrays that did not fit in the batch's first one; the copies into it."""
+        """One new segment for the arrays that did not fit in the batch's first one,
+        as many as the grant has room for, in order; the copies into it."""
         offsets, end = [], 0
         for array, _piece in overflow:
-            offsets.append(_aligned(end))
-            end = offsets[-1] + array.nbytes
-        name, mapped = self._make(_round(end))
+            start = _aligned(end)
+            if _pages(start + array.nbytes) > self.left:
+                break
+            offsets.append(start)
+            end = start + array.nbytes
+        if not offsets:
+            return []
+        name, mapped = self._make(_pages(end))
         copies = []
         for (array, piece), offset in zip(overflow, offsets):
             piece.name, piece.offset = name, offset
@@ -821,6 +940,7 @@ class Arena:
         name, mapped = _new_segment(self.lease.prefix, size)
         _MAPPED.add(name, mapped)
         self.made[name] = size
+        self.left -= size
         return name, mapped
 
 
@@ -930,6 +1050,35 @@ def allocate(shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
 
 
 # --- both sides ------------------------------------------------------------------------------
+
+
+def portable(obj: Any) -> Any:
+    """``obj`` as it must be to reach the receiver through the pipe unchanged: a
+    framework's tensor as :meth:`~queuetune.frameworks.base.Tensors.portable`
+    makes it; a numpy array in a byte order not this machine's, carried whole
+    (numpy's pickling before protocol 5, which the pipe uses, drops the order of
+    ``>f8``); anything else as it is.
+
+    >>> import pickle
+    >>> pickle.loads(pickle.dumps(portable(np.arange(3, dtype=">f8")), protocol=4)).dtype.str
+    '>f8'
+    """
+    if type(obj) is np.ndarray:
+        return obj if obj.dtype.isnative else _Carried(obj)
+    tensors = tensors_of(obj)
+    return obj if tensors is None else tensors.portable(obj)
+
+
+class _Carried:
+    """An array that crosses the pipe as protocol 5's pickle of it, which keeps what protocol 4's loses."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
+        return (pickle.loads, (pickle.dumps(self.array, protocol=5),))
 
 
 def _shareable(obj: Any) -> tuple[np.ndarray, str, str | None] | None:
@@ -1055,10 +1204,26 @@ def _worth_lending(segment: int, reserve: int) -> bool:
     return reserve <= segment <= _round(int(reserve * (1 + OVERSIZE)))
 
 
+def _pages(size: int) -> int:
+    """``size`` bytes in whole pages."""
+    return -(-size // _PAGE) * _PAGE
+
+
 def _round(size: int) -> int:
     """A segment's size for batches of ``size`` bytes: whole pages, with room for alignment."""
     size += 16 * _ALIGN
     return -(-size // _PAGE) * _PAGE
+
+
+def _release_file(path: str) -> None:
+    """Remove a segment no process uses any more, its memory with it: cut to nothing
+    first, so that its pages go now even where a worker still maps it (a worker
+    lets go of its mappings of removed segments only as its next build starts)."""
+    try:
+        os.truncate(path, 0)
+    except OSError:
+        pass
+    _unlink(path)
 
 
 def _unlink(path: str) -> None:

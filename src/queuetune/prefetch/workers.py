@@ -52,14 +52,14 @@ class Workers(Protocol):
     ``count``: batches built at once. ``poll``: seconds between liveness checks
     (:meth:`dead`) while the consumer waits; None when there is nothing to check.
     ``capacity``: the most workers :meth:`resize` can give. ``gate``: the most
-    batches to submit at once, or None for no limit (the workers take what is
-    submitted ``count`` at a time themselves). ``sized_first``: whether the first
+    batches submitted and not built at once, or None for no limit: a batch
+    submitted long before it starts would be reserved as the batches were then. ``sized_first``: whether the first
     batch waits for its size to be guessed (:meth:`guess`), so that it is built
     where the others are rather than apart and copied.
 
     >>> workers: Workers = ThreadWorkers(1, str)
     >>> workers.count, workers.poll, workers.gate, workers.sized_first
-    (1, None, None, False)
+    (1, None, 1, False)
     """
 
     count: int
@@ -96,6 +96,17 @@ class Workers(Protocol):
 
     def size(self, batch: Any) -> int:
         """Bytes of a built batch as it arrives from a worker."""
+        ...
+
+    def room(self, reserve: int) -> bool:
+        """Whether the workers' own memory (shared memory) has room for a batch
+        of ``reserve`` bytes more, once they let go of what they keep spare (a
+        reckoning; :meth:`make_room` lets go of it)."""
+        ...
+
+    def make_room(self, reserve: int) -> bool:
+        """Let go of what the workers keep spare until a batch of ``reserve``
+        bytes more has room in their own memory; whether it has."""
         ...
 
     def finish(self, batch: Any, until: float | None = None) -> str | None:
@@ -179,7 +190,10 @@ class ThreadWorkers:
 
     @property
     def gate(self) -> int | None:
-        return None  # ``count`` threads take the jobs from one queue
+        # A build starts as it is submitted, so the budget's room is reckoned with
+        # the sizes known as it starts: none waits in the queue, reserved as the
+        # batches were before they grew.
+        return self.count
 
     def resize(self, count: int) -> None:
         if not 1 <= count <= self.capacity:
@@ -234,6 +248,12 @@ class ThreadWorkers:
 
     def size(self, batch: Any) -> int:
         return nbytes(batch)
+
+    def room(self, reserve: int) -> bool:
+        return True
+
+    def make_room(self, reserve: int) -> bool:
+        return True
 
     def finish(self, batch: Any, until: float | None = None) -> str | None:
         return None
@@ -459,7 +479,9 @@ class ProcessWorkers:
 
     @property
     def gate(self) -> int | None:
-        return self.count if self.count < self.capacity else None
+        # One batch waiting for each process as it builds: it starts the next at
+        # once, and no more wait, reserved as the batches were before they grew.
+        return self.count if self.count < self.capacity else 2 * self.count
 
     def resize(self, count: int) -> None:
         if not 1 <= count <= self.capacity:
@@ -503,6 +525,12 @@ class ProcessWorkers:
 
     def size(self, batch: shm.Shipped) -> int:
         return batch.nbytes
+
+    def room(self, reserve: int) -> bool:
+        return self.segments.room(reserve)
+
+    def make_room(self, reserve: int) -> bool:
+        return self.segments.make_room(reserve)
 
     def finish(self, batch: shm.Shipped, until: float | None = None) -> str | None:
         if batch.pending is None:

@@ -83,6 +83,28 @@ def as_array(obj: Any) -> tuple[Any, str | None] | None:
         return None
 
 
+def portable(obj: Any) -> Any:
+    """``obj``, or where it is a conjugate or negative view (``z.conj()``,
+    ``z.conj().imag``), the same values in a tensor of their own: torch's
+    pickling drops those bits, so that the view would reach another process
+    with the values it views, not the ones it stands for.
+
+    >>> import torch
+    >>> z = torch.tensor([1 + 2j])
+    >>> portable(z.conj()).is_conj(), portable(z.conj()).tolist()
+    (False, [(1-2j)])
+    >>> portable(z) is z
+    True
+    """
+    if not is_tensor(obj):
+        return obj
+    import torch
+
+    if isinstance(obj, torch.Tensor) and (obj.is_conj() or obj.is_neg()):
+        return obj.resolve_conj().resolve_neg()
+    return obj
+
+
 # The torch integer type that holds the bits of a dtype numpy lacks, by item size.
 _BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
@@ -168,6 +190,9 @@ class TorchTensors(Tensors):
 
     def owns_memory(self, obj: Any) -> bool:
         return owns_memory(obj)
+
+    def portable(self, obj: Any) -> Any:
+        return portable(obj)
 
     def collate(self, items: list[Any], allocate: Callable[[tuple[int, ...], Any], Any] | None = None) -> Any:
         return collate(items, allocate)
