@@ -34,12 +34,39 @@ def _count(obj: Any, seen: set[int]) -> int:
         for item in obj.values() if isinstance(obj, dict) else obj:
             total += _count(item, seen)
         return total
+    layout = getattr(obj, "layout", None)
+    if layout is not None and "sparse" in str(layout):  # torch's nbytes refuses COO and gives CSR's dense size
+        return _parts_bytes(obj)
     size = getattr(obj, "nbytes", None)
     if isinstance(size, int):
         return size
     if isinstance(obj, (bytes, bytearray)):
         return len(obj)
     return _tensor_bytes(obj)
+
+
+# What a sparse tensor is made of, by layout (torch's COO, CSR/BSR, CSC/BSC).
+_PARTS = ("_indices", "_values", "crow_indices", "ccol_indices", "col_indices", "row_indices", "values")
+
+
+def _parts_bytes(obj: Any) -> int:
+    """The bytes of the arrays a sparse tensor is made of: indices and values.
+
+    >>> class Sparse:
+    ...     layout = "sparse_coo"
+    ...     def _indices(self): return bytes(16)
+    ...     def _values(self): return bytes(8)
+    >>> _parts_bytes(Sparse())
+    24
+    """
+    total = 0
+    for name in _PARTS:
+        try:
+            part = getattr(obj, name)()
+        except Exception:  # not a part of this layout
+            continue
+        total += nbytes(part)
+    return total
 
 
 def _tensor_bytes(obj: Any) -> int:

@@ -40,13 +40,22 @@ def default_collate(items: list[Any]) -> Any:
     """Join samples into a batch: arrays and numbers are stacked, tuples, lists and
     dicts are joined field by field; a framework's tensors (torch's) use its own collate. In a
     worker process, large arrays and tensors are stacked straight into shared memory
-    (:func:`.shm.allocate`).
+    (:func:`.shm.allocate`). What it cannot join (None, an object of no array's
+    kind) is a ``TypeError`` naming where in the samples, as DataLoader's refuses it.
 
     >>> import numpy as np
     >>> x, y = default_collate([(np.zeros(2), 1), (np.ones(2), 0)])
     >>> x.shape, y.tolist()
     ((2, 2), [1, 0])
+    >>> default_collate([{"x": 1, "y": None}, {"x": 2, "y": None}])
+    Traceback (most recent call last):
+    TypeError: default_collate: samples must hold arrays, tensors, numbers, strings, dicts, tuples or lists; \
+sample 0 holds NoneType at ['y']
     """
+    return _collate(items, "")
+
+
+def _collate(items: list[Any], where: str) -> Any:
     import numpy as np
 
     first = items[0]
@@ -54,15 +63,22 @@ def default_collate(items: list[Any]) -> Any:
     if tensors is not None:
         return tensors.collate(items, allocate)
     if isinstance(first, tuple):
-        return tuple(default_collate(list(group)) for group in zip(*items))
+        return tuple(_collate(list(group), f"{where}[{i}]") for i, group in enumerate(zip(*items)))
     if isinstance(first, list):
-        return [default_collate(list(group)) for group in zip(*items)]
+        return [_collate(list(group), f"{where}[{i}]") for i, group in enumerate(zip(*items))]
     if isinstance(first, dict):
-        return {key: default_collate([item[key] for item in items]) for key in first}
+        return {key: _collate([item[key] for item in items], f"{where}[{key!r}]") for key in first}
     mixed = next((t for t in map(tensors_of, items) if t is not None), None)
     if mixed is not None:
         return mixed.collate(items)
     arrays = [np.asarray(item) for item in items]
+    for number, (item, array) in enumerate(zip(items, arrays)):
+        if array.dtype.hasobject:
+            held = f"{type(item).__name__}" + (f" at {where}" if where else "")
+            raise TypeError(
+                "default_collate: samples must hold arrays, tensors, numbers, strings, dicts, tuples or lists; "
+                f"sample {number} holds {held}"
+            )
     shape, dtype = arrays[0].shape, arrays[0].dtype
     if all(array.shape == shape and array.dtype == dtype for array in arrays):
         out = allocate((len(arrays), *shape), dtype)

@@ -78,8 +78,11 @@ class Epoch:
         """The current depth: batches allowed to be being built or ready."""
         return self.schedule.controller.depth
 
-    def run(self) -> Iterator[Any]:
-        """The consumer's loop: yield each batch as it is handed over."""
+    def run(self, owner: object = None) -> Iterator[Any]:
+        """The consumer's loop: yield each batch as it is handed over. ``owner``
+        (the prefetcher) is kept alive while the loop is: a loop over a
+        prefetcher it alone holds (``for b in Prefetcher(...)``) ends it as the
+        loop ends or is dropped, not before."""
         recorder = self.recorder
         schedule = self.schedule
         self.consumer = threading.get_ident()

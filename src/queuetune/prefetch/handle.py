@@ -288,7 +288,7 @@ class Prefetcher:
                 crew = WorkerController(workers=workers.count, max_workers=self.max_workers, cores=cores.available())
             epoch = Epoch(self._config(), plan, workers, self.recorder, self._sizes, crew, self._depth_controller())
             self._epoch = epoch
-            return epoch.run()
+            return epoch.run(self)
 
     def _kept_workers(self) -> Workers | None:
         """The workers of the epochs before, if they can build this one's batches

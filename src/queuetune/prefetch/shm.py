@@ -32,7 +32,6 @@ import fcntl
 import mmap
 import multiprocessing
 import os
-import pickle
 import re
 import shutil
 import sys
@@ -1055,30 +1054,40 @@ def allocate(shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
 def portable(obj: Any) -> Any:
     """``obj`` as it must be to reach the receiver through the pipe unchanged: a
     framework's tensor as :meth:`~queuetune.frameworks.base.Tensors.portable`
-    makes it; a numpy array in a byte order not this machine's, carried whole
-    (numpy's pickling before protocol 5, which the pipe uses, drops the order of
-    ``>f8``); anything else as it is.
+    makes it; a numpy array in a byte order not this machine's, carried as its
+    raw bytes and its dtype (numpy's pickling makes ``>f8`` native before
+    protocol 5, which the pipe uses, and ``>M8[s]`` native in every protocol);
+    anything else as it is.
 
     >>> import pickle
-    >>> pickle.loads(pickle.dumps(portable(np.arange(3, dtype=">f8")), protocol=4)).dtype.str
-    '>f8'
+    >>> pickle.loads(pickle.dumps(portable(np.zeros(3, dtype=">M8[s]")), protocol=4)).dtype.str
+    '>M8[s]'
     """
     if type(obj) is np.ndarray:
-        return obj if obj.dtype.isnative else _Carried(obj)
+        if obj.dtype.isnative or obj.dtype.hasobject or obj.dtype.itemsize == 0:
+            return obj
+        return _Carried(obj)
     tensors = tensors_of(obj)
     return obj if tensors is None else tensors.portable(obj)
 
 
 class _Carried:
-    """An array that crosses the pipe as protocol 5's pickle of it, which keeps what protocol 4's loses."""
+    """An array that crosses the pipe as its raw bytes, in C or Fortran order, and its dtype."""
 
     __slots__ = ("array",)
 
     def __init__(self, array: np.ndarray) -> None:
         self.array = array
 
-    def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
-        return (pickle.loads, (pickle.dumps(self.array, protocol=5),))
+    def __reduce__(self) -> tuple[Callable[..., np.ndarray], tuple[bytes, np.dtype, tuple[int, ...], bool]]:
+        array = self.array
+        fortran = bool(array.flags.f_contiguous and not array.flags.c_contiguous)
+        return (_rebuilt, (array.tobytes(order="F" if fortran else "C"), array.dtype, array.shape, fortran))
+
+
+def _rebuilt(raw: bytes, dtype: np.dtype, shape: tuple[int, ...], fortran: bool) -> np.ndarray:
+    flat: np.ndarray = np.frombuffer(bytearray(raw), dtype=dtype)
+    return flat.reshape(shape, order="F" if fortran else "C")
 
 
 def _shareable(obj: Any) -> tuple[np.ndarray, str, str | None] | None:
