@@ -3,6 +3,7 @@ keeps under way, the depth decisions it makes, and how the epoch stops."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 from collections import deque
@@ -63,6 +64,8 @@ class Epoch:
         if self.idle_cores is not None:
             self.idle_cores.read(clock())  # the first reading, which the first decision's is measured from
         self.reason = ""
+        # The process the epoch belongs to: a forked child that inherits it must not read it.
+        self.pid = os.getpid()
         # The consumer's thread, once it started reading, and whether it is reading.
         self.consumer: int | None = None
         self.thread: threading.Thread | None = None
@@ -100,6 +103,8 @@ class Epoch:
             got = None
             pooled: int | None = None
             while True:
+                if os.getpid() != self.pid:
+                    raise faults.forked(self.pid)
                 asked = clock()
                 if got is not None:
                     steps.append(asked - got)
@@ -145,11 +150,13 @@ class Epoch:
             # After a fault, do not wait for builds still running in worker threads,
             # and let the workers go (a build may hang, a process may be gone);
             # an epoch read to its end or left (break) keeps them for the next.
-            self.stop("the epoch ended", wait=not abandoned, release=abandoned)
-            recorder.run_end()
-            self.running = False
-            if self.on_leave is not None:
-                self.on_leave()
+            # A forked child touches nothing of its parent's.
+            if os.getpid() == self.pid:
+                self.stop("the epoch ended", wait=not abandoned, release=abandoned)
+                recorder.run_end()
+                self.running = False
+                if self.on_leave is not None:
+                    self.on_leave()
 
     def _start_more(self) -> None:
         """After a hand-over, with the lock held: start what the depth now allows,

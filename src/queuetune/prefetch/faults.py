@@ -43,6 +43,18 @@ def translate(task: Task, exc: BaseException, workers: Workers) -> BaseException
     return None
 
 
+def forked(owner: int) -> RuntimeError:
+    """The error for a forked child that reads a prefetcher its parent made.
+
+    >>> print(forked(7))  # doctest: +ELLIPSIS
+    this Prefetcher belongs to process 7: a process forked from it cannot read it (its workers, ...
+    """
+    return RuntimeError(
+        f"this Prefetcher belongs to process {owner}: a process forked from it cannot read it (its workers, "
+        "threads and shared memory are its parent's); make a new Prefetcher in the child"
+    )
+
+
 def worker_died(task: Task, deaths: list[str], unread: str | None = None) -> WorkerDied:
     """The error for a worker process that died while ``task`` was under way;
     ``deaths``: each dead process as its pid and how it ended. ``unread``: why

@@ -23,7 +23,7 @@ from ..real_memory import dataset_facts
 from ..recorder import Recorder
 from ..trace import Trace, TraceMeta
 from ..units import _shown, parse_bytes, positive_int
-from . import shm
+from . import faults, shm
 from .adaptive import DepthController
 from .collate import batch_bytes_guess, make_batch
 from .config import BatchSizes, EpochConfig
@@ -168,7 +168,13 @@ class Prefetcher:
             trace_epochs = positive_int(trace_epochs, "trace epochs")
         if mode not in MODES:
             raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
+        if mode == "process" and multiprocessing.current_process().daemon:
+            raise ValueError(
+                f"mode='process' cannot start worker processes here: {multiprocessing.current_process().name} "
+                "is a daemonic process, and multiprocessing lets those have no children; use mode='thread'"
+            )
         self.mode = mode
+        self._owner = os.getpid()
         self._indexable = _indexable(source)
         if workers is None:
             workers = 2 if self._indexable else 1
@@ -274,6 +280,8 @@ class Prefetcher:
         return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
+        if os.getpid() != self._owner:
+            raise faults.forked(self._owner)
         with self._lock:
             if self._closed:
                 raise ValueError("this Prefetcher is closed")

@@ -455,13 +455,22 @@ class ProcessWorkers:
             with channel.reader_paused():
                 _start_workers(self._pool, count)
         except (TypeError, AttributeError, pickle.PicklingError) as exc:
-            _shutdown(self._pool)
+            self._abandon()
             method = context.get_start_method()
             raise TypeError(
                 f"the source or collate_fn could not be sent to a worker process started with {method!r} "
                 f"({type(exc).__name__}: {exc}): with 'spawn' or 'forkserver' they must be picklable "
                 "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
             ) from exc
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """After a start that failed: no process, no file left."""
+        self._shut = True
+        _shutdown(self._pool)
+        self.segments.close()
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future[shm.Shipped]:
         if self._limbo:
