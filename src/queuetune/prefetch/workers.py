@@ -25,7 +25,7 @@ from ..frameworks import TENSORS
 from ..nbytes import nbytes
 from ..recorder import Channel, built_here, busy_time, clock
 from ..units import format_bytes
-from . import lifeline, shm
+from . import lifeline, shm, warden
 from .collate import batch_bytes_guess, make_batch
 from .errors import SharedMemoryWarning, WorkerError
 
@@ -442,6 +442,10 @@ class ProcessWorkers:
                 f"({type(exc).__name__}: {exc}): with 'spawn' or 'forkserver' they must be picklable "
                 "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
             ) from exc
+        # From here on this process's death ends the workers and removes the files also where a
+        # build holds a worker's GIL, so that its lifeline's thread cannot run (see .warden).
+        warden.guard(self.segments.prefix)
+        self._track()
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future[shm.Shipped]:
         if self._limbo:
@@ -452,10 +456,18 @@ class ProcessWorkers:
         except BrokenProcessPool as exc:  # a worker died: this batch fails like the others
             future = cf.Future()
             future.set_exception(exc)
-        self._processes.update(getattr(self._pool, "_processes", None) or {})
+        self._track()
         # First of the future's callbacks: the batch's segments are known before anything else sees it.
         future.add_done_callback(functools.partial(self._settle, lease))
         return future
+
+    def _track(self) -> None:
+        """Keep the pool's processes started since the last look (with ``spawn`` and
+        ``forkserver`` a submit may start one), and tell the warden of them."""
+        known = len(self._processes)
+        self._processes.update(getattr(self._pool, "_processes", None) or {})
+        if len(self._processes) != known:
+            warden.watch(self.segments.prefix, list(self._processes))
 
     @property
     def gate(self) -> int | None:
@@ -481,9 +493,11 @@ class ProcessWorkers:
 
     def guess(self, index: Any) -> cf.Future[int] | None:
         try:
-            return self._pool.submit(_guess_in_process, index)
+            future = self._pool.submit(_guess_in_process, index)
         except BrokenProcessPool:
             return None
+        self._track()
+        return future
 
     def spent(self, future: cf.Future[shm.Shipped]) -> tuple[float, float] | None:
         if not self._elastic or future.cancelled() or future.exception() is not None:
@@ -606,6 +620,7 @@ class ProcessWorkers:
             starter.join()
         _shutdown(self._pool)
         self.segments.close()
+        warden.forget(self.segments.prefix)
 
 
 def _check_room(budget: int) -> None:
