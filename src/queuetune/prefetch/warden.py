@@ -10,8 +10,8 @@ of its own (``python -I -S`` running this file, importing nothing but the
 standard library's ``os``, ``select``, ``signal`` and ``sys``, and no code of
 the user's), whose GIL is always free.
 
-The owner tells it, one line on a pipe each, every pool's file prefix
-(:func:`guard`), every worker process of a pool as it appears, with its start
+The owner tells it, one line on a pipe each, every pool's file prefix and
+folder (:func:`guard`), every worker process of a pool as it appears, with its start
 time (:func:`watch`), and every pool closed normally (:func:`forget`). The
 warden waits for the owner's death, woken by the kernel (a pidfd, Linux 5.3 and
 later; else it looks every :data:`POLL` seconds whether its parent changed), not
@@ -29,9 +29,8 @@ owner) as the last is forgotten: a process with no Prefetcher open in process
 mode has none. A child forked from the owner does not use its parent's warden:
 it closes its copy of the pipe, and starts its own with its first pool.
 
->>> import tempfile
->>> root, started = tempfile.mkdtemp(), time.monotonic()
->>> link = _start(root)  # a warden with nothing to do: forgotten at once
+>>> started = time.monotonic()
+>>> link = _start()  # a warden with nothing to do: forgotten at once
 >>> process = _stop(link)
 >>> process.returncode == -signal.SIGKILL and time.monotonic() - started < 60
 True
@@ -102,7 +101,7 @@ class _Worker:
                 signal.pidfd_send_signal(self.fd, signal.SIGKILL)
             elif self.same():
                 os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except OSError:  # ended already (ProcessLookupError), or not ours to kill
             pass
 
     def wait(self, until: float) -> None:
@@ -123,18 +122,19 @@ class _Worker:
 
 class _Warden:
     """Watches ``owner`` (its parent) for its death, reading from its standard
-    input what to do then: files in ``root`` to remove (the names of a pool start
+    input what to do then: files to remove (each pool's, in its folder, start
     with a prefix that starts with ``files``; the file ``lock`` after it goes
     last) and worker processes to kill."""
 
-    def __init__(self, owner: int, root: str, files: str, lock: str) -> None:
-        self.owner, self.root, self.files, self.lock = owner, root, files, lock
-        self.pools: dict[str, dict[int, _Worker]] = {}
+    def __init__(self, owner: int, files: str, lock: str) -> None:
+        self.owner, self.files, self.lock = owner, files, lock
+        # Each pool's folder and workers, by prefix.
+        self.pools: dict[str, tuple[str, dict[int, _Worker]]] = {}
         self.unread = b""
 
     def run(self) -> None:
-        for name in ("SIGINT", "SIGHUP", "SIGTERM"):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        for sent_to_the_group in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sent_to_the_group, signal.SIG_IGN)
         os.set_blocking(0, False)
         death = _pidfd(self.owner)
         watcher = select.poll()
@@ -171,40 +171,47 @@ class _Warden:
                 return False
             *lines, self.unread = (self.unread + data).split(b"\n")
             for line in lines:
-                self.obey(line.decode().split())
+                self.obey(os.fsdecode(line))
 
-    def obey(self, words: list[str]) -> None:
-        """Do one line: ``p PREFIX`` (a pool's files), ``w PREFIX PID START`` (a
-        worker of that pool; START ``-`` where unknown) or ``f PREFIX`` (forget the pool)."""
-        match words:
-            case ["p", prefix] if prefix.startswith(self.files) and prefix != self.files and "/" not in prefix:
-                self.pools.setdefault(prefix, {})
-            case ["w", prefix, pid, start] if prefix in self.pools and pid.isdigit() and start.isdigit():
-                worker = _adopt(int(pid), int(start))
-                if worker is not None:
-                    self.pools[prefix][worker.pid] = worker
+    def obey(self, line: str) -> None:
+        """Do one line: ``p PREFIX FOLDER`` (a pool's files; the folder's path is
+        the rest of the line), ``w PREFIX PID START`` (a worker of that pool;
+        START ``-`` where unknown) or ``f PREFIX`` (forget the pool)."""
+        match line.split(" ", 2):
+            case ["p", prefix, folder] if self.pool(prefix) and folder:
+                self.pools.setdefault(prefix, (folder, {}))
+            case ["w", prefix, rest] if prefix in self.pools:
+                pid, _, start = rest.partition(" ")
+                if pid.isdigit() and start.isdigit():
+                    worker = _adopt(int(pid), int(start))
+                    if worker is not None:
+                        self.pools[prefix][1][worker.pid] = worker
             case ["f", prefix]:
-                for worker in self.pools.pop(prefix, {}).values():
+                for worker in self.pools.pop(prefix, ("", {}))[1].values():
                     worker.close()
+
+    def pool(self, prefix: str) -> bool:
+        """Whether ``prefix`` may be a pool's (no other files start with it)."""
+        return prefix.startswith(self.files) and len(prefix) > len(self.files) and "/" not in prefix
 
     def end(self) -> None:
         """Kill the workers, wait for them, and remove the pools' files."""
-        workers = [worker for pool in self.pools.values() for worker in pool.values()]
+        workers = [worker for _, pool in self.pools.values() for worker in pool.values()]
         for worker in workers:
             worker.kill()
         # Ended before their files go: a worker killed while it made a file has made it.
         until = time.monotonic() + REAP
         for worker in workers:
             worker.wait(until)
-        try:
-            names = os.listdir(self.root)
-        except OSError:
-            return
-        for prefix in self.pools:
+        for prefix, (folder, _) in self.pools.items():
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
             mine = sorted((name for name in names if name.startswith(prefix)), key=lambda n: n == prefix + self.lock)
             for name in mine:
                 try:
-                    os.unlink(os.path.join(self.root, name))
+                    os.unlink(os.path.join(folder, name))
                 except OSError:
                     pass
 
@@ -229,9 +236,9 @@ def _adopt(pid: int, start: int) -> _Worker | None:
 
 
 def main(argv: list[str]) -> None:
-    """The warden's program: ``OWNER ROOT FILES LOCK`` (see :class:`_Warden`)."""
-    owner, root, files, lock = argv
-    _Warden(int(owner), root, files, lock).run()
+    """The warden's program: ``OWNER FILES LOCK`` (see :class:`_Warden`)."""
+    owner, files, lock = argv
+    _Warden(int(owner), files, lock).run()
 
 
 # --- the owner's side ---------------------------------------------------------------
@@ -245,24 +252,29 @@ class _Link:
 
 
 # The pools told to this process's warden, each with its workers' pids and start
-# times; the warden (None while none runs); the warden's deaths not asked for.
-# Reentrant: a finalizer that closes a prefetcher may run in a thread that holds it.
+# times, and its folder; the warden (None while none runs); the warden's deaths
+# not asked for. Reentrant: a finalizer that closes a prefetcher may run in a
+# thread that holds it.
 _lock = _thread.RLock()
 _pools: dict[str, dict[int, int | None]] = {}
+_folders: dict[str, str] = {}
 _link: _Link | None = None
 _failures = 0
 # A warden that ends unasked this many times is not started again (it cannot run here).
 FAILURES = 3
 
 
-def guard(prefix: str) -> None:
+def guard(prefix: str, folder: str | os.PathLike[str]) -> None:
     """Have this process's warden remove the files of the pool ``prefix`` (see
-    :attr:`.shm.Pool.prefix`) if this process ends before :func:`forget`; the
-    warden starts here if none runs."""
+    :attr:`.shm.Pool.prefix`) in ``folder`` if this process ends before
+    :func:`forget`; the warden starts here if none runs."""
+    folder = os.fspath(folder)
+    if "\n" in folder or "\n" in prefix or " " in prefix:
+        return  # not a line's word: left to the workers' lifelines
     with _lock:
         if prefix not in _pools:
-            _pools[prefix] = {}
-            _say(f"p {prefix}\n")
+            _pools[prefix], _folders[prefix] = {}, folder
+            _say(_pool_line(prefix))
 
 
 def watch(prefix: str, pids: Iterable[int]) -> None:
@@ -288,6 +300,7 @@ def forget(prefix: str) -> None:
     with _lock:
         if _pools.pop(prefix, None) is None:
             return
+        del _folders[prefix]
         if _pools:
             _say(f"f {prefix}\n")
             return
@@ -308,6 +321,10 @@ def guarded() -> dict[str, list[int]]:
         return {prefix: sorted(workers) for prefix, workers in _pools.items()}
 
 
+def _pool_line(prefix: str) -> str:
+    return f"p {prefix} {_folders[prefix]}\n"
+
+
 def _worker_line(prefix: str, pid: int, start: int | None) -> str:
     return f"w {prefix} {pid} {'-' if start is None else start}\n"
 
@@ -323,7 +340,7 @@ def _say(text: str) -> None:
         text = _everything()
     while _link is not None:
         try:
-            _write(_link.fd, text.encode())
+            _write(_link.fd, os.fsencode(text))
             return
         except OSError:  # the warden ended unasked (killed, or it could not run)
             _stop(_link)
@@ -335,7 +352,7 @@ def _say(text: str) -> None:
 def _everything() -> str:
     lines = []
     for prefix, workers in _pools.items():
-        lines.append(f"p {prefix}\n")
+        lines.append(_pool_line(prefix))
         lines.extend(_worker_line(prefix, pid, start) for pid, start in workers.items())
     return "".join(lines)
 
@@ -346,9 +363,8 @@ def _write(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _start(root: str | None = None) -> _Link | None:
-    """Start a warden for this process (files in ``root``, by default :data:`.shm.ROOT`);
-    None where it cannot run."""
+def _start() -> _Link | None:
+    """Start a warden for this process; None where it cannot run."""
     global _failures
     import subprocess
 
@@ -357,7 +373,7 @@ def _start(root: str | None = None) -> _Link | None:
     program = os.path.abspath(__file__)
     if _failures >= FAILURES or not sys.executable or not os.path.isfile(program):
         return None
-    argv = [str(os.getpid()), str(shm.ROOT if root is None else root), shm._PREFIX, shm._LOCK]
+    argv = [str(os.getpid()), shm._PREFIX, shm._LOCK]
     read, write = os.pipe()
     try:
         process = subprocess.Popen(
@@ -385,6 +401,7 @@ def _after_fork_in_child() -> None:
     global _lock, _link
     _lock = _thread.RLock()
     _pools.clear()
+    _folders.clear()
     link, _link = _link, None
     if link is not None:
         os.close(link.fd)

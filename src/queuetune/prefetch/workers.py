@@ -444,7 +444,7 @@ class ProcessWorkers:
             ) from exc
         # From here on this process's death ends the workers and removes the files also where a
         # build holds a worker's GIL, so that its lifeline's thread cannot run (see .warden).
-        warden.guard(self.segments.prefix)
+        warden.guard(self.segments.prefix, shm.ROOT)
         self._track()
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future[shm.Shipped]:
