@@ -6,9 +6,9 @@ the GIL for minutes (a regular expression that backtracks, a C extension that
 never lets go of it) keeps a worker alive for minutes after its owner was
 killed, with its shared-memory files and its pool's lock file. So each owner
 process that runs worker processes also starts a warden: a small Python process
-of its own (``python -I -S`` running this file, importing nothing but the
-standard library's ``os``, ``select``, ``signal`` and ``sys``, and no code of
-the user's), whose GIL is always free.
+of its own (``python -I -S`` running this file, importing no more of the
+standard library than ``os``, ``select`` and a few built-in modules, and no
+code of the user's), whose GIL is always free.
 
 The owner tells it, one line on a pipe each, every pool's file prefix and
 folder (:func:`guard`), every worker process of a pool as it appears, with its start
@@ -41,14 +41,16 @@ from __future__ import annotations
 import _thread  # not threading: the warden imports no more than it needs
 import os
 import select
-import signal
 import sys
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
     import subprocess
     from collections.abc import Iterable
+else:
+    import _signal as signal  # signal's functions without its enums: the warden starts in 2/3 of the time
 
 # Seconds between looks at the owner where the kernel cannot wake the warden at its death.
 POLL = 0.25
