@@ -22,7 +22,8 @@ that a pid used again by another process is never killed), waits for them to end
 removes the files of every pool not forgotten (segments first, the lock file
 last, as :func:`.shm.sweep_pool` does), and exits. It ignores SIGINT, SIGHUP
 and SIGTERM, which a terminal, Slurm or a shell send to the owner's whole
-group, so that it outlives the owner.
+group, so that it outlives the owner, and SIGTSTP (Ctrl-Z), so that it acts
+on an owner killed while stopped.
 
 The warden is started with the first pool of an owner and ends (killed, by its
 owner) as the last is forgotten: a process with no Prefetcher open in process
@@ -135,7 +136,7 @@ class _Warden:
         self.unread = b""
 
     def run(self) -> None:
-        for sent_to_the_group in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        for sent_to_the_group in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGTSTP):
             signal.signal(sent_to_the_group, signal.SIG_IGN)
         os.set_blocking(0, False)
         death = _pidfd(self.owner)
