@@ -110,13 +110,18 @@ def start_victim(tmp_path, method: str, how: str, script: str = VICTIM) -> subpr
 
 
 def clean_up(victim: subprocess.Popen, processes: list[psutil.Process]) -> None:
-    """What a test that failed may have left: kill the victim and ``processes``
-    (its descendants as found), remove its files, close its output."""
-    for process in [victim, *processes]:
-        with contextlib.suppress(psutil.Error, OSError):
-            process.kill()
+    """What a test that failed may have left: kill the victim, then what is left
+    of ``processes`` (its descendants as found) after a while (Python's resource
+    tracker removes the victim's semaphores as it ends), remove its files, close
+    its output."""
+    with contextlib.suppress(OSError):
+        victim.kill()
     victim.wait(timeout=30)
-    psutil.wait_procs(processes, timeout=10)
+    _, alive = psutil.wait_procs(processes, timeout=GONE_WITHIN)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=10)
     shm.sweep(victim.pid)
     victim.stdout.close()  # type: ignore[union-attr]
 
