@@ -443,7 +443,7 @@ class ProcessWorkers:
                 "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
             ) from exc
         # From here on this process's death ends the workers and removes the files also where a
-        # build holds a worker's GIL, so that its lifeline's thread cannot run (see .warden).
+        # build holds a worker's GIL and its lifeline thread cannot run (see .warden).
         warden.guard(self.segments.prefix, shm.ROOT)
         self._track()
 
