@@ -374,7 +374,8 @@ def _start() -> _Link | None:
     from . import shm
 
     program = os.path.abspath(__file__)
-    if _failures >= FAILURES or not sys.executable or not os.path.isfile(program):
+    # A frozen application's executable is the application, not a Python to run the program with.
+    if _failures >= FAILURES or not sys.executable or getattr(sys, "frozen", False) or not os.path.isfile(program):
         return None
     argv = [str(os.getpid()), shm._PREFIX, shm._LOCK]
     read, write = os.pipe()
