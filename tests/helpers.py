@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from queuetune.prefetch import warden
 from queuetune.recorder import multiprocessing_helpers
 
 #: pytest's own outcomes (a test's timeout is a Failed raised inside the test): a
@@ -26,10 +27,11 @@ def queuetune_threads() -> list[str]:
 
 def assert_nothing_left_running(timeout: float = 10.0, threads: bool = True) -> None:
     """Fail unless, within ``timeout``, no queuetune thread and no child process is alive
-    (Python's own multiprocessing helpers aside: see ``multiprocessing_helpers``)."""
+    (Python's own multiprocessing helpers aside: see ``multiprocessing_helpers``; queuetune's
+    warden is not, as it ends with the last Prefetcher closed)."""
     deadline = time.monotonic() + timeout
     while True:
-        helpers = multiprocessing_helpers()
+        helpers = multiprocessing_helpers() - {warden.pid()}
         alive = [c for c in psutil.Process().children(recursive=True) if c.pid not in helpers and _alive(c)]
         named = queuetune_threads() if threads else []
         if not alive and not named:

@@ -6,6 +6,7 @@ pool whose every process was killed are swept by the next pool or by
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher
 from queuetune.cli import main
-from queuetune.prefetch import shm
+from queuetune.prefetch import shm, warden
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
 
@@ -48,7 +49,44 @@ VICTIM = textwrap.dedent(
             if i == 6 and sys.argv[2] == "exit":
                 import os
                 os._exit(3)
+            if i == 6 and sys.argv[2] == "close":
+                time.sleep(1)  # the test sees the processes first
+                p.close()
+                print("closed", flush=True)
+                time.sleep(60)
+            if i == 6 and sys.argv[2] == "return":
+                time.sleep(1)  # the test sees the processes first
+                break  # and the interpreter exits with the Prefetcher open
             time.sleep(0.05)
+    """
+)
+
+# Builds that hold the GIL for minutes (a regular expression that backtracks,
+# in C, never letting go of the GIL) from the seventh sample on: the workers'
+# lifeline threads cannot run, and only the warden ends them.
+HOLDS_THE_GIL = textwrap.dedent(
+    """
+    import re, sys
+    import numpy as np
+    import queuetune
+
+    class Samples:
+        def __len__(self):
+            return 10**6
+
+        def __getitem__(self, i):
+            if i >= 6:
+                re.match(r"(a+)+$", "a" * 40 + "b")
+            return np.full(1 << 17, float(i))  # 1 MiB
+
+    if __name__ == "__main__":
+        p = queuetune.Prefetcher(
+            Samples(), max_bytes="64MiB", mode="process", workers=2, adaptive=False, depth=8,
+            multiprocessing_context=sys.argv[1],
+        )
+        for i, batch in enumerate(p):
+            if i == 5:
+                print("ready", flush=True)
     """
 )
 
@@ -57,11 +95,11 @@ VICTIM = textwrap.dedent(
 GONE_WITHIN = 10.0
 
 
-def start_victim(tmp_path, method: str, how: str) -> subprocess.Popen:
-    script = tmp_path / "victim.py"
-    script.write_text(VICTIM)
+def start_victim(tmp_path, method: str, how: str, script: str = VICTIM) -> subprocess.Popen:
+    path = tmp_path / "victim.py"
+    path.write_text(script)
     victim = subprocess.Popen(
-        [sys.executable, str(script), method, how],
+        [sys.executable, str(path), method, how],
         stdout=subprocess.PIPE,
         start_new_session=True,
         cwd=tmp_path,
@@ -71,12 +109,34 @@ def start_victim(tmp_path, method: str, how: str) -> subprocess.Popen:
     return victim
 
 
+def clean_up(victim: subprocess.Popen, processes: list[psutil.Process]) -> None:
+    """What a test that failed may have left: kill the victim, then what is left
+    of ``processes`` (its descendants as found) after a while (Python's resource
+    tracker removes the victim's semaphores as it ends), remove its files, close
+    its output."""
+    with contextlib.suppress(OSError):
+        victim.kill()
+    victim.wait(timeout=30)
+    _, alive = psutil.wait_procs(processes, timeout=GONE_WITHIN)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=10)
+    shm.sweep(victim.pid)
+    victim.stdout.close()  # type: ignore[union-attr]
+
+
 def descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
 
 def owned_files(pid: int) -> list[str]:
     return sorted(p.name for p in shm.ROOT.glob(f"queuetune-{pid}-*"))
+
+
+def wardens(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` that are a queuetune warden (see queuetune.prefetch.warden)."""
+    return [p for p in processes if p.cmdline()[1:4] == ["-I", "-S", warden.__file__]]
 
 
 def running(processes: list[psutil.Process]) -> list[int]:
@@ -105,10 +165,11 @@ def wait_until_gone(processes: list[psutil.Process], within: float) -> float:
 def test_a_killed_owner_leaves_no_worker_and_no_file(tmp_path, method, how):
     victim = start_victim(tmp_path, method, how)
     pid = victim.pid
+    helpers = descendants(pid)
     try:
-        helpers = descendants(pid)
         workers = [p for p in helpers if "resource_tracker" not in " ".join(p.cmdline())]
         assert len(workers) >= 2, [p.cmdline() for p in helpers]
+        assert len(wardens(helpers)) == 1, [p.cmdline() for p in helpers]
         assert owned_files(pid), "the victim made no shared-memory file"
         if how != "exit":
             os.kill(pid, getattr(signal, how))
@@ -119,11 +180,69 @@ def test_a_killed_owner_leaves_no_worker_and_no_file(tmp_path, method, how):
         assert owned_files(pid) == []
         assert victim.stdout.read() == b""  # type: ignore[union-attr]
     finally:
-        if victim.poll() is None:
-            victim.kill()
-        for process in descendants(pid) if psutil.pid_exists(pid) else []:
-            process.kill()
-        victim.stdout.close()  # type: ignore[union-attr]
+        clean_up(victim, helpers)
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_a_killed_owner_leaves_no_worker_and_no_file_while_builds_hold_the_gil(tmp_path, method, how):
+    victim = start_victim(tmp_path, method, how, HOLDS_THE_GIL)
+    pid = victim.pid
+    helpers = descendants(pid)
+    try:
+        watcher = wardens(helpers)
+        workers = [p for p in helpers if p not in watcher and "resource_tracker" not in " ".join(p.cmdline())]
+        if method == "forkserver":
+            workers = [p for p in workers if p.ppid() != pid]  # the fork server's children, not the server
+        assert len(workers) == 2 and len(watcher) == 1, [p.cmdline() for p in helpers]
+        # Both workers in a build that holds the GIL: each spends a second of CPU in it.
+        spent = {p.pid: cpu_seconds(p) for p in workers}
+        deadline = time.monotonic() + 60
+        while any(cpu_seconds(p) - spent[p.pid] < 1.0 for p in workers):
+            assert time.monotonic() < deadline, "the workers did not start the builds that hold the GIL"
+            time.sleep(0.05)
+        assert owned_files(pid), "the victim made no shared-memory file"
+        os.kill(pid, getattr(signal, how))
+        victim.wait(timeout=30)
+        took = wait_until_gone(helpers, GONE_WITHIN)
+        print(f"{method}, {how}, builds holding the GIL: {len(helpers)} processes gone {took:.2f} s after")
+        assert owned_files(pid) == []
+        assert victim.stdout.read() == b""  # type: ignore[union-attr]
+    finally:
+        clean_up(victim, helpers)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_an_owner_that_closes_its_prefetcher_or_ends_normally_leaves_no_warden(tmp_path, method):
+    victim = start_victim(tmp_path, method, "close")
+    helpers = descendants(victim.pid)
+    try:
+        assert len(wardens(helpers)) == 1
+        # The workers and the warden (not Python's resource tracker and fork server, which stay).
+        ours = [p for p in helpers if "resource_tracker" not in " ".join(p.cmdline())]
+        if method == "forkserver":
+            ours = [p for p in ours if p.ppid() != victim.pid]
+        assert victim.stdout.readline() == b"closed\n"  # type: ignore[union-attr]
+        assert running(ours) == []  # while the victim runs on
+        assert owned_files(victim.pid) == []
+    finally:
+        clean_up(victim, helpers)
+    victim = start_victim(tmp_path, method, "return")
+    helpers = descendants(victim.pid)
+    try:
+        assert len(wardens(helpers)) == 1
+        assert victim.wait(timeout=30) == 0
+        wait_until_gone(helpers, GONE_WITHIN)
+        assert owned_files(victim.pid) == []
+    finally:
+        clean_up(victim, helpers)
 
 
 def kill_everything(victim: subprocess.Popen) -> list[str]:

@@ -339,14 +339,19 @@ def key_of(value: Any) -> Any:
 def multiprocessing_helpers() -> set[int]:
     """Pids of the fork server and the resource tracker that Python's multiprocessing
     starts on the first use of ``forkserver`` or ``spawn`` and keeps, one of each,
-    until the interpreter exits. They are not a loader's workers; the workers the
-    fork server starts are its children, and count as this process's descendants.
+    until the interpreter exits, and of queuetune's warden (:mod:`.prefetch.warden`),
+    which runs while a Prefetcher's worker processes do. They are not a loader's
+    workers; the workers the fork server starts are its children, and count as this
+    process's descendants.
     """
     from multiprocessing import forkserver, resource_tracker
+
+    from .prefetch import warden
 
     pids = {
         getattr(forkserver._forkserver, "_forkserver_pid", None),
         getattr(resource_tracker._resource_tracker, "_pid", None),
+        warden.pid(),
     }
     return {pid for pid in pids if pid is not None}
 

@@ -8,11 +8,19 @@ stdout, and keep the fork server and the resource tracker alive. So each worker
 watches its owner from a thread of its own (:func:`watch`) and, once the owner
 is gone, removes the owner's shared-memory files and exits.
 
-Linux's ``PR_SET_PDEATHSIG`` is not used: it fires when the *thread* that
-started the worker ends, not its process (so a worker started from a consumer
-thread that later ends would be killed under a live owner), and under
-``forkserver`` the worker's parent is the fork server, which lives as long as
-any worker does.
+That thread needs the GIL to act, and a build that holds it (a regular
+expression that backtracks for minutes, a C extension that never lets go of
+it) keeps it from running: the worker would live on, with the pool's files,
+until the build ends. The owner's warden (:mod:`.warden`), a process of its own
+that runs no user code and waits for the owner's death without a thread that
+needs anyone's GIL, kills such workers (SIGKILL) and removes the files; this
+thread is the first to act where it can.
+
+Linux's ``PR_SET_PDEATHSIG`` is not used (here nor in the warden): it fires
+when the *thread* that started the worker ends, not its process (so a worker
+started from a consumer thread that later ends would be killed under a live
+owner), and under ``forkserver`` the worker's parent is the fork server, which
+lives as long as any worker does.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from ..frameworks import TENSORS
 from ..nbytes import nbytes
 from ..recorder import Channel, built_here, busy_time, clock
 from ..units import format_bytes
-from . import lifeline, shm
+from . import lifeline, shm, warden
 from .collate import batch_bytes_guess, make_batch
 from .errors import SharedMemoryWarning, WorkerError
 
@@ -465,6 +465,10 @@ class ProcessWorkers:
         except BaseException:
             self._abandon()
             raise
+        # From here on this process's death ends the workers and removes the files also where a
+        # build holds a worker's GIL and its lifeline thread cannot run (see .warden).
+        warden.guard(self.segments.prefix, shm.ROOT)
+        self._track()
 
     def _abandon(self) -> None:
         """After a start that failed: no process, no file left."""
@@ -481,10 +485,18 @@ class ProcessWorkers:
         except BrokenProcessPool as exc:  # a worker died: this batch fails like the others
             future = cf.Future()
             future.set_exception(exc)
-        self._processes.update(getattr(self._pool, "_processes", None) or {})
+        self._track()
         # First of the future's callbacks: the batch's segments are known before anything else sees it.
         future.add_done_callback(functools.partial(self._settle, lease))
         return future
+
+    def _track(self) -> None:
+        """Keep the pool's processes started since the last look (with ``spawn`` and
+        ``forkserver`` a submit may start one), and tell the warden of them."""
+        known = len(self._processes)
+        self._processes.update(getattr(self._pool, "_processes", None) or {})
+        if len(self._processes) != known:
+            warden.watch(self.segments.prefix, list(self._processes))
 
     @property
     def gate(self) -> int | None:
@@ -512,9 +524,11 @@ class ProcessWorkers:
 
     def guess(self, index: Any) -> cf.Future[int] | None:
         try:
-            return self._pool.submit(_guess_in_process, index)
+            future = self._pool.submit(_guess_in_process, index)
         except BrokenProcessPool:
             return None
+        self._track()
+        return future
 
     def spent(self, future: cf.Future[shm.Shipped]) -> tuple[float, float] | None:
         if not self._elastic or future.cancelled() or future.exception() is not None:
@@ -643,6 +657,7 @@ class ProcessWorkers:
             starter.join()
         _shutdown(self._pool)
         self.segments.close()
+        warden.forget(self.segments.prefix)
 
 
 def _check_room(budget: int) -> None:
