@@ -631,3 +631,72 @@ def test_a_worker_killed_while_sending_its_result_leaves_no_thread_waiting_for_e
             manager.join(timeout=10)
         _POOL = None
     assert_nothing_left_running()
+
+
+# --- processes that cannot or must not use the prefetcher --------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_forked_child_that_reads_an_inherited_iterator_gets_a_clear_error_at_once(mode):
+    """The child's next(it) raised nothing and waited for ever in the schedule; and the
+    parent, whose epoch the child touched nothing of, reads on."""
+    with Prefetcher(Batches(20), max_bytes="16MiB", workers=2, mode=mode, sample_memory=False) as p:
+        it = iter(p)
+        assert int(next(it)["i"]) == 0
+        read, write = os.pipe()  # after the workers are forked: they hold no end of it
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through the pipe
+            said = []
+            for attempt in (lambda: next(it), lambda: iter(p)):
+                try:
+                    attempt()
+                    said.append("no error")
+                except RuntimeError as exc:
+                    said.append(str(exc))
+            os.write(write, "\n".join(said).encode())
+            os._exit(0)
+        os.close(write)
+        _, status = os.waitpid(child, 0)
+        with os.fdopen(read) as pipe:
+            said = pipe.read().splitlines()
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert len(said) == 2 and all(s.startswith(f"this Prefetcher belongs to process {os.getpid()}") for s in said)
+        assert [int(b["i"]) for b in it] == list(range(1, 20))
+    assert_epoch_cleaned_up()
+
+
+@pytest.mark.timeout(60)
+def test_a_start_of_worker_processes_that_fails_leaves_no_file(tmp_path):
+    """With spawn, a source holding a lambda cannot be sent: a TypeError, and the pool's
+    files (its lock file too) are gone."""
+    before = set(shm.ROOT.glob(f"queuetune-{os.getpid()}-*"))
+    source = Batches(4)
+    source.transform = lambda x: x  # not picklable
+    with Prefetcher(source, max_bytes="1MiB", mode="process", multiprocessing_context="spawn") as p:
+        with pytest.raises(TypeError, match="could not be sent to a worker process started with 'spawn'"):
+            iter(p)
+    assert set(shm.ROOT.glob(f"queuetune-{os.getpid()}-*")) == before
+    assert_nothing_left_running()
+
+
+def _make_process_prefetcher(queue):
+    try:
+        Prefetcher(Batches(2), max_bytes="1MiB", mode="process")
+        queue.put("no error")
+    except ValueError as exc:
+        queue.put(str(exc))
+
+
+@pytest.mark.timeout(60)
+def test_process_mode_in_a_daemonic_process_says_so_and_names_thread_mode():
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    daemon = context.Process(target=_make_process_prefetcher, args=(queue,), daemon=True)
+    daemon.start()
+    said = queue.get(timeout=30)
+    daemon.join(timeout=30)
+    assert "is a daemonic process" in said and "use mode='thread'" in said
+    assert_nothing_left_running()
