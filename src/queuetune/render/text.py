@@ -58,7 +58,11 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
         )
     )
     if report.peak_pool_bytes is not None:
-        rows.append(("shared-memory pool (peak)", f"{format_bytes(report.peak_pool_bytes)}: in flight, in use, spare"))
+        budget = (report.meta.settings or {}).get("max_bytes")
+        within = f" of max_bytes={format_bytes(budget)}" if isinstance(budget, int) and budget > 0 else ""
+        rows.append(
+            ("shared-memory pool (peak)", f"{format_bytes(report.peak_pool_bytes)}{within}: in flight, in use, spare")
+        )
     rows.append(("mean in flight", f"{report.mean_in_flight_batches:.1f} batches"))
     rows.append(("peak being built at once", f"{report.peak_building_batches} batches"))
     if report.batch_bytes.median is not None:
