@@ -205,7 +205,7 @@ def check_every_promise(tmpfs: Path, data, busy: bool = False) -> None:
     got: list[int] = []
     error = None
     with busy_cores() if busy else contextlib.nullcontext(), pools_in(tmpfs), Sampled(tmpfs) as sampled:
-        assert sampled.used() == 0, "a pool of an earlier case left memory behind"
+        base = sampled.used()  # 0 but after a case that failed (its batch held by the traceback)
         with Prefetcher(
             Source(sizes, delays, dtype, container),
             max_bytes=max_bytes,
@@ -244,8 +244,8 @@ def check_every_promise(tmpfs: Path, data, busy: bool = False) -> None:
     if ordered:
         assert got == list(range(len(got)))
     # /dev/shm itself: never past the budget, and nothing left once closed.
-    assert sampled.peak <= max_bytes, (pattern, sampled.peak, max_bytes)
-    assert sampled.used() == 0 and list(tmpfs.iterdir()) == []
+    assert sampled.peak - base <= max_bytes, (pattern, sampled.peak - base, max_bytes)
+    assert sampled.used() == base and list(tmpfs.iterdir()) == []
     assert_nothing_left_running()
 
 

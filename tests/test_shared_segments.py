@@ -271,32 +271,48 @@ def test_the_shared_memory_a_prefetcher_keeps_stays_within_its_budget_and_is_rep
     assert_nothing_left_running()
 
 
-class SlowLast(Samples):
-    """As Samples, but the last sample of each batch after the first sleeps
-    ``seconds``: its batch is being built, not yet collated, meanwhile."""
+class SlowSecond(Samples):
+    """As Samples, but the second sample of each batch after the first sleeps
+    ``seconds``: its batch is being built, one sample of it joined in, meanwhile."""
 
     def __init__(self, n: int, batch: int, seconds: float) -> None:
         super().__init__(n)
         self.batch, self.seconds = batch, seconds
 
     def __getitem__(self, i: int):
-        if i >= self.batch and i % self.batch == self.batch - 1:
+        if i >= self.batch and i % self.batch == 1:
             time.sleep(self.seconds)
         return super().__getitem__(i)
 
 
+def allocated(prefix: str) -> int:
+    """The bytes of memory the pool's files take (blocks allocated, not their sizes)."""
+    return sum(path.stat().st_blocks * 512 for path in shm.ROOT.glob(f"{prefix}*"))
+
+
 @pytest.mark.timeout(120)
-def test_a_batch_takes_its_segment_as_it_is_collated_not_as_its_build_starts():
+@pytest.mark.parametrize("kind", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
+def test_a_batch_takes_memory_as_its_samples_are_joined_in_not_as_its_build_starts(kind):
+    """Each sample is joined into its batch's segment as it is built, and the
+    segment's memory is taken part by part: a worker holds neither every sample
+    of its batch at once nor a whole batch's memory while it builds the first."""
+    if kind == "torch":
+        pytest.importorskip("torch")
     batch = 8
-    with Prefetcher(
-        SlowLast(batch * 6, batch, 2.0), batch_size=batch, mode="process", workers=4, max_bytes="64MiB"
-    ) as p:
+    size = batch * SAMPLE * 4  # 1 MiB
+    source = SlowSecond(batch * 6, batch, 2.0)
+    source.kind = kind
+    with Prefetcher(source, batch_size=batch, mode="process", workers=4, max_bytes="64MiB") as p:
         got = []
         for position, (x, y) in enumerate(p):
             if position == 0:
-                # Batches 1 to 3 are being built (asleep on their last sample): no segment yet.
+                # The next batches are being built (one a worker), each asleep on its second
+                # sample: one sample of each is in its segment; the first batch, handed over,
+                # whole in its own.
                 pool = p._epoch.workers.segments
-                assert len(segments(pool.prefix)) == 1 and p._epoch.schedule.building >= 3
+                building = p._epoch.schedule.building
+                assert building == 4 and len(segments(pool.prefix)) == 1 + building
+                assert allocated(pool.prefix) <= size + building * (SAMPLE * 4 + 2 * shm._PAGE)
             got.append([int(v) for v in y])
             del x, y
     assert got == [list(range(b * batch, (b + 1) * batch)) for b in range(6)]

@@ -8,11 +8,14 @@ from typing import Any
 from ..frameworks import tensors_of
 from ..nbytes import nbytes
 from .shm import allocate
+from .stream import collate_as_built
 
 
 def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Callable[[list[Any]], Any] | None) -> Any:
     """The batch ``source[indices]``, or with ``batch_size`` the samples at
-    ``indices`` joined by ``collate_fn`` (:func:`default_collate` if None).
+    ``indices`` joined by ``collate_fn``, or where it is None as
+    :func:`default_collate` joins them, each sample joined in as it is built
+    (:func:`.stream.collate_as_built`: a worker holds one sample at a time).
 
     >>> make_batch(["a", "b"], 1, None, None)
     'b'
@@ -21,8 +24,9 @@ def make_batch(source: Any, indices: Any, batch_size: int | None, collate_fn: Ca
     """
     if batch_size is None:
         return source[indices]
-    items = [source[i] for i in indices]
-    return (collate_fn or default_collate)(items)
+    if collate_fn is None:
+        return collate_as_built(source.__getitem__, indices)
+    return collate_fn([source[i] for i in indices])
 
 
 def batch_bytes_guess(source: Any, batch_size: int, index: Any) -> int:
@@ -81,7 +85,7 @@ def _collate(items: list[Any], where: str) -> Any:
             )
     shape, dtype = arrays[0].shape, arrays[0].dtype
     if all(array.shape == shape and array.dtype == dtype for array in arrays):
+        # Into an array of their own dtype: numpy's stack would make a byte order native.
         out = allocate((len(arrays), *shape), dtype)
-        if out is not None:
-            return np.stack(arrays, out=out)
+        return np.stack(arrays, out=np.empty((len(arrays), *shape), dtype) if out is None else out)
     return np.stack(arrays)

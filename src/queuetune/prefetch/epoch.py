@@ -279,8 +279,7 @@ class Epoch:
         schedule = self.schedule
         # Settled, so its batch is set (only this thread takes it); not under the
         # lock, so that finished builds' callbacks go on while a copy is awaited.
-        batch = task.batch
-        why = None if batch is None else self.workers.finish(batch, deadline)
+        why = None if task.batch is None else self.workers.finish(task.batch, deadline)
         if why is not None:
             if schedule.stopped:
                 raise self._closed_error()
@@ -326,9 +325,10 @@ class Epoch:
         if release:
             self.workers.shutdown(wait, [task.future for task in tasks if task.future is not None])
         with schedule.lock:
-            if not release:  # built and never to be handed over: back to the workers' memory
-                for task in tasks:
-                    if task.batch is not None and task.batch is not END:
-                        self.workers.discard(task.batch)
-                        task.batch = None
+            # Built and never to be handed over: back to the workers' memory (let go of
+            # where they are gone), and held by no task that a traceback may keep.
+            for task in tasks:
+                if task.batch is not None and task.batch is not END and not release:
+                    self.workers.discard(task.batch)
+                task.batch = task.future = None
             schedule.clear()

@@ -777,9 +777,27 @@ class Arena:
         # Arrays placed by allocate: data address -> offset.
         self.placed: dict[int, int] = {}
         self.made: dict[str, int] = {}
+        # The segment's file, open while the batch is built (its memory is taken as its parts are
+        # written), and the address of its mapping.
+        self._fd: int | None = None
+        self._base = 0
+
+    def reserve(self, view: np.ndarray) -> None:
+        """Take the memory of ``view``, a part of the batch's segment about to be
+        written (see :func:`reserve`); nothing for an array elsewhere."""
+        offset = view.ctypes.data - self._base
+        if self._fd is not None and self.buffer is not None and 0 <= offset < len(self.buffer):
+            _reserve(self._fd, offset, view.nbytes)
+
+    def close(self) -> None:
+        """The batch is built: let go of its segment's file (its mapping stays)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def give_back(self) -> None:
         """After a build that failed: the segment taken goes back on the shelf, one made is removed."""
+        self.close()
         if self.lent is not None and self.shelf is not None and self.buffer is not None:
             if not self.shelf.offer(self.lent, len(self.buffer)):
                 _unlink(str(ROOT / self.lent))
@@ -806,15 +824,18 @@ class Arena:
             fitting = [_round(n) for n in (want, size) if _round(n) <= self.left]
             if not fitting:
                 return None
-            name, self.buffer = self._make(fitting[0])
+            name, self.buffer = self._make(fitting[0], reserve=False)
         self.name = name
+        self._fd = os.open(ROOT / name, os.O_RDWR)
+        self._base = ctypes.addressof(ctypes.c_char.from_buffer(self.buffer))
         return self.buffer
 
-    def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
-        """An array in the lent segment, or None (too small to share, or no room)."""
+    def allocate(self, shape: tuple[int, ...], dtype: Any, lazy: bool = False) -> np.ndarray | None:
+        """An array in the lent segment, or None (too small to share, or no room);
+        its memory taken now, or with ``lazy`` part by part (:meth:`reserve`)."""
         dtype = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        offset = self._room(size)
+        offset = self._room(size, reserve=not lazy)
         if offset is None or self.buffer is None:
             return None
         array = np.ndarray(shape, dtype, buffer=self.buffer, offset=offset)
@@ -895,17 +916,20 @@ class Arena:
             spilled = self._spill(overflow)
             copies.extend(spilled)
             shared += sum(array.nbytes for _, array in spilled)
+        self.close()
         unplaced = {id(piece): portable(obj) for obj, _, piece in found if not piece.name}
         if unplaced:
             described = _replace(described, lambda item: unplaced.get(id(item), item))
         return Shipped(described, self.lent, self.made, size, shared=shared), copies, alone and bool(copies)
 
-    def _room(self, size: int) -> int | None:
+    def _room(self, size: int, reserve: bool = True) -> int | None:
         if size < MIN_BYTES or self._segment(size) is None or self.buffer is None:
             return None
         offset = _aligned(self.used)
         if offset + size > len(self.buffer):
             return None
+        if reserve and self._fd is not None:
+            _reserve(self._fd, offset, size)
         self.used = offset + size
         return offset
 
@@ -934,9 +958,9 @@ class Arena:
             copies.append(_copy_into(mapped, piece, array))
         return copies
 
-    def _make(self, size: int) -> tuple[str, mmap.mmap]:
+    def _make(self, size: int, reserve: bool = True) -> tuple[str, mmap.mmap]:
         """A new segment of ``size`` bytes for this batch, kept mapped and told to the receiver."""
-        name, mapped = _new_segment(self.lease.prefix, size)
+        name, mapped = _new_segment(self.lease.prefix, size, reserve)
         _MAPPED.add(name, mapped)
         self.made[name] = size
         self.left -= size
@@ -1038,14 +1062,27 @@ def building(lease: Lease, shelf: Shelf | None = None) -> Iterator[Arena]:
         _ARENA.clear()
 
 
-def allocate(shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+def allocate(shape: tuple[int, ...], dtype: Any, lazy: bool = False) -> np.ndarray | None:
     """An array in the segment lent for the batch being built in this worker
     process, or None (none lent, too small to share, or no room): collate into it.
+    Its memory is taken now; with ``lazy``, each part's as it is about to be
+    written (:func:`reserve`), so that the batch takes memory as its samples come.
 
     >>> allocate((1000, 1000), np.float32) is None  # not in a worker
     True
     """
-    return _ARENA[0].allocate(shape, dtype) if _ARENA else None
+    return _ARENA[0].allocate(shape, dtype, lazy) if _ARENA else None
+
+
+def reserve(view: np.ndarray) -> None:
+    """Take the memory of ``view``, a part of an array :func:`allocate` gave with
+    ``lazy``, before it is written: a full tmpfs is a :class:`.SharedMemoryFull`
+    here, not a SIGBUS. Nothing for an array anywhere else.
+
+    >>> reserve(np.zeros(3))  # not in a worker: nothing to do
+    """
+    if _ARENA:
+        _ARENA[0].reserve(view)
 
 
 # --- both sides ------------------------------------------------------------------------------
@@ -1166,13 +1203,15 @@ def _map(name: str) -> mmap.mmap:
         os.close(fd)
 
 
-def _new_segment(prefix: str, size: int) -> tuple[str, mmap.mmap]:
-    """A new file of ``size`` bytes named with ``prefix``, and its mapping."""
+def _new_segment(prefix: str, size: int, reserve: bool = True) -> tuple[str, mmap.mmap]:
+    """A new file of ``size`` bytes named with ``prefix``, and its mapping; its
+    memory taken now, or with ``reserve=False`` as its parts are (:meth:`Arena.reserve`)."""
     name = f"{prefix}{uuid.uuid4().hex}"
     fd = os.open(ROOT / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         os.ftruncate(fd, size)
-        _reserve(fd, size)
+        if reserve:
+            _reserve(fd, 0, size)
         return name, mmap.mmap(fd, size)
     except BaseException:
         _unlink(str(ROOT / name))
@@ -1181,11 +1220,12 @@ def _new_segment(prefix: str, size: int) -> tuple[str, mmap.mmap]:
         os.close(fd)
 
 
-def _reserve(fd: int, size: int) -> None:
-    """Take the segment's memory now: a full tmpfs is then an error here, not a
-    SIGBUS in whichever process first writes to a page that has no room."""
+def _reserve(fd: int, offset: int, size: int) -> None:
+    """Take the memory of ``size`` bytes of a segment from ``offset`` now, before
+    they are written: a full tmpfs is then an error here, not a SIGBUS in
+    whichever process first writes to a page that has no room."""
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, offset, size)
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             return  # a file system that cannot: its pages are taken as they are written
