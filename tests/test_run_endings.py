@@ -178,12 +178,14 @@ def child(n, code):
     sys.exit(code)
 
 iterate(4)
+print("before the forks")  # left in the buffer, which a child's os._exit drops
 # A child that ends with os._exit, as multiprocessing's own children do.
 pid = os.fork()
 if pid == 0:
     iterate(5)
     os._exit(0)
 assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+sys.stdout.flush()
 # A child that returns through queuetune: it saves its own loaders and prints nothing.
 pid = os.fork()
 if pid == 0:
@@ -209,7 +211,9 @@ print("parent done", flush=True)
 def test_forked_children_add_their_loaders_to_the_run_without_clobbering_the_parents(tmp_path):
     job = script(tmp_path, FORKS)
     out = tmp_path / "out"
-    done = subprocess.run(queuetune_run("--out", str(out), str(job)), capture_output=True, text=True, timeout=150)
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    argv = queuetune_run("--out", str(out), str(job))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=150, env=buffered)
     assert done.returncode == 0, done.stderr
     found = consumed(out)
     parents = {label: n for label, n in found.items() if " in process " not in label}
@@ -224,7 +228,7 @@ def test_forked_children_add_their_loaders_to_the_run_without_clobbering_the_par
     page = (out / "report.html").read_text()
     assert all(label in page for label in found)
     assert done.stdout.count("JSON summary:") == 1 and done.stdout.count("in process ") == 3
-    assert done.stdout.startswith("parent done\n")
+    assert done.stdout.startswith("before the forks\nparent done\n")
     # queuetune report reads the folder, children's traces included.
     report = subprocess.run(
         [sys.executable, "-m", "queuetune", "report", str(out), "--json"], capture_output=True, text=True, timeout=60

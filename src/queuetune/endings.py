@@ -132,15 +132,17 @@ class Endings:
         except TypeError:
             real(code)  # raises as os._exit does
             return
+        owner = os.getpid() == self.owner
         try:
-            if os.getpid() == self.owner:
+            if owner:
                 self.finish_once(status & 0xFF)
             else:
                 self._child_finish()
         except BaseException as exc:  # the process ends as it asked, whatever the report met
             print(f"queuetune: error: the report was not written: {exc or type(exc).__name__}", file=sys.stderr)
         finally:
-            _flush()
+            if owner:  # the report printed; a child prints nothing, and what it holds unflushed is its parent's
+                _flush()
             real(status)
 
 
