@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("prefetch", ("prefetch", "prefetch.*")),
     ("probing", ("probe", "session")),
     ("tuning", ("tune", "tune.*")),
-    ("running", ("runner", "program_result")),
+    ("running", ("runner", "program_result", "endings")),
     ("presentation", ("render", "render.*")),
     ("sinks", ("sinks", "sinks.*")),
     ("api", ("", "__main__", "api", "terminal", "cli", "demo", "program")),

@@ -740,6 +740,21 @@ def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
     return EpochItems(unit, dict(by_epoch), {k: dict(v) for k, v in built_by.items()}, unkeyed)
 
 
+def _first_missing(counts: Counter[int], total: int, most: int) -> list[int]:
+    """The first ``most`` items of ``range(total)`` not in ``counts``, in order.
+
+    >>> _first_missing(Counter([0, 1, 3]), 10, 3)
+    [2, 4, 5]
+    """
+    found: list[int] = []
+    for i in range(total):  # stops within len(counts) + most steps
+        if len(found) == most:
+            break
+        if i not in counts:
+            found.append(i)
+    return found
+
+
 def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
     """Per run and epoch: items consumed more than once, and never (when the total
     is known and the epoch ran to its end; an epoch cut short, which a
@@ -775,12 +790,13 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
         workers = {w for built in origins.values() for w in built if w}
         cov.cause = _repeat_cause(counts, origins, len(workers), _framework(trace.meta).shard_advice)
         if isinstance(total, int):
-            never = [i for i in range(total) if i not in counts]
+            # Counted, not listed: a dataset may hold billions of samples.
+            missing = total - sum(1 for i in counts if 0 <= i < total)
             if cov.cut_short:
-                cov.not_reached = len(never)
+                cov.not_reached = missing
             else:
-                cov.never_count = len(never)
-                cov.never = never[:20]
+                cov.never_count = missing
+                cov.never = _first_missing(counts, total, 20)
         result.append(cov)
     return result
 

@@ -21,6 +21,7 @@ from queuetune.trace import Trace
 from queuetune.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
 
 if TYPE_CHECKING:
+    from queuetune.program_result import ProgramResult
     from queuetune.tune.headline import Headline
     from queuetune.tune.recommend import Recommendation
 
@@ -30,6 +31,8 @@ PROG = "queuetune"
 USAGE_ERROR = 2
 # The exit code of a command whose reader went away: 128 + SIGPIPE, as a shell gives a process that signal ends.
 BROKEN_PIPE = 141
+# The exit code of a command stopped by Ctrl-C: 128 + SIGINT.
+INTERRUPTED = 130
 
 
 class UsageError(ValueError):
@@ -545,12 +548,22 @@ def _run_run(args: argparse.Namespace) -> int:
         writer_class()  # a missing tensorboard is an error before the program starts
         logdir = str(prepare_out(args.tensorboard, "TensorBoard scalars"))
         contexts.append(lambda session: session_scalars(session, logdir))
-    result = run_program(target, args.out, while_running=_together(contexts), html=args.html)
-    if args.json:
-        paths = {"out": result.out, "summary": result.summary, "html": result.html}
-        print(dumps({**result.to_dict(), **{k: None if v is None else str(v) for k, v in paths.items()}}))
-    else:
-        print_program(result)
+
+    def show(result: ProgramResult) -> None:
+        if args.json:
+            paths = {"out": result.out, "summary": result.summary, "html": result.html}
+            print(dumps({**result.to_dict(), **{k: None if v is None else str(v) for k, v in paths.items()}}))
+        else:
+            print_program(result)
+
+    # Shown as soon as it is written: where the program ends with os._exit, nothing comes after.
+    result = run_program(target, args.out, while_running=_together(contexts), html=args.html, show=show)
+    if result.terminated:  # as SIGTERM would: no wait for the program's threads, no exit handlers
+        from queuetune.endings import TERMINATED
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(TERMINATED)
     return result.exit_code
 
 
@@ -621,7 +634,8 @@ def _fail(message: str, code: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 ok, 2 for anything it cannot
-    do: bad input, a file it cannot read or write; ``run``: the program's own).
+    do: bad input, a file it cannot read or write; 130 for Ctrl-C; ``run``: the
+    program's own).
 
     Errors are reported as one line, ``queuetune: error: <message>``, on stderr;
     one about a file names it. Without a command, the line lists the commands.
@@ -641,6 +655,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _reader_gone()
+    except KeyboardInterrupt:  # outside a program's run, which keeps its own (queuetune run's report, say)
+        return _fail("interrupted", INTERRUPTED)
     except UsageError as exc:
         if _missing_command(exc):
             return _fail(f"give a command: {', '.join(c.name for c in COMMANDS)} ({PROG} -h for more)", USAGE_ERROR)

@@ -199,7 +199,8 @@ def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int])
         for pid, uss in own.items():
             baseline.setdefault(pid, uss)
         total = m.total or 0
-        flying = _at(flight_times, flight_bytes, m.t)
+        # Below 0 where a consumed batch's production was not recorded (a trace cut short).
+        flying = max(0, _at(flight_times, flight_bytes, m.t))
         base = sum(min(baseline[pid], uss) for pid, uss in own.items())
         growth = sum(max(0, uss - baseline[pid]) for pid, uss in own.items())
         shared_beyond = max(0, (m.shared or 0) - flying)

@@ -3,21 +3,24 @@ each loader's trace saved, analysed and given a recommendation."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Any
 
 from .analysis import analyze
+from .endings import TERMINATED, Endings, Terminated
 from .jsonio import dumps
 from .launch import Launch
 from .program_result import LoaderResult, ProgramResult
 from .runner import Target, run
 from .session import Session
+from .trace import Trace
 from .tune.headline import advise
 
 
@@ -61,6 +64,7 @@ def run_program(
     sample_memory: bool = True,
     while_running: Callable[[Session], AbstractContextManager[Any]] | None = None,
     html: bool = True,
+    show: Callable[[ProgramResult], None] | None = None,
 ) -> ProgramResult:
     """Run ``target`` with every loader it iterates watched; save each trace to
     ``out`` (default: a new ``queuetune-run-<time>`` folder) as
@@ -70,7 +74,16 @@ def run_program(
     folder (default ``queuetune-run-<job>``), its files named ``...rank<R>...``.
     ``while_running(session)``: a context the program runs in (the live line);
     ``html``: also write ``report.html`` there (see :mod:`queuetune.render.html`),
-    where a loader was watched.
+    where a loader was watched; ``show(result)``: called with what was found once
+    it is written (the CLI prints it).
+
+    However the program ends, the report is written: by returning, raising,
+    ``sys.exit``, Ctrl-C, ``os._exit(n)`` (then the process exits with ``n``
+    after ``show``) or SIGTERM (see :mod:`queuetune.endings`;
+    ``result.terminated`` says so). A process the program forks saves the
+    loaders it iterates itself as ``NN-<kind>.pid<PID>.json`` as it ends; the
+    summary, page and result list those of every such process that ended before
+    the program did, after the program's own.
 
     >>> # run_program(Target("train.py")).loaders[0].report.verdict
     """
@@ -82,33 +95,116 @@ def run_program(
     # Every rank of a launch writes into the same folder: its files carry its rank.
     tag = f".rank{launch.rank}" if launch is not None else ""
     session = Session(sample_memory=sample_memory).start()
+    this_run = _Run(target, folder, tag, session, html, show)
     try:
-        with while_running(session) if while_running is not None else nullcontext():
-            code = run(target)
+        with Endings(this_run.finish, this_run.save_own) as endings:
+            try:
+                with endings.program_running(), this_run.contexts:
+                    if while_running is not None:
+                        this_run.contexts.enter_context(while_running(session))
+                    code = run(target)
+                    if os.getpid() != this_run.owner:  # a forked child returned: the contexts are its parent's
+                        this_run.contexts.pop_all()
+            except Terminated:  # SIGTERM after the program's end, before the live line's
+                code = TERMINATED
+            endings.finish_once(code)
     finally:
-        session.stop()
-    result = ProgramResult(code, folder, left_alone=dict(session.left_alone))
-    traces = session.traces()
-    for number, (watched, trace) in enumerate(traces, start=1):
-        path = folder / f"{number:02d}-{_slug(watched.kind)}{tag}.json"
-        trace.save(path)
-        report = analyze(trace)
-        recommendation, line = advise(trace, report)
-        result.loaders.append(LoaderResult(watched.label, path, report, recommendation, line))
-    if result.loaders:  # no report of nothing
-        result.summary = folder / f"{SUMMARY}{tag}.json"
-        result.summary.write_text(dumps(result.to_dict()) + "\n", encoding="utf-8")
-    if html and result.loaders:
-        from .render.html import Section, html_report
+        session.stop()  # also where the live line failed to start
+    assert this_run.result is not None
+    this_run.result.terminated = endings.terminated
+    return this_run.result
 
-        sections = [
-            Section(loader.label, trace, loader.report, loader.recommendation.text(), loader.headline.text())
-            for loader, (_, trace) in zip(result.loaders, traces)
-        ]
-        result.html = folder / f"report{tag}.html"
-        title = f"queuetune run {' '.join(target.argv())}"
-        result.html.write_text(html_report(sections, title), encoding="utf-8")
-    return result
+
+class _Run:
+    """One ``queuetune run``: what it writes when the program ends, in its own
+    process (:meth:`finish`) or in a process the program forked (:meth:`save_own`)."""
+
+    def __init__(
+        self,
+        target: Target,
+        folder: Path,
+        tag: str,
+        session: Session,
+        html: bool,
+        show: Callable[[ProgramResult], None] | None,
+    ) -> None:
+        self.target, self.folder, self.tag, self.session = target, folder, tag, session
+        self.html, self.show = html, show
+        self.owner = os.getpid()
+        self.contexts = ExitStack()
+        self.result: ProgramResult | None = None
+        # A child's traces found at the end must be this run's, not an earlier run's in the same folder.
+        self._before = set(os.listdir(folder))
+
+    def finish(self, code: int) -> None:
+        """End the run with the program's exit ``code``: in the run's own process,
+        write every trace, the summary and the page, and show them; in a forked
+        child, save its own traces."""
+        if os.getpid() != self.owner:
+            self.save_own()
+            self.session.stop()
+            self.result = ProgramResult(code, self.folder)
+            return
+        self.contexts.close()  # the live line goes before the report is printed
+        self.session.stop()
+        result = ProgramResult(code, self.folder, left_alone=dict(self.session.left_alone))
+        traces = []
+        for number, (watched, trace) in enumerate(self.session.traces(), start=1):
+            path = self.folder / f"{number:02d}-{_slug(watched.kind)}{self.tag}.json"
+            trace.save(path)
+            traces.append((watched.label, path, trace))
+        traces += self._children()
+        for label, path, trace in traces:
+            report = analyze(trace)
+            recommendation, line = advise(trace, report)
+            result.loaders.append(LoaderResult(label, path, report, recommendation, line))
+        if result.loaders:  # no report of nothing
+            result.summary = self.folder / f"{SUMMARY}{self.tag}.json"
+            result.summary.write_text(dumps(result.to_dict()) + "\n", encoding="utf-8")
+        if self.html and result.loaders:
+            from .render.html import Section, html_report
+
+            sections = [
+                Section(loader.label, trace, loader.report, loader.recommendation.text(), loader.headline.text())
+                for loader, (_, _, trace) in zip(result.loaders, traces)
+            ]
+            result.html = self.folder / f"report{self.tag}.html"
+            title = f"queuetune run {' '.join(self.target.argv())}"
+            result.html.write_text(html_report(sections, title), encoding="utf-8")
+        self.result = result
+        if self.show is not None:
+            self.show(result)
+
+    def save_own(self) -> None:
+        """In a process the program forked: save the loaders it iterated itself
+        as ``NN-<kind>.pid<PID>.json`` (written whole, then renamed, so that the
+        run's process never reads half a file)."""
+        pid = os.getpid()
+        if pid == self.owner:
+            return
+        for number, (watched, trace) in enumerate(self.session.traces(), start=1):
+            trace.meta = dataclasses.replace(trace.meta, name=watched.label)
+            path = self.folder / f"{number:02d}-{_slug(watched.kind)}{self.tag}.pid{pid}.json"
+            partial = path.with_name(path.name + ".partial")
+            trace.save(partial)
+            os.replace(partial, path)
+
+    def _children(self) -> list[tuple[str, Path, Trace]]:
+        """The traces forked processes saved during this run, by process, then number."""
+        pattern = re.compile(rf"(\d+)-.+{re.escape(self.tag)}\.pid(\d+)\.json")
+        found = []
+        for name in os.listdir(self.folder):
+            matched = pattern.fullmatch(name)
+            if matched is not None and name not in self._before:
+                found.append((int(matched[2]), int(matched[1]), self.folder / name))
+        traces = []
+        for _, _, path in sorted(found):
+            try:
+                trace = Trace.load(path)
+            except ValueError:  # not a trace after all: another program's file of the same name
+                continue
+            traces.append((trace.meta.name or path.name, path, trace))
+        return traces
 
 
 #: The JSON summary's name in a run's folder (``summary.json``, ``summary.rank<R>.json``).

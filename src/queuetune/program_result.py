@@ -37,6 +37,9 @@ class ProgramResult:
     html: Path | None = None
     #: The JSON summary (each loader's headline, recommendation and report), when one was written.
     summary: Path | None = None
+    #: SIGTERM came while the program ran or its report was written: the process is to end
+    #: with status 143 (:data:`queuetune.endings.TERMINATED`).
+    terminated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """What the JSON summary holds: the exit code, and for each loader its label,

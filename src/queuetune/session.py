@@ -10,6 +10,7 @@ import functools
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
@@ -44,7 +45,9 @@ class Session:
     ``PyDataset`` or a generator, tf.data ``Dataset``, Ray Data ``Dataset``
     (its ``iter_*`` methods), queuetune's ``Prefetcher``. A framework whose
     hook fails (another version than queuetune knows) is left alone, and said so:
-    the program's own import never fails because of it.
+    the program's own import never fails because of it. In a process forked
+    while it is active, it lists the loaders that process iterates, labelled
+    ``... in process <pid>``, and none of its parent's.
 
     >>> import queuetune
     >>> with Session() as session:
@@ -56,7 +59,10 @@ class Session:
 
     def __init__(self, sample_memory: bool = True) -> None:
         self.sample_memory = sample_memory
+        #: The loaders iterated in this process (a forked child starts with none: those before are its parent's).
         self.loaders: list[Watched] = []
+        #: Whether this process was forked from the one that started the session.
+        self.forked = False
         #: Loaders left alone: type name -> why (each said once).
         self.left_alone: dict[str, str] = {}
         self.active = False
@@ -69,6 +75,7 @@ class Session:
         from .frameworks import FRAMEWORKS
 
         self.active = True
+        _ACTIVE.add(self)
         for framework in FRAMEWORKS.values():
             if framework.autowatch_module is not None:
                 hook = functools.partial(_autowatch, framework)
@@ -95,6 +102,7 @@ class Session:
     def stop(self) -> None:
         """Undo every hook; what was watched stays readable."""
         self.active = False
+        _ACTIVE.discard(self)
         self._hooks.remove()
         while self._undo:
             self._undo.pop()()
@@ -116,6 +124,8 @@ class Session:
         with self._lock:
             number = 1 + sum(1 for w in self.loaders if w.kind == kind)
             label = f"{kind} {number}" + where_called()
+            if self.forked:
+                label += f" in process {os.getpid()}"
             self.loaders.append(Watched(label, kind, trace, close or (lambda: None), live))
         return label
 
@@ -154,6 +164,13 @@ class Session:
         with self._lock:
             self.left_alone.setdefault(type(loader).__qualname__, why)
 
+    def _forked(self) -> None:
+        # In the child, just forked: the loaders so far are the parent's (their helper
+        # threads stayed there), and a lock another thread held was copied held.
+        self._lock = threading.Lock()
+        self.loaders = []
+        self.forked = True
+
     def traces(self) -> list[tuple[Watched, Trace]]:
         """Each loader's trace, its open run ended and its helpers stopped."""
         out = []
@@ -161,6 +178,18 @@ class Session:
             watched.close()
             out.append((watched, watched.trace()))
         return out
+
+
+#: The sessions started and not yet stopped, told when this process forks.
+_ACTIVE: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for session in list(_ACTIVE):
+        session._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _autowatch(spec: Framework, session: Session, module: ModuleType) -> Callable[[], None] | None:
