@@ -1,6 +1,6 @@
 """Record the traces that tests/test_hostile_traces.py corrupts, with the queuetune checked out:
 
-    PYTHONPATH=src KERAS_BACKEND=torch .venv/bin/python tests/data/real/record.py
+    PYTHONPATH=src KERAS_BACKEND=torch .venv/bin/python tests/data/real/record_real.py
 
 writes tests/data/real/<loader>.json: a torch DataLoader with 2 worker processes
 (memory sampled, so its samples carry each worker's PSS; run as rank 0 of a
