@@ -332,3 +332,5 @@ class Epoch:
                     self.workers.discard(task.batch)
                 task.batch = task.future = None
             schedule.clear()
+        if not release:
+            self.workers.rest()

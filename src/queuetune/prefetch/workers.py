@@ -25,7 +25,7 @@ from ..frameworks import TENSORS
 from ..nbytes import nbytes
 from ..recorder import Channel, built_here, busy_time, clock
 from ..units import format_bytes
-from . import lifeline, shm, warden
+from . import heap, lifeline, shm, warden
 from .collate import batch_bytes_guess, make_batch
 from .errors import SharedMemoryWarning, WorkerError
 
@@ -107,6 +107,11 @@ class Workers(Protocol):
     def make_room(self, reserve: int) -> bool:
         """Let go of what the workers keep spare until a batch of ``reserve``
         bytes more has room in their own memory; whether it has."""
+        ...
+
+    def rest(self) -> None:
+        """Between two epochs, the workers idle: have them give back to the system
+        what their allocators keep free (see :mod:`.heap`)."""
         ...
 
     def finish(self, batch: Any, until: float | None = None) -> str | None:
@@ -254,6 +259,9 @@ class ThreadWorkers:
 
     def make_room(self, reserve: int) -> bool:
         return True
+
+    def rest(self) -> None:
+        pass  # the threads' memory is the consumer's process's own
 
     def finish(self, batch: Any, until: float | None = None) -> str | None:
         return None
@@ -414,6 +422,8 @@ class ProcessWorkers:
             _check_room(budget)
         self.segments = shm.Pool(os.getpid(), budget=budget, context=context)
         self._shut = False
+        #: The bytes the workers gave back to the system between epochs (see :meth:`rest`).
+        self.handed_back = 0
         # Batches dropped while a copy into their segments was under way: each
         # goes back to the pool once its copy is made (see _take_back_copied).
         self._limbo: list[shm.Shipped] = []
@@ -554,6 +564,21 @@ class ProcessWorkers:
 
     def make_room(self, reserve: int) -> bool:
         return self.segments.make_room(reserve)
+
+    def rest(self) -> None:
+        if self._shut:
+            return
+        for _ in range(self.count):  # one each, as every one is idle and takes the next job
+            try:
+                future = self._pool.submit(heap.hand_back)
+            except (BrokenProcessPool, RuntimeError):  # dead or shut down: the epoch's end says so
+                return
+            future.add_done_callback(self._handed_back)
+        self._track()
+
+    def _handed_back(self, future: cf.Future[int]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.handed_back += future.result()
 
     def finish(self, batch: shm.Shipped, until: float | None = None) -> str | None:
         if batch.pending is None:
