@@ -134,6 +134,7 @@ from common import (
     depth_changes,
     depths_text,
     epoch_loader,
+    growth_line,
     issue39_targets,
     machine,
     mib,
@@ -251,7 +252,8 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
     try:
         with Sampler() as sampler:
             started = done = time.perf_counter()
-            for _ in range(args.epochs):
+            for epoch in range(args.epochs):
+                sampler.epoch = epoch
                 began = time.perf_counter()
                 count = 0
                 for x, y in loader:
@@ -354,6 +356,7 @@ def render(result: dict[str, Any]) -> str:
     lines.append(
         f"PSS of this process alone before each run (model built, no loader): {mib(min(before))} to {mib(max(before))}"
     )
+    lines.append(growth_line(result["loaders"], result["runs"]))
     lines.append(children_left_line(result["loaders"]))
     for note in result["notes"]:
         lines.append(f"note: {note}")

@@ -95,6 +95,7 @@ from common import (
     depth_changes,
     depths_text,
     epoch_loader,
+    growth_line,
     issue39_targets,
     machine,
     mib,
@@ -142,7 +143,8 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         with Sampler() as sampler:
             started = time.perf_counter()
-            for _ in range(args.epochs):
+            for epoch in range(args.epochs):
+                sampler.epoch = epoch
                 began = time.perf_counter()
                 count = 0
                 for batch in loader:
@@ -208,6 +210,7 @@ def render(result: dict[str, Any]) -> str:
         )
     before = [r["pss_before"] for rows in result["runs"].values() for r in rows]
     lines.append(f"PSS of this process alone before each run (no loader): {mib(min(before))} to {mib(max(before))}")
+    lines.append(growth_line(result["loaders"], result["runs"]))
     lines.append(children_left_line(result["loaders"]))
     lines += ["", *target_lines(result["targets"])]
     return "\n".join(lines)
