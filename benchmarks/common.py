@@ -578,12 +578,12 @@ def issue39_targets(summary: dict[str, dict[str, Any]], unit: str) -> list[dict[
     ]
     for name, said in (("torch", "persistent_workers=False"), ("torch-persistent", "persistent_workers=True")):
         theirs = summary.get(name)
-        peaks = bool(ours and theirs and ours["pss_peak"] is not None and theirs["pss_peak"] is not None)
+        both = bool(ours and theirs and ours["pss_peak"] is not None and theirs["pss_peak"] is not None)
         checks.append(
             {
                 "target": f"prefetcher (defaults) PSS peak <= {name}'s (DataLoader, {said})",
-                "value": f"{mib(ours['pss_peak'])} vs {mib(theirs['pss_peak'])}" if ours and theirs and peaks else "n/a",
-                "met": ours["pss_peak"] <= theirs["pss_peak"] if ours and theirs and peaks else None,
+                "value": f"{mib(ours['pss_peak'])} vs {mib(theirs['pss_peak'])}" if both else "n/a",  # type: ignore[index]
+                "met": ours["pss_peak"] <= theirs["pss_peak"] if both else None,  # type: ignore[index]
             }
         )
     return checks
