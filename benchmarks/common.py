@@ -582,8 +582,8 @@ def issue39_targets(summary: dict[str, dict[str, Any]], unit: str) -> list[dict[
         checks.append(
             {
                 "target": f"prefetcher (defaults) PSS peak <= {name}'s (DataLoader, {said})",
-                "value": f"{mib(ours['pss_peak'])} vs {mib(theirs['pss_peak'])}" if both else "n/a",  # type: ignore[index]
-                "met": ours["pss_peak"] <= theirs["pss_peak"] if both else None,  # type: ignore[index]
+                "value": f"{mib(ours['pss_peak'])} vs {mib(theirs['pss_peak'])}" if both else "n/a",
+                "met": ours["pss_peak"] <= theirs["pss_peak"] if both else None,
             }
         )
     return checks
