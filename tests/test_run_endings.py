@@ -73,8 +73,19 @@ def test_os_exit_writes_the_report_and_keeps_its_code(tmp_path):
     assert_nothing_left_running()
 
 
+@pytest.fixture
+def default_sigterm():
+    """SIGTERM's default disposition for the test (an earlier test in the process,
+    Ray's, may have left a handler of its own), the one before put back after."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 @pytest.mark.timeout(60)
-def test_os_exit_is_put_back_after_the_run(tmp_path):
+def test_os_exit_is_put_back_after_the_run(tmp_path, default_sigterm):
     job = script(tmp_path, "iterate(2)\n")
     original = os._exit
     result = run_program(Target(str(job)), tmp_path / "out", html=False)
@@ -318,7 +329,7 @@ def test_a_dataloader_mid_epoch_with_workers_when_the_program_ends(tmp_path, end
 
 
 @pytest.mark.timeout(60)
-def test_ctrl_c_while_the_report_is_written_is_one_line_and_130(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_while_the_report_is_written_is_one_line_and_130(tmp_path, monkeypatch, capsys, default_sigterm):
     import queuetune.program
     from queuetune.cli import main
 

@@ -884,7 +884,8 @@ class Churning:
     memory the allocator keeps, not at the top of its heap where it would give
     it back by itself."""
 
-    kept: list[np.ndarray] = []
+    def __init__(self) -> None:
+        self.kept: list[np.ndarray] = []
 
     def __len__(self) -> int:
         return 4

@@ -336,22 +336,26 @@ def key_of(value: Any) -> Any:
     return None if value is None else _int64(hash(value))
 
 
+#: What gives the pid of each helper process of queuetune's own that is no loader's
+#: worker (None while it runs none): the Prefetcher's warden, registered by the module
+#: that starts it (:mod:`.prefetch.workers`), so that this layer imports nothing above it.
+OWN_HELPERS: list[Callable[[], int | None]] = []
+
+
 def multiprocessing_helpers() -> set[int]:
     """Pids of the fork server and the resource tracker that Python's multiprocessing
     starts on the first use of ``forkserver`` or ``spawn`` and keeps, one of each,
-    until the interpreter exits, and of queuetune's warden (:mod:`.prefetch.warden`),
-    which runs while a Prefetcher's worker processes do. They are not a loader's
-    workers; the workers the fork server starts are its children, and count as this
-    process's descendants.
+    until the interpreter exits, and of queuetune's own helpers (:data:`OWN_HELPERS`:
+    the warden, which runs while a Prefetcher's worker processes do). They are not a
+    loader's workers; the workers the fork server starts are its children, and count
+    as this process's descendants.
     """
     from multiprocessing import forkserver, resource_tracker
-
-    from .prefetch import warden
 
     pids = {
         getattr(forkserver._forkserver, "_forkserver_pid", None),
         getattr(resource_tracker._resource_tracker, "_pid", None),
-        warden.pid(),
+        *(helper() for helper in OWN_HELPERS),
     }
     return {pid for pid in pids if pid is not None}
 

@@ -25,7 +25,8 @@ from ..trace import Trace, TraceMeta
 from ..units import _shown, parse_bytes, positive_int
 from . import faults, shm
 from .adaptive import DepthController
-from .collate import batch_bytes_guess, make_batch
+from .batch import make_batch
+from .collate import batch_bytes_guess
 from .config import BatchSizes, EpochConfig
 from .crew import WorkerController
 from .epoch import Epoch

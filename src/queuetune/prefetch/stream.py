@@ -22,6 +22,7 @@ import numpy as np
 
 from ..frameworks import tensors_of
 from ..frameworks.base import Tensors
+from .collate import _collate, default_collate
 from .shm import allocate, reserve
 
 
@@ -36,8 +37,6 @@ def collate_as_built(build: Callable[[Any], Any], indices: list[Any]) -> Any:
     Traceback (most recent call last):
     ValueError: all input arrays must have the same shape
     """
-    from .collate import default_collate
-
     first = build(indices[0])
     plan = _plan(first, len(indices))
     if plan is None:
@@ -88,7 +87,7 @@ class _Array(_Part):
         self.out[k] = item
 
     def sample(self, k: int) -> Any:
-        return self.out[k]
+        return self.out[k, ...]  # an array even where a sample is 0-d (a numpy scalar is in native byte order)
 
     def batch(self) -> Any:
         return self.out
@@ -121,7 +120,7 @@ class _Tensor(_Part):
         self.out[k] = shared[0]
 
     def sample(self, k: int) -> Any:
-        return self.tensors.from_array(self.out[k], self.dtype)
+        return self.tensors.from_array(self.out[k, ...], self.dtype)
 
     def batch(self) -> Any:
         return self.tensors.from_array(self.out, self.dtype)
@@ -166,8 +165,6 @@ class _Kept(_Part):
         return self.items[k]
 
     def batch(self) -> Any:
-        from .collate import _collate
-
         return _collate(self.items, self.where)
 
 

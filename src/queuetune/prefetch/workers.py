@@ -23,11 +23,15 @@ from typing import Any, Protocol
 
 from ..frameworks import TENSORS
 from ..nbytes import nbytes
-from ..recorder import Channel, built_here, busy_time, clock
+from ..recorder import OWN_HELPERS, Channel, built_here, busy_time, clock
 from ..units import format_bytes
 from . import heap, lifeline, shm, warden
-from .collate import batch_bytes_guess, make_batch
+from .batch import make_batch
+from .collate import batch_bytes_guess
 from .errors import SharedMemoryWarning, WorkerError
+
+# The warden is no loader's worker: memory readings and the checks of what is left running leave it out.
+OWN_HELPERS.append(warden.pid)
 
 # Seconds between checks that the worker processes are alive, while the consumer waits.
 LIVENESS = 0.5

@@ -59,7 +59,7 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
     )
     if report.peak_pool_bytes is not None:
         budget = (report.meta.settings or {}).get("max_bytes")
-        within = f" of max_bytes={format_bytes(budget)}" if isinstance(budget, int) and budget > 0 else ""
+        within = f" of max_bytes={format_bytes(budget)}" if type(budget) is int and budget > 0 else ""
         rows.append(
             ("shared-memory pool (peak)", f"{format_bytes(report.peak_pool_bytes)}{within}: in flight, in use, spare")
         )
