@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 #: How often :class:`Sampler` reads :func:`tree_memory`, in seconds.
+# Seconds between readings of the process tree's memory. Reading a process's smaps_rollup
+# holds its memory map's lock: a training process of 1 GiB read every 0.2 s on 2 cores
+# took 3.4 s a step against 0.7 s (real_pipeline.py), so that benchmark reads every 0.5 s.
 SAMPLE_EVERY = 0.2
+SAMPLE_EVERY_TRAINING = 0.5
 #: The loaders that short_epochs.py and real_pipeline.py hold the Prefetcher to (issue 39).
 REFERENCES = ("torch", "torch-persistent", "torchdata.nodes")
 #: ``prefetcher-fixed``'s depth.

@@ -125,7 +125,7 @@ from images import ImageFolder, make_images, resnet18, train_transform
 
 from common import (
     FIXED_DEPTH,
-    SAMPLE_EVERY,
+    SAMPLE_EVERY_TRAINING,
     Counted,
     Sampler,
     check_no_children,
@@ -250,7 +250,7 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
     firsts, counts, steps = [], [], []
     waited = 0.0
     try:
-        with Sampler() as sampler:
+        with Sampler(SAMPLE_EVERY_TRAINING) as sampler:
             started = done = time.perf_counter()
             for epoch in range(args.epochs):
                 sampler.epoch = epoch
@@ -471,7 +471,7 @@ def main() -> int:
             "warmup_steps": args.warmup_steps,
             "device": args.device,
             "fixed_depth": FIXED_DEPTH,
-            "sample_every_s": SAMPLE_EVERY,
+            "sample_every_s": SAMPLE_EVERY_TRAINING,
         },
         "sample_bytes": sample_bytes,
         "seconds": time.monotonic() - started,

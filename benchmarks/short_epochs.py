@@ -110,6 +110,7 @@ from common import (
 )
 
 LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-unsampled", "prefetcher-fixed")
+DEFAULT_SHAPE = (3, 64, 64)
 
 
 class Samples:
@@ -229,10 +230,14 @@ def main() -> int:
     parser.add_argument(
         "--jitter", type=float, default=0.0, help="each sample's build time x its own lognormal factor of this sigma"
     )
-    parser.add_argument("--shape", default="3,64,64", help="a sample's shape (float32), comma-separated")
+    parser.add_argument(
+        "--shape", default=",".join(map(str, DEFAULT_SHAPE)), help="a sample's shape (float32), comma-separated"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
-        "--out", type=Path, help="write short_epochs.json and .txt (short_epochs.jitter.* with --jitter) here"
+        "--out",
+        type=Path,
+        help="write short_epochs.json and .txt here (.jitter with --jitter, .shape-CxHxW with another --shape)",
     )
     args = parser.parse_args()
     names = chosen_loaders(parser, args.loaders, LOADERS)
@@ -296,7 +301,10 @@ def main() -> int:
         "runs": runs,
         "targets": issue39_targets(summary, "batches/s"),
     }
-    publish(result, render(result), "short_epochs.jitter" if args.jitter else "short_epochs", args.json, args.out)
+    stem = "short_epochs" + (".jitter" if args.jitter else "")
+    if args.shape != DEFAULT_SHAPE:
+        stem += ".shape-" + "x".join(map(str, args.shape))
+    publish(result, render(result), stem, args.json, args.out)
     return 0
 
 

@@ -364,3 +364,59 @@ def test_the_consumer_killed_at_any_batch_leaves_no_worker_and_no_file(tmp_path_
         with contextlib.suppress(ProcessLookupError):
             os.killpg(victim.pid, signal.SIGKILL)
         victim.wait(timeout=30)
+
+
+# --- the cases that found the budget broken ------------------------------------------------
+
+
+class Sized:
+    """Batch i: ``sizes[i]`` bytes of uint8, all i % 251."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return np.full(self.sizes[i], i % 251, np.uint8)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("case", "settings"),
+    [
+        ("19 MiB then 1 MiB", {}),
+        ("19 MiB then 1 MiB", {"adaptive": False, "depth": 8}),
+        ("random from 1 KiB to 20 MiB", {}),
+        ("growing by 64 KiB", {}),
+    ],
+)
+def test_dev_shm_stays_within_max_bytes_at_every_sample_whatever_the_sizes(tmpfs, case, settings):
+    """The reproductions: /dev/shm peaked at 114, 171 and 135 MiB against max_bytes of 64 MiB,
+    and the growing batches ended the epoch at batch 66 with BudgetExceeded."""
+    sizes = {
+        "19 MiB then 1 MiB": [19 * MiB] + [MiB] * 60,
+        "random from 1 KiB to 20 MiB": [int(s) for s in np.random.default_rng(0).integers(KiB, 20 * MiB, 60)],
+        "growing by 64 KiB": [MiB + i * 64 * KiB for i in range(100)],
+    }[case]
+    got = []
+    with pools_in(tmpfs), Sampled(tmpfs) as sampled:
+        base = sampled.used()
+        with Prefetcher(Sized(sizes), max_bytes="64MiB", workers=4, mode="process", **settings) as p:
+            for i, batch in enumerate(p):
+                assert batch.size == sizes[i] and batch[0] == batch[-1] == i % 251
+                got.append(i)
+                del batch
+    assert got == list(range(len(sizes)))
+    assert sampled.samples > 10 and sampled.peak - base <= 64 * MiB, sampled.peak - base
+    assert sampled.used() == base
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(300)
+def test_batches_that_grow_finish_their_epoch_in_thread_mode_too():
+    sizes = [MiB + i * 64 * KiB for i in range(100)]
+    with Prefetcher(Sized(sizes), max_bytes="64MiB", workers=4, sample_memory=False) as p:
+        assert [batch.size for batch in p] == sizes
+    assert_nothing_left_running()

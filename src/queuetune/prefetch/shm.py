@@ -870,6 +870,12 @@ class Arena:
         100000.0
         >>> pool.close()
         """
+        try:
+            return self._plan(batch, unshared)
+        finally:
+            self.close()
+
+    def _plan(self, batch: Any, unshared: set[int] | None) -> tuple[Shipped, list[Copy], bool]:
         found: list[tuple[Any, np.ndarray, Piece]] = []
         size = 0
 
@@ -916,7 +922,6 @@ class Arena:
             spilled = self._spill(overflow)
             copies.extend(spilled)
             shared += sum(array.nbytes for _, array in spilled)
-        self.close()
         unplaced = {id(piece): portable(obj) for obj, _, piece in found if not piece.name}
         if unplaced:
             described = _replace(described, lambda item: unplaced.get(id(item), item))
