@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -112,3 +113,30 @@ def busy(script: str, extra: int = 1) -> Iterator[None]:
 def busy_cores(extra: int = 1) -> contextlib.AbstractContextManager[None]:
     """Keep every core busy spinning (one process per core, and ``extra`` more) for the block."""
     return busy("while True: pass", extra)
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """Run the command line's ``main`` in this process; return (exit code, stdout,
+    stderr). Exceptions propagate."""
+    import io
+
+    from queuetune.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def peak_held(trace: Any) -> int:
+    """The most bytes of batches built and not yet handed over, at any moment (from the trace)."""
+    taken = {c.key: c.consumed for c in trace.consumed}
+    events = []
+    for batch in trace.produced:
+        events.append((batch.end, batch.nbytes))
+        events.append((taken.get(batch.key, float("inf")), -batch.nbytes))
+    held = peak = 0
+    for _, change in sorted(events):
+        held += change
+        peak = max(peak, held)
+    return peak

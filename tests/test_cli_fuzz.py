@@ -6,8 +6,6 @@ exactly one line on stderr naming the problem; no exception escapes ``main``.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -20,8 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from helpers import assert_nothing_left_running
-from queuetune.cli import main
+from helpers import assert_nothing_left_running, run_cli
 from queuetune.units import BYTES_LIMIT, UNITS, parse_bytes, parse_shape
 
 ERROR_PREFIX = "queuetune: error: "
@@ -29,12 +26,7 @@ MISSING_FACTORY = "missing-factory.py:make"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """Run ``main`` in-process; return (exit code, stdout, stderr). Exceptions propagate."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
+run = run_cli
 
 
 def check(argv: list[str]) -> tuple[int, str, str]:

@@ -16,7 +16,7 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers import assert_nothing_left_running
+from helpers import assert_nothing_left_running, peak_held
 from queuetune import BudgetExceeded, Prefetcher, PrefetcherClosed, Trace, WorkerDied
 from queuetune.prefetch import shm
 from queuetune.recorder import key_of, multiprocessing_helpers
@@ -290,20 +290,6 @@ def test_a_consumer_that_leaves_keeps_the_workers_and_the_next_epoch_is_whole(mo
 
 
 # --- 4. a batch that grows mid-run ---------------------------------------------------------
-
-
-def peak_held(trace):
-    """Most bytes of batches built and not yet handed over, at any moment (from the trace)."""
-    taken = {c.key: c.consumed for c in trace.consumed}
-    events = []
-    for batch in trace.produced:
-        events.append((batch.end, batch.nbytes))
-        events.append((taken.get(batch.key, float("inf")), -batch.nbytes))
-    held = peak = 0
-    for _, change in sorted(events):
-        held += change
-        peak = max(peak, held)
-    return peak
 
 
 @pytest.mark.timeout(90)

@@ -9,9 +9,7 @@ sees well-typed values.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
 import subprocess
 import sys
@@ -20,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from helpers import run_cli
 from queuetune import trace as trace_module
-from queuetune.cli import main
 from queuetune.trace import FORMAT, VERSION, Trace
 
 REAL = Path(__file__).parent / "data" / "real"
@@ -31,11 +29,7 @@ ERROR = "queuetune: error: "
 HOSTILE = ["text", [], {}, None, True, -1, -0.5, 2**62, 2**63, 10**400, 1e308]
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
+run = run_cli
 
 
 def check(argv: list[str]) -> tuple[int, str, str]:

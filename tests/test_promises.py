@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import assert_nothing_left_running, busy_cores
+from helpers import assert_nothing_left_running, busy_cores, peak_held
 from queuetune import BudgetExceeded, Prefetcher, WorkerDied
 from queuetune.nbytes import nbytes
 from queuetune.prefetch import shm
@@ -112,20 +112,6 @@ def size_patterns(draw) -> tuple[str, list[int]]:
 
 
 # --- what is held: the batches in flight and /dev/shm itself ----------------------------
-
-
-def in_flight_peak(trace) -> int:
-    """The most bytes of batches built and not yet handed over, at any moment."""
-    taken = {c.key: c.consumed for c in trace.consumed}
-    events = []
-    for batch in trace.produced:
-        events.append((batch.end, batch.nbytes))
-        events.append((taken.get(batch.key, float("inf")), -batch.nbytes))
-    held = peak = 0
-    for _, change in sorted(events):
-        held += change
-        peak = max(peak, held)
-    return peak
 
 
 class Sampled:
@@ -240,7 +226,7 @@ def check_every_promise(tmpfs: Path, data, busy: bool = False) -> None:
         # as many as may be started and not built (a worker each, and one waiting for each process).
         under_way = workers if mode == "thread" else 2 * workers
         growth = max(0, largest - min(batch_bytes))
-        assert in_flight_peak(trace) <= max_bytes + under_way * growth, (pattern, sizes, max_bytes)
+        assert peak_held(trace) <= max_bytes + under_way * growth, (pattern, sizes, max_bytes)
     if ordered:
         assert got == list(range(len(got)))
     # /dev/shm itself: never past the budget, and nothing left once closed.
