@@ -916,3 +916,74 @@ def test_workers_give_back_what_their_allocators_keep_between_epochs():
         assert [int(b[0]) for b in p] == [0, 1, 2, 3]  # the next epoch as before
     assert files() == []
     assert_nothing_left_running()
+
+
+class Decoding:
+    """Sample i: 16 values of i and the page faults its build took in its
+    thread; the build holds four blocks of 1 MiB at once and frees them, as a
+    decode, a crop and a normalization do."""
+
+    def __len__(self) -> int:
+        return 48
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        import resource
+
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        blocks = [np.ones(1 << 20, np.uint8) for _ in range(4)]
+        del blocks
+        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+        return np.array([i] * 16 + [faults], np.int64)
+
+
+def faults_a_sample(batches: list[np.ndarray]) -> float:
+    """The median page faults a sample took to build, past each worker's first batches."""
+    return float(np.median(np.concatenate([b[:, -1] for b in batches[4:]])))
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_keeps_between_samples_what_one_sample_builds_with():
+    from queuetune.prefetch import heap
+
+    if heap.kept() is None:
+        pytest.skip("not glibc")
+    # spawn: each worker's allocator starts from glibc's own thresholds, not from this process's.
+    with Prefetcher(
+        Decoding(),
+        batch_size=4,
+        mode="process",
+        workers=2,
+        max_bytes="16MiB",
+        multiprocessing_context="spawn",
+        sample_memory=False,
+    ) as p:
+        batches = list(p)
+    assert [int(v) for b in batches for v in b[:, 0]] == list(range(48))
+    # 4 MiB taken again from the system after every sample would be 1,024 faults.
+    assert faults_a_sample(batches) < 64
+    assert files() == []
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(120)
+def test_a_process_whose_environment_sets_the_allocator_keeps_its_setting(monkeypatch):
+    from queuetune.prefetch import heap
+
+    if heap.kept() is None:
+        pytest.skip("not glibc")
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(128 << 10))  # read by each spawned worker's glibc
+    with Prefetcher(
+        Decoding(),
+        batch_size=4,
+        mode="process",
+        workers=2,
+        max_bytes="16MiB",
+        multiprocessing_context="spawn",
+        sample_memory=False,
+    ) as p:
+        batches = list(p)
+    assert [int(v) for b in batches for v in b[:, 0]] == list(range(48))
+    # Its top given back after every sample: the 4 MiB taken again each time.
+    assert faults_a_sample(batches) > 512
+    assert files() == []
+    assert_nothing_left_running()

@@ -863,6 +863,7 @@ def _init_process(
     )
     for tensors in TENSORS.values():
         tensors.in_worker_process()
+    heap.keep_for_builds()
 
 
 def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:
