@@ -57,15 +57,19 @@ def test_the_report_uses_the_width_it_is_given(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("name", TABLES)
-def test_off_a_terminal_without_columns_nothing_is_wrapped_or_padded(name, monkeypatch, capsys):
+def test_off_a_terminal_without_columns_lines_are_80_wide_and_not_padded(name, monkeypatch, capsys):
     monkeypatch.delenv("COLUMNS", raising=False)
     lines = printed(TABLES[name], capsys)
     assert trailing(lines) == []
+    # 80 columns, or as many as a table's numbers need where they need more (a number is never cut).
+    monkeypatch.setenv("COLUMNS", "1")
+    narrowest = max(map(len, printed(TABLES[name], capsys)))
+    assert max(map(len, lines)) == max(80, narrowest) or max(map(len, lines)) <= 80, max(lines, key=len)
     if name == "report":
-        # A file has no width: each row of the report stays on one line.
-        [wait] = [line for line in lines if "input wait (steady state)" in line]
-        assert "with the start" in wait
-        assert not [line for line in lines if line.startswith("│ ") and line.split("│")[1].strip() == ""]
+        # The report's rows are longer: each is wrapped at 80, none cut.
+        assert max(map(len, lines)) == 80
+        wait = " ".join(line for line in lines if "input wait" in line or "with the start" in line)
+        assert "input wait (steady state)" in wait and "with the start" in wait
 
 
 def test_table_and_estimate_draw_the_same_boxes(monkeypatch, capsys):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +31,6 @@ __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 PROG = "queuetune"
 USAGE_ERROR = 2
-# The exit code of a command whose reader went away: 128 + SIGPIPE, as a shell gives a process that signal ends.
-BROKEN_PIPE = 141
 # The exit code of a command stopped by Ctrl-C: 128 + SIGINT.
 INTERRUPTED = 130
 
@@ -456,10 +456,16 @@ def _run_tune(args: argparse.Namespace) -> int:
     from queuetune.terminal import print_tune, tune_progress
     from queuetune.tune import as_job, framework_of, load_factory, tune
 
+    if args.warmup >= args.steps:
+        raise UsageError(f"argument --warmup: must be less than --steps ({args.steps}), got {args.warmup}")
     try:
-        factory = load_factory(args.factory)
+        factory = _guarded(args.factory, load_factory(args.factory))
     except SyntaxError as exc:
         raise ValueError(f"cannot import {args.factory}: {exc.msg} (line {exc.lineno})") from None
+    except (ValueError, TypeError):
+        raise
+    except Exception as exc:  # the file's own code, run as it is imported
+        raise FactoryFailed(args.factory.rpartition(":")[0], exc) from None
     if args.framework is not None:
         found = framework_of(as_job(factory()).loader).name
         if found != args.framework:
@@ -550,11 +556,15 @@ def _run_run(args: argparse.Namespace) -> int:
         contexts.append(lambda session: session_scalars(session, logdir))
 
     def show(result: ProgramResult) -> None:
-        if args.json:
-            paths = {"out": result.out, "summary": result.summary, "html": result.html}
-            print(dumps({**result.to_dict(), **{k: None if v is None else str(v) for k, v in paths.items()}}))
-        else:
-            print_program(result)
+        try:
+            if args.json:
+                paths = {"out": result.out, "summary": result.summary, "html": result.html}
+                print(dumps({**result.to_dict(), **{k: None if v is None else str(v) for k, v in paths.items()}}))
+            else:
+                print_program(result)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `queuetune run job.py | head`: the program's code stands
+            _reader_gone()
 
     # Shown as soon as it is written: where the program ends with os._exit, nothing comes after.
     result = run_program(target, args.out, while_running=_together(contexts), html=args.html, show=show)
@@ -645,20 +655,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    code: int | None = None
     try:
         try:
             args = parser.parse_args(argv)
-            code: int = args.run(args)
+            code = args.run(args)
         except SystemExit as exc:  # --help and --version
             code = exc.code if isinstance(exc.code, int) else 0
         sys.stdout.flush()  # a reader gone away is seen here, not as Python exits
         return code
     except BrokenPipeError:
-        return _reader_gone()
+        # The reader went away: the command (or the program it ran) keeps its code.
+        _reader_gone()
+        return 0 if code is None else code
     except KeyboardInterrupt:  # outside a program's run, which keeps its own (queuetune run's report, say)
         return _fail("interrupted", INTERRUPTED)
+    except FactoryFailed as exc:
+        print(f"{PROG}: error: {_one_line(str(exc))}", file=sys.stderr)
+        print(exc.traceback, end="", file=sys.stderr)
+        return USAGE_ERROR
     except UsageError as exc:
         if _missing_command(exc):
+            unknown = _unknown_global_flags(argv)
+            if unknown:
+                return _fail(f"unrecognized arguments: {' '.join(unknown)} ({PROG} -h for more)", USAGE_ERROR)
             return _fail(f"give a command: {', '.join(c.name for c in COMMANDS)} ({PROG} -h for more)", USAGE_ERROR)
         return _fail(str(exc), USAGE_ERROR)
     except (ValueError, TypeError, ImportError) as exc:
@@ -667,22 +688,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(_file_error(exc), USAGE_ERROR)
 
 
-def _reader_gone() -> int:
+def _reader_gone() -> None:
     """What reads our output went away (``queuetune report DIR | head``): nothing
-    more is said, now or as Python exits, and the code is a shell's for a
-    process ended by SIGPIPE."""
+    more is said, now or as Python exits."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError):  # stdout is no file (a test's capture): nothing is flushed to a pipe at exit
         pass
-    return BROKEN_PIPE
 
 
 def _missing_command(exc: UsageError) -> bool:
     """Whether argparse refused a command line for having no command."""
     return str(exc).endswith("required: COMMAND")
+
+
+def _unknown_global_flags(argv: Sequence[str]) -> list[str]:
+    """The options before the command that ``queuetune`` itself does not take.
+
+    >>> _unknown_global_flags(["--frobnicate", "-x"]), _unknown_global_flags(["--version"])
+    (['--frobnicate', '-x'], [])
+    """
+    names = {c.name for c in COMMANDS}
+    unknown = []
+    for arg in argv:
+        if arg in names:
+            break
+        if arg.startswith("-") and arg not in ("-h", "--help", "--version"):
+            unknown.append(arg)
+    return unknown
+
+
+class FactoryFailed(Exception):
+    """A user's factory (``queuetune tune FILE:NAME``) raised: the message names
+    it and its exception; ``traceback`` is the factory's own, without queuetune's frames."""
+
+    def __init__(self, factory: str, exc: BaseException) -> None:
+        super().__init__(
+            f"{factory} raised {type(exc).__name__}: {exc}" if str(exc) else f"{factory} raised {type(exc).__name__}"
+        )
+        tb = exc.__traceback__
+        while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+            tb = tb.tb_next
+        self.traceback = "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _is_ours(filename: str) -> bool:
+    return os.path.dirname(os.path.abspath(filename)).startswith(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _guarded(name: str, factory: Callable[..., Any]) -> Callable[..., Any]:
+    """``factory``, whose exceptions become :class:`FactoryFailed`."""
+
+    @functools.wraps(factory)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return factory(*args, **kwargs)
+        except Exception as exc:
+            raise FactoryFailed(name, exc) from None
+
+    return call
 
 
 def _file_error(exc: OSError) -> str:

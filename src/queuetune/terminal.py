@@ -1,6 +1,6 @@
 """Printing on the terminal: what the CLI and the API show, from what
 :mod:`queuetune.render.text` makes, every table in one style (rich's), at the
-width of ``COLUMNS`` or of the terminal, with no trailing spaces off a terminal;
+width of ``COLUMNS`` or of the terminal (80 columns off one), with no trailing spaces off a terminal;
 the spinner and the progress bar of the commands that take a while."""
 
 from __future__ import annotations
@@ -39,19 +39,27 @@ def columns() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
+# The width off a terminal (a file, a pipe) where ``COLUMNS`` says none: what a
+# terminal has by default, and what a reader of a log or an e-mail expects.
+PIPE_WIDTH = 80
+
+
 def console_for(renderables: Sequence[RenderableType], file: IO[str] | None = None) -> Console:
     """A console for printing ``renderables`` to ``file`` (stdout by default), as
-    wide as ``COLUMNS`` says, else as the terminal is; off a terminal with no
-    ``COLUMNS`` (a file, a pipe), as wide as the widest of them needs, so that
-    nothing is wrapped. Never narrower than a table's columns that cannot wrap
-    (its numbers) need: a number is never cut."""
+    wide as ``COLUMNS`` says, else as the terminal is, else (a file, a pipe)
+    :data:`PIPE_WIDTH`. Never narrower than a table's columns that cannot wrap
+    (its numbers) need: a number is never cut.
+
+    >>> import io, os
+    >>> os.environ.pop("COLUMNS", None) and None
+    >>> console_for(["a line"], io.StringIO()).width
+    80
+    """
     console = Console(file=file, highlight=False, soft_wrap=False)
-    if console.is_terminal or columns() is not None:
-        tables = [r for r in renderables if not isinstance(r, str)]
-        needed = max((_measure(console, r).minimum for r in tables), default=0)
-    else:
-        needed = max((_measure(console, r).maximum for r in renderables), default=1)
-        console.width = max(needed, 1)
+    if not console.is_terminal and columns() is None:
+        console.width = PIPE_WIDTH
+    tables = [r for r in renderables if not isinstance(r, str)]
+    needed = max((_measure(console, r).minimum for r in tables), default=0)
     console.width = max(console.width, needed)
     return console
 
@@ -147,11 +155,16 @@ def demo_status() -> Iterator[Callable[[str], None]]:
 
 @contextmanager
 def tune_progress() -> Iterator[Callable[[int, int, str], None]]:
-    """A progress bar on stderr: (trials done, trials in all, what ran last)."""
+    """A progress bar on stderr where it is a terminal: (trials done, trials in all,
+    what ran last); elsewhere (a log, a pipe) nothing is drawn."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda done, total, label: None
+        return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("tuning", total=None)
 
         def update(done: int, total: int, label: str) -> None:
