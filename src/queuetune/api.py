@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import probe as probing
-from .probe import report
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from .analysis import Report
 
 __all__ = ["Probe", "print_report", "probe_of", "report", "watch"]
 
@@ -79,18 +80,37 @@ def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True, k
 
 
 def probe_of(watched: Any) -> Probe:
-    """The :class:`Probe` of an object returned by :func:`watch`.
+    """The :class:`Probe` of an object returned by :func:`watch`, or of a
+    :class:`queuetune.Prefetcher` (which records itself).
 
     >>> import queuetune
     >>> queuetune.probe_of(queuetune.watch([1])).report().produced_batches
     0
     """
+    from .prefetch.handle import Prefetcher
+
+    if isinstance(watched, Prefetcher):
+        return Probe(watched.recorder)
     probe = probing.probe_of(watched)
     return probe if isinstance(probe, Probe) else Probe(probe.recorder)
 
 
+def report(watched: Any) -> Report:
+    """Shortcut for ``probe_of(watched).report()``: the report of a watched
+    loader or of a :class:`queuetune.Prefetcher`.
+
+    >>> import queuetune
+    >>> with queuetune.Prefetcher(range(4), max_bytes="1MiB") as p:
+    ...     _ = list(p)
+    ...     queuetune.report(p).consumed_batches
+    4
+    """
+    return probe_of(watched).report()
+
+
 def print_report(watched: Any, console: Console | None = None) -> None:
-    """Shortcut for ``probe_of(watched).print_report()``: the report as a table.
+    """Shortcut for ``probe_of(watched).print_report()``: the report as a table,
+    of a watched loader or of a :class:`queuetune.Prefetcher`.
 
     >>> import io, queuetune
     >>> from rich.console import Console
