@@ -15,6 +15,7 @@ from queuetune.render.html import Section, html_report
 from queuetune.trace import Consumed, Mark, Produced, Trace, TraceMeta
 from queuetune.tune.headline import Headline, advise, headline
 from queuetune.tune.recommend import Recommendation
+from queuetune.units import format_bytes
 
 MiB = 2**20
 
@@ -85,7 +86,8 @@ def test_every_verdict_gets_a_next_step_that_agrees_with_it(case):
         # Not waiting for builds: a change only where it holds less.
         if recommendation.changes:
             assert recommendation.saved_bytes is not None and recommendation.saved_bytes > 0
-            assert "less at the same speed" in text
+            saved = format_bytes(int(recommendation.saved_bytes))
+            assert f"is predicted to hold {saved} less" in text and "of the best throughput" in text
         else:
             assert "Keep num_workers=2, prefetch_factor=2" in text
 
@@ -139,6 +141,7 @@ def test_the_report_command_prints_and_carries_the_same_headline(tmp_path, capsy
         "settings",
         "partial_coverage",
         "memory",
+        "coverage",
         "text",
     }
     page = html.read_text()
@@ -173,3 +176,55 @@ def test_a_plain_loop_that_waits_is_told_to_build_ahead():
     assert line.bottleneck == "loading"
     assert "nothing is built ahead of the model" in line.text().lower()
     assert_nothing_left_running()
+
+
+def with_worker_memory(trace: Trace, per_worker: int) -> Trace:
+    """``trace`` with readings of the tree in which each worker holds ``per_worker`` bytes of its own."""
+    from queuetune.trace import MemorySample
+
+    pids = sorted({int(p.worker) for p in trace.produced})
+    times = [trace.end * k / 10 for k in range(1, 10)]
+    trace.memory = [
+        MemorySample(
+            t,
+            0,
+            0,
+            0,
+            pss=400 * MiB,
+            uss=300 * MiB,
+            shm=0,
+            shared=0,
+            workers=[[pid, per_worker, per_worker, 0] for pid in pids],
+        )
+        for t in times
+    ]
+    return trace
+
+
+@pytest.mark.parametrize("per_worker", [30 * MiB, 500 * MiB])
+def test_memory_advice_counts_each_workers_own_memory(per_worker):
+    trace = with_worker_memory(loader_trace(*CASES["model-bound"], workers=4), per_worker)
+    report = analyze(trace)
+    recommendation, line = advise(trace, report)
+    assert recommendation.worker_bytes == pytest.approx(per_worker)
+    chosen = recommendation.settings["num_workers"]
+    assert chosen <= 4  # never more workers than measured where each holds its own memory
+    assert recommendation.held_bytes == pytest.approx(recommendation.peak_bytes + chosen * per_worker)
+    assert recommendation.current_held_bytes is not None
+    assert recommendation.current_held_bytes == pytest.approx(recommendation.current_peak_bytes + 4 * per_worker)
+    assert recommendation.changes and recommendation.saved_bytes > 0
+    saved = format_bytes(int(recommendation.saved_bytes))
+    assert f"is predicted to hold {saved} less (the workers' own memory counted) at " in line.text()
+    if per_worker == 500 * MiB:
+        # A worker's own memory outweighs any batch: the fewest workers that keep the throughput.
+        assert chosen <= 2 and recommendation.saved_bytes >= 2 * per_worker
+
+
+def test_without_the_workers_memory_no_worker_is_added_for_memory():
+    build, step, handover, _ = CASES["model-bound"]
+    trace = loader_trace(build, step, handover, cpu=0.02)  # builds that wait on I/O: many workers considered
+    recommendation, line = advise(trace, analyze(trace))
+    assert recommendation.worker_bytes is None
+    assert recommendation.settings["num_workers"] <= 2
+    if recommendation.changes:
+        assert "is predicted to hold" in line.text() and "workers' own memory" not in line.text()

@@ -165,10 +165,33 @@ def test_keras_enqueuer_carries_batches_across_epochs_and_the_report_shows_it():
     probe = queuetune.probe_of(ds)
     model.fit(ds, epochs=1, shuffle=False, verbose=0, callbacks=[probe.keras_callback(print_report=False)])
     probe.settle()
-    cov = probe.report().coverage[0]
+    report = probe.report()
+    cov = report.coverage[0]
     assert seen != list(range(8))
     assert cov.duplicates and cov.never_count > 0
+    # The headline names them, with the fix.
+    from queuetune.tune.headline import advise
+
+    line = advise(probe.trace(), report)[1].text()
+    listed = ", ".join(str(d) for d in cov.duplicates[:5])
+    assert f"Coverage: epoch 0 took {len(cov.duplicates)} batches more than once ({listed}" in line
+    assert "set workers=1, or read the PyDataset through queuetune.Prefetcher" in line
     probe.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_epoch_cut_by_steps_per_epoch_reads_cut_short():
+    model, seen = recording_model()
+    ds = queuetune.watch(Batches(n=8, workers=1))
+    probe = queuetune.probe_of(ds)
+    model.fit(ds, epochs=2, steps_per_epoch=3, verbose=0, callbacks=[probe.keras_callback(print_report=False)])
+    probe.settle()
+    report = probe.report()
+    assert len(seen) == 6
+    rows = [(c.epoch, c.cut_short, c.batches, c.not_reached, c.never) for c in report.coverage]
+    assert rows == [(0, True, 3, 5, []), (1, True, 3, 5, [])]
+    probe.close()
+    assert_nothing_left_running()
 
 
 @pytest.mark.timeout(60)

@@ -140,6 +140,37 @@ class Leaky(Dataset):
         return torch.tensor([index])
 
 
+class Transit(Dataset):
+    """Samples of 256 KiB: batches of 4 MiB, which torch's workers put in shared
+    memory on their way to the consumer."""
+
+    def __len__(self) -> int:
+        return 16 * 24
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.001)
+        return torch.full((64, 1024), float(index))
+
+
+@pytest.mark.timeout(300)
+def test_a_dataloaders_own_tensors_in_transit_raise_no_alarm():
+    from tests.helpers import busy_cores
+
+    findings = []
+    with busy_cores():
+        for _ in range(20):
+            loader = DataLoader(Transit(), batch_size=16, num_workers=2, prefetch_factor=4)
+            watched = queuetune.watch(loader)
+            for _ in watched:
+                time.sleep(0.03)
+            report = queuetune.report(watched)
+            queuetune.probe_of(watched).close()
+            assert report.memory is not None
+            findings.append((report.memory.shared_growth, report.memory.finding()))
+    assert_nothing_left_running()
+    assert [f for f in findings if f[0] or (f[1] and "shared memory" in f[1])] == []
+
+
 @pytest.mark.timeout(120)
 def test_shared_memory_left_behind_beyond_the_batches_in_flight_is_named():
     watched = queuetune.watch(DataLoader(Leaky(), batch_size=1, num_workers=2, multiprocessing_context="fork"))

@@ -27,6 +27,8 @@ OTHER_GROWTH_BYTES = 64 * MiB
 LATER_SHARE = 0.25
 #: How closely its growth must follow the samples it read (Pearson's r).
 GROWTH_FIT = 0.8
+#: The fewest readings that can show shared memory growing as a trend.
+TREND_READINGS = 6
 #: Said once where memory was sampled on a system with no PSS to read.
 NO_PSS = (
     "real memory (PSS) needs Linux's /proc/PID/smaps_rollup, which this system does not give: "
@@ -224,29 +226,44 @@ def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int])
 
 def _shared_growth(trace: Trace, series: list[Causes]) -> int:
     """How much the shared memory beyond the batches in flight grew along the
-    batches built, where it grew with them (Pearson's r at least
-    ``GROWTH_FIT``, over the readings with workers from when an eighth of the
-    batches were built: the start's first segments are not growth) by at least
-    ``GROWTH_BYTES`` and four batches (eight, from two readings) (a loader's shared memory comes and goes
-    by the batch: the consumer's step holds one after its release); 0 otherwise."""
+    batches built, where a trend over the readings shows it (0 otherwise).
+
+    The readings taken while workers live, from when an eighth of the batches
+    were built (the start's first segments are not growth), must be at least
+    ``TREND_READINGS``, follow the batches built (Pearson's r at least
+    ``GROWTH_FIT``), and their lowest in the last third must stand above their
+    highest in the first third (a reading caught at a spike is no trend) by at
+    least ``GROWTH_BYTES`` and four batches, beyond what the loader's own queue
+    can hold in transit (``meta.depth`` batches: a DataLoader's tensors in
+    shared memory on their way to the consumer, which are not yet built or
+    already taken as the trace counts them).
+
+    >>> from queuetune.trace import Produced, TraceMeta
+    >>> t = Trace(meta=TraceMeta(depth=2), produced=[Produced(i, i + 0.5, MiB) for i in range(12)])
+    >>> grow = [Causes(i + 1.0, 0, 0, 0, 0, i * 16 * MiB, 0, workers=2) for i in range(9)]
+    >>> _shared_growth(t, grow) // MiB
+    80
+    >>> spike = [Causes(i + 1.0, 0, 0, 0, 0, (64 * MiB if i == 8 else 0), 0, workers=2) for i in range(9)]
+    >>> _shared_growth(t, spike)
+    0
+    """
     ends = sorted(p.end - trace.start for p in trace.produced)
     if len(ends) < 4:
         return 0
     settled = ends[len(ends) // 8]
     # While workers live: workers that end take their shared memory with them.
     points = [(bisect.bisect_right(ends, c.t), c.shared_beyond) for c in series if c.t >= settled and c.workers]
-    if len(points) < 2:
+    if len(points) < TREND_READINGS:
         return 0
     built = np.array([b for b, _ in points], dtype=float)
     shared = np.array([s for _, s in points], dtype=float)
-    grew = float(shared.max() - shared[0])
+    third = len(points) // 3
+    rise = float(shared[-third:].min() - shared[:third].max())
     batch = float(np.median([p.nbytes for p in trace.produced]))
-    # Two readings (a big consumer's tree reading comes seldom) cannot show how
-    # closely it follows the batches: they must show twice the growth.
-    batches = 4 if len(points) > 2 else 8
-    if grew < max(GROWTH_BYTES, batches * batch) or np.std(built) == 0 or np.std(shared) == 0:
+    transit = (trace.meta.depth or 0) * batch
+    if rise < max(GROWTH_BYTES, 4 * batch) + transit or np.std(built) == 0 or np.std(shared) == 0:
         return 0
-    return int(grew) if len(points) == 2 or np.corrcoef(built, shared)[0, 1] >= GROWTH_FIT else 0
+    return int(shared.max() - shared[0]) if np.corrcoef(built, shared)[0, 1] >= GROWTH_FIT else 0
 
 
 def _own(uss: int, shm: int) -> int:

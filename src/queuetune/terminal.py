@@ -1,7 +1,8 @@
 """Printing on the terminal: what the CLI and the API show, from what
 :mod:`queuetune.render.text` makes, every table in one style (rich's), at the
-width of ``COLUMNS`` or of the terminal (80 columns off one), with no trailing spaces off a terminal;
-the spinner and the progress bar of the commands that take a while."""
+width of ``COLUMNS`` or of the terminal (tables 80 columns off one, lines
+unwrapped), with no trailing spaces off a terminal; the spinner and the
+progress bar of the commands that take a while."""
 
 from __future__ import annotations
 
@@ -72,11 +73,18 @@ def _measure(console: Console, renderable: RenderableType) -> Measurement:
 
 def emit(console: Console, renderable: RenderableType) -> None:
     """Print one table or line on ``console``: text as written (no markup),
-    wrapped between words at the console's width; off a terminal, every line
-    without trailing spaces (what rich pads a table's title and cells with)."""
+    wrapped between words at the console's width, except into a file or a pipe
+    where ``COLUMNS`` sets no width (each line stays one line); off a terminal,
+    every line without trailing spaces (what rich pads a table's title and
+    cells with)."""
     options: dict[str, Any] = {"markup": False, "highlight": False}
     if console.is_terminal:
         console.print(renderable, **options)
+        return
+    if isinstance(renderable, str) and columns() is None:
+        # A line into a file or a pipe stays one line (a path in it is never broken); tables fit 80 columns.
+        console.file.write(renderable.rstrip() + "\n")
+        console.file.flush()
         return
     with console.capture() as captured:
         console.print(renderable, **options)

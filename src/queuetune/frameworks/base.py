@@ -127,6 +127,8 @@ class Framework:
     shard_advice: str | None = None
     #: What lowers the consumer's time to take a batch already built (None: the general advice).
     handover_advice: str | None = None
+    #: Why its loader serves an item more than once with no cause the pattern tells, and the fix (None: no advice).
+    repeat_advice: str | None = None
     #: Its own tensors, as the Prefetcher moves them (None: it has none).
     tensors: Tensors | None = None
     #: Why one watched run of its loader gives no recommendation (None: the

@@ -46,6 +46,8 @@ class Headline:
     partial_coverage: bool = False
     #: The memory finding in a few words (see :meth:`queuetune.memory_use.MemoryUse.short`).
     memory: str | None = None
+    #: Items an epoch consumed more than once, with their cause or fix (see :func:`repeated`).
+    coverage: str | None = None
 
     def text(self) -> str:
         """The headline in one line."""
@@ -64,6 +66,8 @@ class Headline:
             text += " Coverage partial: some batches' samples were not keyed."
         if self.memory:
             text += f" Memory: {self.memory}."
+        if self.coverage:
+            text += f" Coverage: {self.coverage}."
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,11 +86,12 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
     waiting, handover = report.input_bound_fraction, _handover_share(report)
     partial = report.coverage_partial
     memory = report.memory.short() if report.memory is not None else None
+    notes = {"memory": memory, "coverage": repeated(report)}
     if waiting is None:
-        return Headline("unknown", None, None, recommendation.why, None, partial, memory)
+        return Headline("unknown", None, None, recommendation.why, None, partial, **notes)
     if waiting >= MODERATE:
         step, settings = _faster(report, recommendation)
-        return Headline("loading", waiting, handover, step, settings, partial, memory)
+        return Headline("loading", waiting, handover, step, settings, partial, **notes)
     step, settings = _leaner(recommendation)
     if handover is not None and handover >= MODERATE:
         spec = FRAMEWORKS.get(report.meta.framework or "")
@@ -94,8 +99,31 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
         per_batch = report.handover.median
         each = f" ({format_seconds(per_batch)} a batch)" if per_batch is not None else ""
         step = f"lower the hand-over{each}: {advice}" + (f"; {step}" if recommendation.settings is not None else "")
-        return Headline("the hand-over", waiting, handover, step, settings, partial, memory)
-    return Headline("the model", waiting, handover, step, settings, partial, memory)
+        return Headline("the hand-over", waiting, handover, step, settings, partial, **notes)
+    return Headline("the model", waiting, handover, step, settings, partial, **notes)
+
+
+def repeated(report: Report) -> str | None:
+    """The epochs that consumed items more than once, in a few words, with the
+    cause the pattern tells or the framework's advice (None where none did).
+
+    >>> from queuetune.analysis import Coverage
+    >>> r = analyze(Trace())
+    >>> r.coverage = [Coverage(0, 0, "batch", 40, 40, duplicates=[25, 29, 32], extra=3)]
+    >>> repeated(r)
+    'epoch 0 took 3 batches more than once (25, 29, 32)'
+    """
+    rows = [c for c in report.coverage if c.duplicates]
+    if not rows:
+        return None
+    parts = []
+    for c in rows[:3]:
+        shown = ", ".join(str(d) for d in c.duplicates[:5]) + (", …" if len(c.duplicates) > 5 else "")
+        parts.append(f"epoch {c.epoch} took {len(c.duplicates)} {_plural(c.unit)} more than once ({shown})")
+    text = "; ".join(parts) + (f"; {len(rows) - 3} epochs more" if len(rows) > 3 else "")
+    spec = FRAMEWORKS.get(report.meta.framework or "")
+    why = next((c.cause for c in rows if c.cause), None) or (spec.repeat_advice if spec is not None else None)
+    return f"{text}: {why}" if why else text
 
 
 def _faster(report: Report, rec: Recommendation) -> tuple[str, dict[str, Any] | None]:
@@ -129,9 +157,18 @@ def _leaner(rec: Recommendation) -> tuple[str, dict[str, Any] | None]:
         return f"no setting to recommend: {rec.why}", None
     if rec.changes:
         saved = rec.saved_bytes
-        less = f" would hold {format_bytes(int(saved))} less" if saved is not None and saved > 0 else " would hold less"
-        return f"{_shown(rec.settings)}{less} at the same speed", rec.settings
-    return f"keep {_shown(rec.settings)}: nothing holds less at the same speed", None
+        if saved is None or saved <= 0:
+            return f"{_shown(rec.settings)}: predicted at {_share(rec.share)} of the best throughput", rec.settings
+        workers = " (the workers' own memory counted)" if rec.worker_bytes is not None else ""
+        return (
+            f"{_shown(rec.settings)} is predicted to hold {format_bytes(int(saved))} less{workers} "
+            f"at {_share(rec.share)} of the best throughput"
+        ), rec.settings
+    return f"keep {_shown(rec.settings)}: no setting is predicted to hold less at the same throughput", None
+
+
+def _plural(unit: str) -> str:
+    return {"batch": "batches", "sample": "samples", "sample key": "sample keys"}.get(unit, unit)
 
 
 def _handover_share(report: Report) -> float | None:

@@ -5,6 +5,7 @@ program; ``queuetune tune`` measures it)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,6 +28,10 @@ class Recommendation:
     ``current_share``/``current_peak_bytes``: the same for the settings
     measured (None when the model does not reach them); ``for_speed``: chosen
     for more throughput (the run waited for its builds), not for less memory.
+    ``worker_bytes``: each worker process's own memory at its start as
+    measured (its baseline; None where not read), which a setting's memory
+    counts once a worker: ``held_bytes`` and ``current_held_bytes`` are the
+    peak in flight and the workers' baselines together.
 
     >>> Recommendation(None, why="too few batches").text()
     'no recommendation: too few batches'
@@ -40,6 +45,9 @@ class Recommendation:
     current_peak_bytes: float | None = None
     why: str = ""
     for_speed: bool = False
+    worker_bytes: float | None = None
+    held_bytes: float = 0.0
+    current_held_bytes: float | None = None
 
     @property
     def changes(self) -> bool:
@@ -57,8 +65,9 @@ class Recommendation:
 
     @property
     def saved_bytes(self) -> float | None:
-        """Its predicted peak in flight less that of the settings measured."""
-        return None if self.current_peak_bytes is None else self.current_peak_bytes - self.peak_bytes
+        """The memory it is predicted to hold less than the settings measured:
+        the peak in flight and the workers' baselines."""
+        return None if self.current_held_bytes is None else self.current_held_bytes - self.held_bytes
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON, with :meth:`text`."""
@@ -118,13 +127,21 @@ def recommend(
     if not rows:
         return Recommendation(None, why="the queue model could not be fitted to this run")
     best = max(p.throughput for p in rows)
+    per_worker = worker_baseline(report)
+    count = functools.partial(_workers_of, framework, current)
+
+    def held(p: Predicted) -> float:
+        return p.peak_built_bytes + count(p) * (per_worker or 0.0)
+
     keeping = [p for p in rows if p.throughput >= (1 - tolerance) * best]
-    chosen = min(keeping, key=lambda p: (p.peak_built_bytes, -p.throughput))
+    if per_worker is None and workers is not None:  # a worker's own memory unknown: none added for memory
+        keeping = [p for p in keeping if count(p) <= workers] or keeping
+    chosen = min(keeping, key=lambda p: (held(p), -p.throughput))
     now = _matching(rows, current)
     for_speed = (report.input_bound_fraction or 0.0) >= MODERATE
     if now is not None:
         faster = chosen.throughput > (1 + tolerance) * now.throughput
-        leaner = chosen.peak_built_bytes < now.peak_built_bytes
+        leaner = held(chosen) < held(now) and (per_worker is not None or count(chosen) <= count(now))
         if not (faster if for_speed else leaner):
             chosen = now
     return Recommendation(
@@ -135,7 +152,33 @@ def recommend(
         current_share=now.throughput / best if now is not None and best else None,
         current_peak_bytes=now.peak_built_bytes if now is not None else None,
         for_speed=for_speed,
+        worker_bytes=per_worker,
+        held_bytes=held(chosen),
+        current_held_bytes=held(now) if now is not None else None,
     )
+
+
+def worker_baseline(report: Report) -> float | None:
+    """Each worker process's own memory at its start (its imports, its state:
+    about 30 MiB for a torch worker), the mean over the workers read at the
+    report's memory peak; None where the tree's memory was not read or no
+    worker was.
+
+    >>> from queuetune.trace import Trace
+    >>> worker_baseline(analyze(Trace())) is None
+    True
+    """
+    use = report.memory
+    if use is None or use.peak is None or not use.peak.workers:
+        return None
+    return use.peak.worker_baseline / use.peak.workers
+
+
+def _workers_of(framework: Any, current: dict[str, Any], p: Predicted) -> int:
+    """The worker processes or threads setting ``p`` runs (0 where the loader has none)."""
+    if not framework.workers_knob:
+        return 0
+    return int(framework.workers({**current, **p.settings}) or 0)
 
 
 def _matching(rows: list[Predicted], current: dict[str, Any]) -> Predicted | None:

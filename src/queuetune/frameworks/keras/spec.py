@@ -168,6 +168,10 @@ KERAS = Keras(
         "fewer or smaller arrays a batch; with use_multiprocessing=True each batch is pickled "
         "through a pipe, which threads (use_multiprocessing=False) do not pay"
     ),
+    repeat_advice=(
+        "Keras's enqueuer with workers > 1 serves batches built ahead again at an epoch's start: "
+        "set workers=1, or read the PyDataset through queuetune.Prefetcher"
+    ),
 )
 GENERATOR = KerasGenerator(
     "generator",

@@ -138,6 +138,7 @@ class ProbeCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras sh
         self._every = every
         self._scalars: Any = None
         self._written = 0.0
+        self._epoch_batches = 0
 
     def _begin(self, phase: str) -> None:
         if self._phase is None:
@@ -201,12 +202,20 @@ class ProbeCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras sh
         if self._phase == "train":
             self._recorder.epoch_begin()
             self._asked = clock()
+            self._epoch_batches = 0
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._phase == "train":
+            # An epoch cut by ``steps_per_epoch`` (or a callback that stops training)
+            # took fewer batches than the loader has.
+            total = self._recorder.meta.num_batches
+            if total is not None and self._epoch_batches < total:
+                self._recorder.mark("cut_short", self._recorder.epoch)
             self._recorder.epoch_end()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self._phase == "train":
+            self._epoch_batches += 1
         self._batch_begin("train")
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
