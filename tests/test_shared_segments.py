@@ -936,54 +936,32 @@ class Decoding:
         return np.array([i] * 16 + [faults], np.int64)
 
 
-def faults_a_sample(batches: list[np.ndarray]) -> float:
-    """The median page faults a sample took to build, past each worker's first batches."""
+def faults_a_sample() -> float:
+    """The median page faults a sample of :class:`Decoding` took to build in a
+    worker started by spawn (its allocator starts from glibc's own thresholds,
+    not from this process's), past each worker's first batches; every batch
+    checked whole, and nothing left."""
+    from queuetune.prefetch import heap
+
+    if heap.kept() is None:
+        pytest.skip("not glibc")
+    settings = {"mode": "process", "workers": 2, "max_bytes": "16MiB", "sample_memory": False}
+    with Prefetcher(Decoding(), batch_size=4, multiprocessing_context="spawn", **settings) as p:
+        batches = list(p)
+    assert [int(v) for b in batches for v in b[:, 0]] == list(range(48))
+    assert files() == []
+    assert_nothing_left_running()
     return float(np.median(np.concatenate([b[:, -1] for b in batches[4:]])))
 
 
 @pytest.mark.timeout(120)
 def test_a_worker_keeps_between_samples_what_one_sample_builds_with():
-    from queuetune.prefetch import heap
-
-    if heap.kept() is None:
-        pytest.skip("not glibc")
-    # spawn: each worker's allocator starts from glibc's own thresholds, not from this process's.
-    with Prefetcher(
-        Decoding(),
-        batch_size=4,
-        mode="process",
-        workers=2,
-        max_bytes="16MiB",
-        multiprocessing_context="spawn",
-        sample_memory=False,
-    ) as p:
-        batches = list(p)
-    assert [int(v) for b in batches for v in b[:, 0]] == list(range(48))
     # 4 MiB taken again from the system after every sample would be 1,024 faults.
-    assert faults_a_sample(batches) < 64
-    assert files() == []
-    assert_nothing_left_running()
+    assert faults_a_sample() < 64
 
 
 @pytest.mark.timeout(120)
 def test_a_process_whose_environment_sets_the_allocator_keeps_its_setting(monkeypatch):
-    from queuetune.prefetch import heap
-
-    if heap.kept() is None:
-        pytest.skip("not glibc")
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(128 << 10))  # read by each spawned worker's glibc
-    with Prefetcher(
-        Decoding(),
-        batch_size=4,
-        mode="process",
-        workers=2,
-        max_bytes="16MiB",
-        multiprocessing_context="spawn",
-        sample_memory=False,
-    ) as p:
-        batches = list(p)
-    assert [int(v) for b in batches for v in b[:, 0]] == list(range(48))
     # Its top given back after every sample: the 4 MiB taken again each time.
-    assert faults_a_sample(batches) > 512
-    assert files() == []
-    assert_nothing_left_running()
+    assert faults_a_sample() > 512
