@@ -93,7 +93,12 @@ def same(a, b) -> bool:
     if isinstance(a, np.ndarray):
         return a.dtype.str == b.dtype.str and a.shape == b.shape and a.tobytes() == b.tobytes()
     if type(a).__module__.startswith("torch"):
-        return a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all())
+        import torch
+
+        def raw(t):  # bit for bit: a NaN equals itself only as bits
+            return t.contiguous().reshape(-1).view(torch.uint8)
+
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(raw(a), raw(b))
     return a == b
 
 
