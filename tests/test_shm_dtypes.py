@@ -112,25 +112,28 @@ def same_dtype(a: np.dtype, b: np.dtype) -> bool:
     return a == b and a.str == b.str and a.descr == b.descr and a.fields == b.fields
 
 
-def assert_same(got, sent) -> None:
+def assert_same(got, sent, layout: bool = True) -> None:
     """``got`` is ``sent``: containers alike, arrays and tensors alike bit for bit
-    with their dtype; large ones (through shared memory) in the same layout."""
+    with their dtype; large ones (through shared memory) in the same layout
+    (with ``layout``: where some large arrays may have come through the pipe,
+    whose pickle lays them out in C order, the layout is not compared)."""
     assert type(got) is type(sent)
     if isinstance(sent, (tuple, list)):
         assert len(got) == len(sent)
         for g, s in zip(got, sent):
-            assert_same(g, s)
+            assert_same(g, s, layout)
     elif isinstance(sent, dict):
         assert list(got) == list(sent)
         for key in sent:
-            assert_same(got[key], sent[key])
+            assert_same(got[key], sent[key], layout)
     elif isinstance(sent, np.ndarray):
         if sent.nbytes < shm.MIN_BYTES:  # by pickle: numpy's own, which keeps no padding
             assert_same_values(got, sent)
             return
         assert same_dtype(got.dtype, sent.dtype), (got.dtype, sent.dtype)
         assert got.shape == sent.shape and raw_bytes(got) == raw_bytes(sent)
-        assert stride_order(got.strides, got.shape) == stride_order(sent.strides, sent.shape)
+        if layout:
+            assert stride_order(got.strides, got.shape) == stride_order(sent.strides, sent.shape)
     elif type(sent).__module__.startswith("torch"):
         assert got.dtype == sent.dtype and got.shape == sent.shape
         assert tensor_bytes(got) == tensor_bytes(sent)
@@ -285,8 +288,9 @@ def test_any_array_and_container_round_trips_through_shared_memory(batch, reserv
     large array in a segment the worker makes; 300 kB: granted that much, some arrays in
     the first segment, some in a second, the rest through the pipe; 8 MB: all in the first."""
     got, shipped = round_trip(batch, reserve)
-    assert_same(got, batch)
     large = [leaf for leaf in leaves(batch) if isinstance(leaf, np.ndarray) and leaf.nbytes >= shm.MIN_BYTES]
+    # With 300 kB some large arrays may come through the pipe, in C order; the others keep their layout.
+    assert_same(got, batch, layout=reserve != 300_000 or len(shipped) == len(large))
     if reserve == 300_000:
         assert len(shipped) <= len(large)
         assert sum(int(np.prod(p.shape)) * p.dtype.itemsize for p in shipped) <= shm._round(reserve)
