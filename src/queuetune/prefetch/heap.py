@@ -24,7 +24,6 @@ Where the C library is not glibc (musl, macOS), nothing is done.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import mmap
 import os
@@ -52,7 +51,9 @@ class _MallInfo2(ctypes.Structure):
 @functools.cache
 def _libc() -> Any:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # The C library the process runs on, without ctypes.util.find_library, which
+        # runs ldconfig in a subprocess: a worker calls this as it starts.
+        libc = ctypes.CDLL(None)
         libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
         libc.mallinfo2.argtypes, libc.mallinfo2.restype = [], _MallInfo2
         libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
