@@ -146,7 +146,12 @@ def test_a_batch_that_outgrows_the_budget_fails_clearly_never_silently(sizes, sl
         else:
             assert got == list(range(len(sizes)))
             source.takes_from(p.trace())
-            assert source.peak_bytes(since="end") <= budget
+            # A batch's size is known once it is built: each start is held to the budget
+            # with the sizes known then (every reservation at least the first batch's), so
+            # only the batches under way when one turns out larger than reserved can pass it,
+            # by their surprise, until the consumer takes them.
+            surprises = sorted((max(0, size - sizes[0]) for size in sizes), reverse=True)
+            assert source.peak_bytes(since="end") <= budget + sum(surprises[:workers])
     assert_nothing_left_running()
 
 
