@@ -672,9 +672,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # outside a program's run, which keeps its own (queuetune run's report, say)
         return _fail("interrupted", INTERRUPTED)
     except FactoryFailed as exc:
-        print(f"{PROG}: error: {_one_line(str(exc))}", file=sys.stderr)
+        code = _fail(str(exc), USAGE_ERROR)
         print(exc.traceback, end="", file=sys.stderr)
-        return USAGE_ERROR
+        return code
     except UsageError as exc:
         if _missing_command(exc):
             unknown = _unknown_global_flags(argv)
@@ -734,8 +734,12 @@ class FactoryFailed(Exception):
         self.traceback = "".join(traceback.format_exception(type(exc), exc, tb))
 
 
+# queuetune's own source folder, whose frames a factory's traceback leaves out.
+_OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
 def _is_ours(filename: str) -> bool:
-    return os.path.dirname(os.path.abspath(filename)).startswith(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.abspath(filename).startswith(_OURS)
 
 
 def _guarded(name: str, factory: Callable[..., Any]) -> Callable[..., Any]:
