@@ -140,3 +140,23 @@ def peak_held(trace: Any) -> int:
         held += change
         peak = max(peak, held)
     return peak
+
+
+def queuetune_process(argv: list[str], cwd: Any, close_stdout: bool = False) -> tuple[int, str]:
+    """Run ``python -m queuetune ARGV`` in ``cwd``; its exit code and stderr. With
+    ``close_stdout``, its reader goes away before it writes a byte."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "queuetune", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd
+    )
+    assert process.stdout is not None and process.stderr is not None
+    if close_stdout:
+        process.stdout.close()  # the reader gone before a byte is written
+    err = process.stderr.read().decode()
+    code = process.wait(timeout=100)
+    process.stderr.close()
+    if not close_stdout:
+        process.stdout.close()
+    return code, err

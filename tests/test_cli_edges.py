@@ -6,8 +6,6 @@ Prefetcher prints like a watched loader's."""
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -15,22 +13,7 @@ import pytest
 from rich.console import Console
 
 import queuetune
-from helpers import assert_nothing_left_running, run_cli
-
-
-def queuetune_process(argv: list[str], cwd, close_stdout: bool = False) -> tuple[int, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "queuetune", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd
-    )
-    assert process.stdout is not None and process.stderr is not None
-    if close_stdout:
-        process.stdout.close()  # the reader gone before a byte is written
-    err = process.stderr.read().decode()
-    code = process.wait(timeout=100)
-    process.stderr.close()
-    if not close_stdout:
-        process.stdout.close()
-    return code, err
+from helpers import assert_nothing_left_running, queuetune_process, run_cli
 
 
 @pytest.mark.timeout(120)

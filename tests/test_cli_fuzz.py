@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from helpers import assert_nothing_left_running, run_cli
+from helpers import assert_nothing_left_running, queuetune_process, run_cli
 from queuetune.units import BYTES_LIMIT, UNITS, parse_bytes, parse_shape
 
 ERROR_PREFIX = "queuetune: error: "
@@ -755,13 +755,7 @@ def test_trace_loads_or_fails_clearly_and_what_loads_analyses(record):
 )
 def test_a_reader_that_goes_away_ends_the_command_quietly(argv, tmp_path):
     """``queuetune table | head -1``: no error line, no traceback, the command's own code."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "queuetune", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
-    )
-    assert process.stdout is not None and process.stderr is not None
-    process.stdout.close()  # before the process, still starting, writes a byte
-    err = process.stderr.read().decode()
-    assert process.wait(timeout=100) == 0, err
+    code, err = queuetune_process(argv, tmp_path, close_stdout=True)
+    assert code == 0, err
     assert err == ""
-    process.stderr.close()
     assert_nothing_left_running()
