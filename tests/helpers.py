@@ -22,24 +22,66 @@ from queuetune.recorder import multiprocessing_helpers
 OUTCOMES = (pytest.fail.Exception, pytest.skip.Exception, pytest.exit.Exception)
 
 
+#: Threads already reported as left running by an earlier test: not reported again, so
+#: that one test's leftover fails that test, not every test after it.
+_REPORTED: set[int] = set()
+
+
 def queuetune_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("queuetune")]
+    return [t.name for t in _queuetune_threads()]
+
+
+def _queuetune_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("queuetune") and t.ident not in _REPORTED]
 
 
 def assert_nothing_left_running(timeout: float = 10.0, threads: bool = True) -> None:
     """Fail unless, within ``timeout``, no queuetune thread and no child process is alive
     (Python's own multiprocessing helpers aside: see ``multiprocessing_helpers``; queuetune's
-    warden is not, as it ends with the last Prefetcher closed)."""
+    warden is not, as it ends with the last Prefetcher closed).
+
+    The failure says what each leftover is doing (a thread's stack, a process's command
+    line and state); then the processes are killed and the threads set aside, so that
+    the tests after this one start clean and fail only for what they leave themselves.
+    """
     deadline = time.monotonic() + timeout
     while True:
-        helpers = multiprocessing_helpers() - {warden.pid()}
-        alive = [c for c in psutil.Process().children(recursive=True) if c.pid not in helpers and _alive(c)]
-        named = queuetune_threads() if threads else []
+        alive = _children_left()
+        named = _queuetune_threads() if threads else []
         if not alive and not named:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"left running: threads={named}, children={[c.pid for c in alive]}")
+            break
         time.sleep(0.05)
+    report = _describe(named, alive)
+    _REPORTED.update(t.ident for t in named if t.ident is not None)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(alive, timeout=5)
+    raise AssertionError(report)
+
+
+def _children_left() -> list[psutil.Process]:
+    helpers = multiprocessing_helpers() - {warden.pid()}
+    return [c for c in psutil.Process().children(recursive=True) if c.pid not in helpers and _alive(c)]
+
+
+def _describe(threads: list[threading.Thread], children: list[psutil.Process]) -> str:
+    import traceback
+
+    frames = sys._current_frames()
+    lines = [f"left running: threads={[t.name for t in threads]}, children={[c.pid for c in children]}"]
+    for thread in threads:
+        frame = frames.get(thread.ident or -1)
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else "  (no frame)\n"
+        lines.append(f"thread {thread.name}:\n{stack}")
+    for child in children:
+        try:
+            lines.append(f"process {child.pid} ({child.status()}): {' '.join(child.cmdline())[:300]}")
+        except psutil.Error as exc:
+            lines.append(f"process {child.pid}: {exc!r}")
+    return "\n".join(lines)
 
 
 def _alive(process: psutil.Process) -> bool:

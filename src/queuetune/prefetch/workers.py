@@ -936,6 +936,9 @@ def _shutdown(pool: cf.ProcessPoolExecutor) -> None:
             process.terminate()
     for process in processes:
         process.join(timeout=5)
+        if process.is_alive():  # SIGTERM blocked or handled by the source's own code
+            process.kill()
+            process.join(timeout=5)
     pool.shutdown(wait=True)
     if manager is not None:
         manager.join(timeout=5)
