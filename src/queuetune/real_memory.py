@@ -38,6 +38,8 @@ class ProcessMemory:
     pss: int
     uss: int
     shm: int = 0
+    #: CPU seconds it has used so far (user and system, all its threads).
+    cpu: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,9 @@ def read_process(process: psutil.Process) -> ProcessMemory:
     info = process.memory_full_info()
     if not info.rss:
         raise psutil.ZombieProcess(process.pid)
-    return ProcessMemory(process.pid, int(info.rss), int(getattr(info, "pss", info.uss)), int(info.uss))
+    times = process.cpu_times()
+    pss = int(getattr(info, "pss", info.uss))
+    return ProcessMemory(process.pid, int(info.rss), pss, int(info.uss), cpu=times.user + times.system)
 
 
 def read_tree(

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import psutil
 
-from . import real_memory
+from . import cores, real_memory
 from .trace import Consumed, Mark, MarkKind, MemorySample, Produced, Trace, TraceMeta
 
 clock = time.monotonic
@@ -394,6 +394,10 @@ class MemorySampler:
         self._children_due = 0.0
         self._last_children = (0, 0)
         self._tree = real_memory.supported()
+        try:
+            self._cores: set[int] | None = os.sched_getaffinity(0)
+        except AttributeError:  # not on Linux
+            self._cores = None
 
     def start(self) -> None:
         if self._thread is not None:
@@ -446,7 +450,23 @@ class MemorySampler:
             return
         workers = [[w.pid, w.pss, w.uss, w.shm] for w in tree.workers]
         mine = tree.consumer
-        self._sink(MemorySample(clock(), rss, unique, count, mine.pss, mine.uss, tree.shm, tree.shared, workers))
+        used, idle = self._cpu(tree)
+        self._sink(
+            MemorySample(clock(), rss, unique, count, mine.pss, mine.uss, tree.shm, tree.shared, workers, used, idle)
+        )
+
+    def _cpu(self, tree: real_memory.TreeMemory) -> tuple[float, float | None]:
+        """The tree's CPU seconds so far (this process's threads, its children reaped and
+        those read alive) and the idle seconds of the cores it may run on."""
+        own = os.times()
+        cpu = own.user + own.system + own.children_user + own.children_system + sum(w.cpu for w in tree.workers)
+        try:
+            per_core = psutil.cpu_times(percpu=True)
+            allowed = self._cores if self._cores is not None else range(len(per_core))
+            idle = sum(per_core[i].idle + getattr(per_core[i], "iowait", 0.0) for i in allowed if i < len(per_core))
+        except (psutil.Error, OSError):
+            return cpu, None
+        return cpu, idle
 
     def _read_tree(self) -> real_memory.TreeMemory | None:
         """This process and, with children, its descendants but Python's own helpers."""
@@ -537,6 +557,7 @@ class Recorder:
         self.meta = meta
         if sample_memory:
             self.meta.extra.setdefault("host_memory", psutil.virtual_memory().total)
+            self.meta.extra.setdefault("cores", cores.available())
         self.start = clock()
         self._produced: list[Built] = []
         self._consumed: list[Consumed] = []

@@ -107,7 +107,9 @@ class MemorySample:
     (``workers``; its ``shm``: the bytes of shared-memory files it maps), the
     bytes of the tree's shared-memory files that none of it maps (``shm``) and
     of all of them (``shared``); None in the samples between such readings, and
-    in traces of version 1."""
+    in traces of version 1. With the tree, ``cpu`` and ``idle`` (see below;
+    None where not read), from which :mod:`queuetune.tune.machine` tells what
+    the run took of the machine's cores."""
 
     t: float
     rss: int
@@ -118,6 +120,11 @@ class MemorySample:
     shm: int | None = None
     shared: int | None = None
     workers: list[list[int]] | None = None
+    #: CPU seconds the tree has used so far (this process, its children that ended
+    #: and were reaped, and those alive), and idle seconds of the cores this process
+    #: may run on, summed over them: both since boot, read with the tree (None between).
+    cpu: float | None = None
+    idle: float | None = None
 
     @property
     def total(self) -> int | None:
@@ -444,7 +451,7 @@ _CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "settings": ("an object of strings, numbers, true, false or null, or null", _or_null(lambda v: _settings(v))),
 }
 #: Fields whose values are sizes or counts: never below 0.
-_SIZES = ("nbytes", "rss", "children", "n_children", "rows", "busy", "pss", "uss", "shm", "shared")
+_SIZES = ("nbytes", "rss", "children", "n_children", "rows", "busy", "pss", "uss", "shm", "shared", "cpu", "idle")
 
 # What each entry of ``meta`` must hold when present; ``extra`` entries that
 # :mod:`queuetune.memory_use` reads are checked as well.
@@ -467,6 +474,7 @@ _META = {
     "world_size": "count | None",
     "job": "str",
     "host_memory": "count | None",
+    "cores": "count | None",
     "objects_bytes": "count | None",
     "batch_size": "count | None",
     "forked": "bool | None",

@@ -132,10 +132,15 @@ def _faster(report: Report, rec: Recommendation) -> tuple[str, dict[str, Any] | 
     if rec.changes and rec.settings is not None:
         step = f"try {_shown(rec.settings)}"
         gain = rec.gain
-        if gain is not None:
-            step += f" (predicted {gain:.1f}× the throughput)"
+        predicted = f"predicted {gain:.1f}× the throughput" if gain is not None else "predicted"
+        if rec.limit == "cores" and rec.cores is not None:
+            step += f" ({_filling(report, rec)}: {predicted})"
+        elif gain is not None:
+            step += f" ({predicted})"
         if waits_on_io and share is not None:
             step += f": builds wait on I/O {_share(1 - share)} of their time"
+        if rec.edge:
+            step += f"; the most workers considered, as {rec.edge} allows"
         return step, rec.settings
     if share is not None and not waits_on_io:
         return (
@@ -150,6 +155,15 @@ def _faster(report: Report, rec: Recommendation) -> tuple[str, dict[str, Any] | 
     if rec.settings is None:
         return rec.why, None
     return "the queue model predicts no faster setting; `queuetune tune` measures them", None
+
+
+def _filling(report: Report, rec: Recommendation) -> str:
+    """Which limit the setting reaches: "16 workers would fill the 16 cores"."""
+    spec = FRAMEWORKS.get(report.meta.framework or "")
+    knob = spec.workers_knob if spec is not None else None
+    workers = (rec.settings or {}).get(knob) if knob else None
+    who = f"{workers} workers" if workers is not None else "this setting"
+    return f"{who} would fill the {rec.cores} cores"
 
 
 def _leaner(rec: Recommendation) -> tuple[str, dict[str, Any] | None]:

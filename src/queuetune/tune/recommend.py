@@ -9,13 +9,12 @@ import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .. import cores
 from ..analysis import MODERATE, Report, analyze, consumed_by_block
 from ..frameworks import FRAMEWORKS
 from ..trace import Trace
+from .machine import machine_limits
 from .measures import after_warmup
-from .predict import Predicted, predict
-from .tuner import worker_choices
+from .predict import Predicted, predict, search_workers
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,8 @@ class Recommendation:
     ``worker_bytes``: each worker process's own memory at its start as
     measured (its baseline; None where not read), which a setting's memory
     counts once a worker: ``held_bytes`` and ``current_held_bytes`` are the
-    peak in flight and the workers' baselines together.
+    peak in flight and the workers' baselines together. ``limit``, ``cores``
+    and ``edge``: what bounds it beyond the queue (see :mod:`.machine`).
 
     >>> Recommendation(None, why="too few batches").text()
     'no recommendation: too few batches'
@@ -48,6 +48,12 @@ class Recommendation:
     worker_bytes: float | None = None
     held_bytes: float = 0.0
     current_held_bytes: float | None = None
+    #: ``"cores"`` where its predicted throughput is what the machine's ``cores``
+    #: (those this process may run on) give.
+    limit: str | None = None
+    cores: int | None = None
+    #: What kept more workers from being considered, where it offers the most considered.
+    edge: str | None = None
 
     @property
     def changes(self) -> bool:
@@ -96,9 +102,10 @@ def recommend(
 ) -> Recommendation:
     """The setting of least predicted peak memory whose predicted throughput is
     at least ``1 - tolerance`` of the best predicted, over depths up to
-    ``max_depth`` and worker counts 1, 2, 4, ... up to the cores, or past them
-    where the builds wait on I/O (see :func:`~queuetune.tune.worker_choices`),
-    from ``trace`` alone (``report``: its analysis, where it was made already).
+    ``max_depth`` and worker counts 1, 2, 3, 4, 6, ... as far as more are
+    predicted to gain (see :func:`~queuetune.tune.worker_choices`), none
+    predicted faster than the machine's cores allow (:mod:`.machine`), from
+    ``trace`` alone (``report``: its analysis, where it was made already).
 
     It agrees with the report's verdict: a run that waited for its builds
     (``input_bound_fraction`` at least ``MODERATE``) is offered only a
@@ -122,12 +129,18 @@ def recommend(
     current = {k: meta.settings[k] for k in framework.tuned_knobs if k in meta.settings}
     workers = framework.workers(current) if framework.workers_knob else None
     trimmed = after_warmup(consumed_by_block(trace), warmup)
-    choices = worker_choices(workers, cores.available(), report.build_busy_share)
-    rows = predict(trimmed, framework, choices, max_depth, seed=0)
+    limits = machine_limits(trimmed, report)
+    if workers is None:
+        rows = predict(trimmed, framework, [None], max_depth, seed=0, ceiling=limits.ceiling)
+        considered = None
+    else:
+        rows, considered = search_workers(
+            trimmed, framework, workers, limits.most, max_depth, seed=0, ceiling=limits.ceiling, tolerance=tolerance
+        )
     if not rows:
         return Recommendation(None, why="the queue model could not be fitted to this run")
     best = max(p.throughput for p in rows)
-    per_worker = worker_baseline(report)
+    per_worker = limits.worker_bytes
     count = functools.partial(_workers_of, framework, current)
 
     def held(p: Predicted) -> float:
@@ -144,6 +157,7 @@ def recommend(
         leaner = held(chosen) < held(now) and (per_worker is not None or count(chosen) <= count(now))
         if not (faster if for_speed else leaner):
             chosen = now
+    machine = limits.machine
     return Recommendation(
         settings={**current, **chosen.settings},
         share=chosen.throughput / best if best else 0.0,
@@ -155,23 +169,10 @@ def recommend(
         worker_bytes=per_worker,
         held_bytes=held(chosen),
         current_held_bytes=held(now) if now is not None else None,
+        limit=chosen.limit,
+        cores=machine.cores if machine is not None else None,
+        edge=limits.bound if workers is not None and considered == limits.most == count(chosen) else None,
     )
-
-
-def worker_baseline(report: Report) -> float | None:
-    """Each worker process's own memory at its start (its imports, its state:
-    about 30 MiB for a torch worker), the mean over the workers read at the
-    report's memory peak; None where the tree's memory was not read or no
-    worker was.
-
-    >>> from queuetune.trace import Trace
-    >>> worker_baseline(analyze(Trace())) is None
-    True
-    """
-    use = report.memory
-    if use is None or use.peak is None or not use.peak.workers:
-        return None
-    return use.peak.worker_baseline / use.peak.workers
 
 
 def _workers_of(framework: Any, current: dict[str, Any], p: Predicted) -> int:

@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import cores
 from ..analysis import Report, consumed_by_block
 from ..frameworks import get
 from ..frameworks.adapters import adapter_of
@@ -30,8 +29,9 @@ from .decide import (
     weakest_reference,
 )
 from .job import Factory, as_job, build, framework_of
+from .machine import machine_limits
 from .measures import after_warmup
-from .predict import Predicted, predict
+from .predict import Predicted, _counts, predict, search_workers
 from .trials import run_trial
 
 
@@ -118,35 +118,22 @@ class TuneResult:
 #: Builds whose threads are busy (on a CPU or waiting for one) less than this share
 #: of their time wait (on I/O, mostly): more workers than cores keep more of them going.
 WAITING_BUILDS = 0.5
-#: The most workers a core the tuner and the recommendation consider for such builds.
-WORKERS_PER_CORE = 8
 
 
-def worker_choices(default: int | None, available: int, busy_share: float | None = None) -> list[int | None]:
-    """The worker counts the tuner considers unless told: the loader's own, and
-    1, 2, 4, ... up to the cores available (those too); only the loader's
-    (None) where it has no workers to set. Where the builds are busy (on a CPU
-    or waiting for one) less than ``WAITING_BUILDS`` of their time (``busy_share``,
-    see :func:`queuetune.analysis.busy_share`), on past the cores: up to as many as
-    would keep the cores busy (``available / busy_share``), at most
-    ``WORKERS_PER_CORE`` a core.
+def worker_choices(default: int | None, most: int) -> list[int | None]:
+    """The worker counts the tuner and the recommendation consider unless told, in
+    the order they are tried: 1, 2, 3, 4, 6, 8, 12, 16, ... up to ``most`` (what
+    the machine can hold, see :func:`.machine.most_workers`) and the loader's own;
+    only the loader's (None) where it has no workers to set. The search stops where
+    more workers stop gaining (see :func:`.predict.search_workers`): builds that
+    wait on I/O go on past the cores, builds that fill them stop there.
 
     >>> worker_choices(4, 12), worker_choices(1, 2), worker_choices(None, 8)
-    ([1, 2, 4, 8, 12], [1, 2], [None])
-    >>> worker_choices(2, 2, busy_share=0.05), worker_choices(2, 2, busy_share=0.4)
-    ([1, 2, 4, 8, 16], [1, 2, 4, 5])
+    ([1, 2, 3, 4, 6, 8, 12], [1, 2], [None])
     """
     if default is None:
         return [None]
-    most = available
-    if busy_share is not None and busy_share < WAITING_BUILDS:
-        most = min(available * WORKERS_PER_CORE, math.ceil(available / max(busy_share, 1e-6)))
-    counts: set[int] = {default, most}
-    count = 1
-    while count < most:
-        counts.add(count)
-        count *= 2
-    return list(sorted(counts))
+    return list(_counts(most, default))
 
 
 def tune(
@@ -173,8 +160,9 @@ def tune(
     tf.data ``buffer``, Ray Data ``concurrency`` (queuetune sets the object-store
     budget and ``prefetch_batches`` itself); a plain iterable is read ahead by
     queuetune itself. ``workers``: the worker counts to consider, by default
-    the loader's own and 1, 2, 4, ... up to the cores available, or past them
-    where the default's builds wait on I/O (:func:`worker_choices`).
+    the loader's own and 1, 2, 3, 4, 6, ... as far as more are predicted to gain,
+    within what the machine's cores give and its memory holds (:func:`worker_choices`,
+    :mod:`.machine`).
 
     One traced run of the loader as it is (the default; for tf.data a second
     one with ``prefetch(0)``, whose requests show the build times), the queue
@@ -231,9 +219,6 @@ def tune(
     base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
     tick("baseline")
     framework = adapter.measured(framework, base_trace)
-    worker_counts: list[int | None] = (
-        list(workers) if workers else worker_choices(default_workers, cores.available(), base_report.build_busy_share)
-    )
     modelled = framework.model_settings(default)
     unbuffered = None
     if modelled is not None:
@@ -244,7 +229,14 @@ def tune(
     blocks = consumed_by_block(base_trace)
     block_warmup = warmup * len(blocks.consumed) // max(1, len(base_trace.consumed))
     trimmed = after_warmup(blocks, block_warmup)
-    predictions = predict(trimmed, framework, worker_counts, max_depth, seed, unbuffered)
+    limits = machine_limits(trimmed, base_report)
+    if workers or default_workers is None:
+        counts: list[int | None] = list(workers) if workers else [None]
+        predictions = predict(trimmed, framework, counts, max_depth, seed, unbuffered, limits.ceiling)
+    else:
+        predictions, _ = search_workers(
+            trimmed, framework, default_workers, limits.most, max_depth, seed, limits.ceiling, tolerance, unbuffered
+        )
     chosen_settings = pick_settings(predictions, default, tolerance, limit, candidates)
     total = done + len(chosen_settings) * rounds
 
