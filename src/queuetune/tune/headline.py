@@ -163,6 +163,8 @@ def _filling(report: Report, rec: Recommendation) -> str:
     knob = spec.workers_knob if spec is not None else None
     workers = (rec.settings or {}).get(knob) if knob else None
     who = f"{workers} workers" if workers is not None else "this setting"
+    if rec.others is not None and rec.others >= 0.5:
+        return f"{who} would fill the {rec.cores} cores, {rec.others:.1f} of them taken by other programs"
     return f"{who} would fill the {rec.cores} cores"
 
 

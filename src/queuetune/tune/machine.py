@@ -5,9 +5,10 @@ if each had a core of its own. A machine has so many: the builds, the training
 step, the framework's own threads (torch's pin-memory thread, its intra-op
 pool) and any other program share them. The tree's CPU seconds and the cores'
 idle seconds, read with its memory (:class:`~queuetune.trace.MemorySample`),
-tell over the steady state what a batch costs the machine and how many cores
-the run used and left idle: no setting takes more batches a second than those
-cores give at that cost (:attr:`Machine.ceiling`).
+tell over the steady state what a batch costs the machine, how many cores the
+run used and how many other programs took: a setting gets what the kernel's
+share of the cores gives it (:meth:`Machine.bound`), and no setting takes more
+batches a second than all the cores give at that cost (:attr:`Machine.ceiling`).
 
 How many workers a setting may have is bounded by the machine too
 (:func:`most_workers`): their baselines must fit in its memory and their pipes
@@ -66,22 +67,35 @@ class Machine:
         return max(0.0, self.cores - self.used - self.idle)
 
     @property
-    def usable(self) -> float:
-        """The cores the tree could use: all it may run on. Not fewer where other
-        programs keep some busy: the kernel shares a core among the threads ready
-        to run on it, so more workers win more of a busy machine's time."""
-        return float(self.cores)
-
-    @property
     def ceiling(self) -> float:
-        """The most batches a second these cores give at this cost (infinite where
+        """The most batches a second the cores give at this cost (infinite where
         the tree used no CPU that could be measured)."""
         if self.used <= 0:
             return math.inf
-        return self.usable / self.per_batch
+        return self.cores / self.per_batch
+
+    def bound(self, rate: float) -> float:
+        """What the cores give a setting the queue model predicts ``rate`` batches
+        a second for. It asks ``rate * per_batch`` cores; with what other programs
+        take (:attr:`others`), where that passes the cores, the kernel shares them
+        among all who ask, so it gets its part: ``rate * min(1, cores / (asked +
+        others))``. Never more than :attr:`ceiling`; the run as measured, whose
+        asks fitted, is left as it was.
+
+        >>> m = Machine(cores=16, used=4.0, idle=12.0, rate=10.0, seconds=5.0)
+        >>> m.bound(10.0), m.bound(40.0), round(m.bound(400.0), 1)
+        (10.0, 40.0, 40.0)
+        >>> busy = Machine(cores=2, used=0.5, idle=0.0, rate=5.0, seconds=5.0)
+        >>> busy.others, round(busy.bound(5.0), 2), round(busy.bound(20.0), 2)
+        (1.5, 5.0, 11.43)
+        """
+        if self.used <= 0 or rate <= 0:
+            return rate
+        asked = rate * self.per_batch
+        return rate * min(1.0, self.cores / (asked + self.others))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "per_batch": self.per_batch, "usable": self.usable, "ceiling": self.ceiling}
+        return {**asdict(self), "per_batch": self.per_batch, "others": self.others, "ceiling": self.ceiling}
 
 
 def machine_of(trace: Trace) -> Machine | None:

@@ -8,6 +8,7 @@ from typing import Any
 from ..frameworks import Framework, reachable_depths, rules_of
 from ..model import PipelineModel, Prediction, fit, fit_unbuffered, predict_curve
 from ..trace import Trace
+from .machine import Machine
 
 
 @dataclass
@@ -41,18 +42,23 @@ def predict(
     max_depth: int,
     seed: int,
     unbuffered: Trace | None = None,
-    ceiling: float | None = None,
+    machine: Machine | None = None,
 ) -> list[Predicted]:
     """The model fitted to ``trace`` (or to ``unbuffered`` beside it, see
     :func:`~queuetune.model.fit_unbuffered`), simulated at every depth the
     framework's settings reach with each worker count (empty when the traces
-    cannot make a model). No throughput passes ``ceiling`` (batches a second:
-    what the machine's cores give, see :attr:`.machine.Machine.ceiling`); those
-    it bounds have ``limit="cores"``."""
+    cannot make a model). On ``machine`` (what the run took of the cores, see
+    :mod:`.machine`), each throughput is what the cores give it
+    (:meth:`.machine.Machine.bound`); those it lowers by ``BOUND_NAMED`` or more
+    have ``limit="cores"``."""
     model = _fitted(trace, unbuffered)
     if model is None:
         return []
-    return [row for count in worker_counts for row in _rows(model, framework, count, max_depth, seed, ceiling)]
+    return [row for count in worker_counts for row in _rows(model, framework, count, max_depth, seed, machine)]
+
+
+#: The share by which the machine must lower a prediction to be named its limit.
+BOUND_NAMED = 0.01
 
 
 def search_workers(
@@ -62,7 +68,7 @@ def search_workers(
     most: int,
     max_depth: int,
     seed: int,
-    ceiling: float | None = None,
+    machine: Machine | None = None,
     tolerance: float = 0.02,
     unbuffered: Trace | None = None,
 ) -> tuple[list[Predicted], int]:
@@ -82,7 +88,7 @@ def search_workers(
     rows: list[Predicted] = []
     best, flat, considered = 0.0, 0, 0
     for count in _counts(most, default):
-        found = _rows(model, framework, count, max_depth, seed, ceiling)
+        found = _rows(model, framework, count, max_depth, seed, machine)
         rows.extend(found)
         considered = count
         top = max((p.throughput for p in found), default=0.0)
@@ -114,7 +120,12 @@ def _fitted(trace: Trace, unbuffered: Trace | None) -> PipelineModel | None:
 
 
 def _rows(
-    model: PipelineModel, framework: Framework, count: int | None, max_depth: int, seed: int, ceiling: float | None
+    model: PipelineModel,
+    framework: Framework,
+    count: int | None,
+    max_depth: int,
+    seed: int,
+    machine: Machine | None,
 ) -> list[Predicted]:
     # More workers than max_depth are considered at the least depth they reach.
     depths = reachable_depths(framework, count, max(max_depth, count or 0))
@@ -126,8 +137,11 @@ def _rows(
         assert settings is not None  # a reachable depth has settings
         fields_of = {f.name: getattr(p, f.name) for f in fields(Prediction)}
         limit = None
-        if ceiling is not None and fields_of["throughput"] > ceiling:
-            fields_of["throughput"], limit = ceiling, "cores"
+        if machine is not None:
+            queue_alone = fields_of["throughput"]
+            fields_of["throughput"] = machine.bound(queue_alone)
+            if fields_of["throughput"] < (1 - BOUND_NAMED) * queue_alone:
+                limit = "cores"
         peak = p.peak_built_batches * model.batch_bytes
         rows.append(Predicted(**fields_of, settings=settings, peak_built_bytes=peak, limit=limit))
     return rows

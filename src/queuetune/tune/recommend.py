@@ -49,9 +49,10 @@ class Recommendation:
     held_bytes: float = 0.0
     current_held_bytes: float | None = None
     #: ``"cores"`` where its predicted throughput is what the machine's ``cores``
-    #: (those this process may run on) give.
+    #: (those this process may run on) give, ``others`` of them kept busy by other programs.
     limit: str | None = None
     cores: int | None = None
+    others: float | None = None
     #: What kept more workers from being considered, where it offers the most considered.
     edge: str | None = None
 
@@ -131,11 +132,11 @@ def recommend(
     trimmed = after_warmup(consumed_by_block(trace), warmup)
     limits = machine_limits(trimmed, report)
     if workers is None:
-        rows = predict(trimmed, framework, [None], max_depth, seed=0, ceiling=limits.ceiling)
+        rows = predict(trimmed, framework, [None], max_depth, seed=0, machine=limits.machine)
         considered = None
     else:
         rows, considered = search_workers(
-            trimmed, framework, workers, limits.most, max_depth, seed=0, ceiling=limits.ceiling, tolerance=tolerance
+            trimmed, framework, workers, limits.most, max_depth, seed=0, machine=limits.machine, tolerance=tolerance
         )
     if not rows:
         return Recommendation(None, why="the queue model could not be fitted to this run")
@@ -171,6 +172,7 @@ def recommend(
         current_held_bytes=held(now) if now is not None else None,
         limit=chosen.limit,
         cores=machine.cores if machine is not None else None,
+        others=machine.others if machine is not None else None,
         edge=limits.bound if workers is not None and considered == limits.most == count(chosen) else None,
     )
 

@@ -232,10 +232,10 @@ def tune(
     limits = machine_limits(trimmed, base_report)
     if workers or default_workers is None:
         counts: list[int | None] = list(workers) if workers else [None]
-        predictions = predict(trimmed, framework, counts, max_depth, seed, unbuffered, limits.ceiling)
+        predictions = predict(trimmed, framework, counts, max_depth, seed, unbuffered, limits.machine)
     else:
         predictions, _ = search_workers(
-            trimmed, framework, default_workers, limits.most, max_depth, seed, limits.ceiling, tolerance, unbuffered
+            trimmed, framework, default_workers, limits.most, max_depth, seed, limits.machine, tolerance, unbuffered
         )
     chosen_settings = pick_settings(predictions, default, tolerance, limit, candidates)
     total = done + len(chosen_settings) * rounds
