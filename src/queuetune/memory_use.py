@@ -242,7 +242,7 @@ def _shared_growth(trace: Trace, series: list[Causes]) -> int:
     >>> t = Trace(meta=TraceMeta(depth=2), produced=[Produced(i, i + 0.5, MiB) for i in range(12)])
     >>> grow = [Causes(i + 1.0, 0, 0, 0, 0, i * 16 * MiB, 0, workers=2) for i in range(9)]
     >>> _shared_growth(t, grow) // MiB
-    80
+    112
     >>> spike = [Causes(i + 1.0, 0, 0, 0, 0, (64 * MiB if i == 8 else 0), 0, workers=2) for i in range(9)]
     >>> _shared_growth(t, spike)
     0
