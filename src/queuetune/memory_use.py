@@ -125,6 +125,17 @@ class MemoryUse:
         fields["growing"] = [Growth(**{**g, "span": tuple(g.get("span", (0.0, 0.0)))}) for g in data.get("growing", [])]
         return cls(**fields)
 
+    @property
+    def copy_on_read(self) -> bool:
+        """Whether workers were named copying what they read: forked workers of a
+        dataset of Python objects whose own memory grew with the samples they read.
+
+        >>> g = Growth("7", 50 * MiB, 60 * MiB, 2 * MiB, 25_000, None, True)
+        >>> MemoryUse(5, None, growing=[g]).copy_on_read, MemoryUse(5, None).copy_on_read
+        (True, False)
+        """
+        return bool(self.growing) and all(g.copy_on_read for g in self.growing)
+
     def short(self) -> str | None:
         """The finding in a few words, for a headline (None without one).
 
