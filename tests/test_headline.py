@@ -9,8 +9,9 @@ import pytest
 from tests.helpers import assert_nothing_left_running
 
 from queuetune import cores
-from queuetune.analysis import analyze
+from queuetune.analysis import Report, analyze
 from queuetune.cli import main
+from queuetune.memory_use import COPY_ON_READ_FIX, Growth, MemoryUse
 from queuetune.render.html import Section, html_report
 from queuetune.trace import Consumed, Mark, Produced, Trace, TraceMeta
 from queuetune.tune.headline import Headline, advise, headline
@@ -228,3 +229,33 @@ def test_without_the_workers_memory_no_worker_is_added_for_memory():
     assert recommendation.settings["num_workers"] <= 2
     if recommendation.changes:
         assert "is predicted to hold" in line.text() and "workers' own memory" not in line.text()
+
+
+def hand_over_bound(memory: MemoryUse | None) -> Report:
+    """A DataLoader's report whose consumer waits 9 % of its steady time to take
+    batches already built, and none for builds, with ``memory`` as its memory."""
+    report = analyze(loader_trace(*CASES["hand-over-bound"][:3]))
+    report.memory = memory
+    return report
+
+
+def test_copy_on_read_comes_before_the_hand_overs_own_advice():
+    copying = Growth("7", 40 * MiB, 52 * MiB, 0.9 * MiB, 44_000, 52 * MiB, copy_on_read=True)
+    report = hand_over_bound(MemoryUse(12, None, growing=[copying], heading_bytes=300 * MiB))
+    kept = {"num_workers": 2, "prefetch_factor": 2}
+    line = headline(report, Recommendation(kept, current=kept, why="kept"))
+    assert line.bottleneck == "the hand-over"
+    text = line.text()
+    assert "Workers copy what they read (copy-on-read), which slows the hand-over (" in text
+    assert COPY_ON_READ_FIX in text and "pin_memory" not in text and "Prefetcher" not in text
+    assert "; keep num_workers=2, prefetch_factor=2" in text  # the recommendation's step still follows
+    memory = "Memory: workers copy what they read (copy-on-read), +40 MiB so far, heading for 300 MiB in all."
+    assert text.endswith(memory)
+    # Growth that is not copy-on-read (spawned workers: a cache, a leak), or none:
+    # the hand-over's own advice.
+    spawned = Growth("7", 80 * MiB, 92 * MiB, 0.9 * MiB, 44_000, None, copy_on_read=False)
+    for memory in (MemoryUse(12, None, growing=[spawned]), MemoryUse(12, None), None):
+        line = headline(hand_over_bound(memory), Recommendation(None, why="none"))
+        assert line.bottleneck == "the hand-over"
+        assert line.next_step.startswith("lower the hand-over (") and "pin_memory=True" in line.next_step
+        assert "(copy-on-read), which slows" not in line.text()

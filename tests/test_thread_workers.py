@@ -287,7 +287,10 @@ def test_the_memory_sampler_looks_for_child_processes_only_for_loaders_that_have
 
 
 @pytest.mark.timeout(30)
-def test_the_memory_sampler_reads_costly_children_seldom_and_its_own_rss_at_every_sample(monkeypatch):
+@pytest.mark.parametrize("early", [False, True], ids=["after its first seconds", "in its first seconds"])
+def test_the_memory_sampler_reads_costly_children_seldom_and_its_own_rss_at_every_sample(monkeypatch, early):
+    if not early:
+        monkeypatch.setattr(MemorySampler, "EARLY_SECONDS", 0.0)
     reads = []
 
     def slow_children(self, recursive=False):
@@ -305,11 +308,11 @@ def test_the_memory_sampler_reads_costly_children_seldom_and_its_own_rss_at_ever
     time.sleep(0.4)
     sampler.stop()
     elapsed = time.monotonic() - began
-    # 10 ms or more a reading, within 2 % of a core: one every 0.5 s or less
-    # often, besides the ones at start, the next (the start's reading, made before
-    # a loader's workers exist, does not put it off) and at stop, while the
-    # process's own RSS was read every few milliseconds.
-    assert 2 <= len(reads) <= 3 + int(elapsed / 0.5)
+    # 10 ms or more a reading, within 2 % of a core (10 % in the sampler's first
+    # seconds): one every 0.5 s (0.1 s) or less often, besides the ones at start, the
+    # next (the start's reading, made before a loader's workers exist, does not put
+    # it off) and at stop, while the process's own RSS was read every few milliseconds.
+    assert 2 <= len(reads) <= 3 + int(elapsed / (0.1 if early else 0.5))
     assert len(samples) >= 10
     assert all(s.rss > 0 and s.n_children == 0 for s in samples)
     assert_nothing_left_running()

@@ -371,7 +371,11 @@ class MemorySampler:
     process that loaded torch), so a loader with no worker processes reads
     this process alone, and the tree is read at most as often as keeps that
     reading within ``CHILDREN_SHARE`` of one core (the samples in between
-    repeat the children's last unique bytes and carry no tree). This process's
+    repeat the children's last unique bytes and carry no tree), but in its first
+    ``EARLY_SECONDS``, where it may take ``EARLY_SHARE``: a forked worker that
+    reads a shuffled dataset of Python objects copies most of it over its first
+    batches, then holds (see :mod:`queuetune.memory_use`), and readings a
+    second apart saw that rise only across the first batch. This process's
     own RSS is read at every sample (microseconds). Where /proc gives no PSS
     (not Linux), only RSS and the children's unique memory are read. The first reading is made in the sampler's
     own thread; :meth:`stop` reads the children once more (workers that end
@@ -382,6 +386,10 @@ class MemorySampler:
 
     #: The share of one core the children's readings may take.
     CHILDREN_SHARE = 0.02
+    #: The share they may take in the sampler's first seconds (each ``start``),
+    #: where a worker's copy-on-read rises: some 0.3 s of a core at most.
+    EARLY_SHARE = 0.1
+    EARLY_SECONDS = 3.0
 
     def __init__(self, sink: Callable[[MemorySample], None], interval: float = 0.05, children: bool = True) -> None:
         self._sink = sink
@@ -389,6 +397,7 @@ class MemorySampler:
         self._children = children
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._started = 0.0
         self._process = psutil.Process()
         # When the tree is next read, and the children's last reading: unique bytes, count.
         self._children_due = 0.0
@@ -403,6 +412,7 @@ class MemorySampler:
         if self._thread is not None:
             return
         self._stop.clear()
+        self._started = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="queuetune-memory", daemon=True)
         self._thread.start()
 
@@ -443,7 +453,9 @@ class MemorySampler:
             # (a consumer forking its workers meanwhile) costs no core.
             # The first reading (before workers start, mostly) does not put off the next.
             cost = 0.0 if children_now else time.thread_time() - cpu
-            self._children_due = began + max(self._interval, cost / self.CHILDREN_SHARE)
+            early = began - self._started < self.EARLY_SECONDS
+            share = max(self.CHILDREN_SHARE, self.EARLY_SHARE) if early else self.CHILDREN_SHARE
+            self._children_due = began + max(self._interval, cost / share)
         unique, count = self._last_children
         if tree is None:
             self._sink(MemorySample(clock(), rss, unique, count))

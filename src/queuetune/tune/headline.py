@@ -14,6 +14,7 @@ from typing import Any, Literal
 from .. import cores
 from ..analysis import MODERATE, Report, analyze
 from ..frameworks import FRAMEWORKS
+from ..memory_use import COPY_ON_READ_FIX
 from ..trace import Trace
 from ..units import format_bytes, format_seconds
 from .recommend import Recommendation, recommend
@@ -98,7 +99,13 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
         advice = (spec.handover_advice if spec is not None else None) or HANDOVER_ADVICE
         per_batch = report.handover.median
         each = f" ({format_seconds(per_batch)} a batch)" if per_batch is not None else ""
-        step = f"lower the hand-over{each}: {advice}" + (f"; {step}" if recommendation.settings is not None else "")
+        if report.memory is not None and report.memory.copy_on_read:
+            # Workers copying pages (a fault and a copy each) take the cores the consumer
+            # takes its batches on: their fix comes before a cheaper hand-over.
+            lower = f"workers copy what they read (copy-on-read), which slows the hand-over{each}: {COPY_ON_READ_FIX}"
+        else:
+            lower = f"lower the hand-over{each}: {advice}"
+        step = lower + (f"; {step}" if recommendation.settings is not None else "")
         return Headline("the hand-over", waiting, handover, step, settings, partial, **notes)
     return Headline("the model", waiting, handover, step, settings, partial, **notes)
 
