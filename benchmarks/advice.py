@@ -40,8 +40,8 @@ What is measured, and how (2 cores in mind; every consumer steps on one thread,
     of random float32 batches 32x96x96x3 (3.4 MiB, numpy), read by
     ``model.fit`` training a small CNN (torch backend).
   * ``tfdata``: ``Dataset.from_tensor_slices(paths).repeat().map(read_file,
-    decode_jpeg, resize to 144x144, random crop of 128x128,
-    num_parallel_calls=2).batch(16).prefetch(8)`` iterated by a torch loop
+    decode_jpeg, resize to 144x144, random crop of 128x128, random flip and
+    brightness, num_parallel_calls=2).batch(16).prefetch(8)`` iterated by a torch loop
     training the ``decode`` pipeline's CNN.
 
 - The JPEGs (``IMAGES`` of 500x375, quality 90, made with Pillow from seeded
@@ -186,7 +186,8 @@ PIPELINES = {
             {"num_parallel_calls": 2, "buffer": 8},
             16,
             200,
-            f"tf.data read_file, decode_jpeg, resize, random crop {SIDE}x{SIDE}, batch, prefetch; small CNN in torch",
+            f"tf.data read_file, decode_jpeg, resize, random crop {SIDE}x{SIDE}, flip, brightness, batch, prefetch; "
+            "small CNN in torch",
         ),
     )
 }
@@ -410,9 +411,11 @@ def run_tfdata(pipeline: Pipeline, settings: dict[str, Any], steps: int, folder:
 
     def load(path: Any) -> Any:
         image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
-        # A random crop, as training does: the 64 files repeated are not the same samples again.
+        # Augmented at random, as training does: the 64 files repeated are not the same samples
+        # again (a crop alone repeats: 289 places for some 20 reads of each file).
         image = tf.image.resize(image, (SIDE + 16, SIDE + 16))
-        return tf.image.random_crop(image, (SIDE, SIDE, 3)) / 255.0
+        image = tf.image.random_flip_left_right(tf.image.random_crop(image, (SIDE, SIDE, 3)))
+        return tf.image.random_brightness(image, 16.0) / 255.0
 
     paths = [str(p) for p in jpeg_paths(folder)]
     dataset = (
