@@ -587,38 +587,51 @@ def compare(
     }
 
 
-def checks(name: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pipeline's targets: measured against predicted (n/a where nothing was applied)."""
+def comparisons(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a pipeline's advice predicted against what was measured: for speed, the
+    throughput ratio; for memory, the PSS saved and the throughput ratio (the same
+    speed); each with ``over``, measured/predicted (None where nothing was predicted),
+    and its target. Empty where nothing was measured."""
     advice, measured = entry["advice"], entry.get("measured")
     if measured is None:
-        why = "no setting recommended" if advice["settings"] is None else "not measured"
-        return [{"target": f"{name}: the advice applied and measured", "value": why, "met": None}]
-    ratio, predicted = measured["throughput_ratio"], advice["predicted_ratio"]
+        return []
+
+    def row(what: str, predicted: float | None, value: float, target: float) -> dict[str, Any]:
+        over = value / predicted if predicted else None
+        return {"what": what, "predicted": predicted, "measured": value, "over": over, "target": target}
+
+    speed = ("speed", advice["predicted_ratio"], measured["throughput_ratio"], SPEED_TARGET)
     if advice["kind"] == "speed":
-        off = ratio / predicted - 1 if predicted else None
-        return [
-            {
-                "target": f"{name}: measured throughput ratio within {SPEED_TARGET:.0%} of the predicted gain",
-                "value": f"measured {ratio:.3f} against predicted {predicted:.3f}" if off is not None else "n/a",
-                "met": None if off is None else abs(off) <= SPEED_TARGET,
-            }
-        ]
-    saving, predicted_saving = measured["pss_saving"], advice["predicted_saving"]
-    off_saving = saving / predicted_saving - 1 if predicted_saving else None
-    off_speed = ratio / predicted - 1 if predicted else None
+        return [row(*speed)]
+    return [
+        row("memory", advice["predicted_saving"], measured["pss_saving"], MEMORY_TARGET),
+        row("same speed", *speed[1:3], SAME_SPEED_TARGET),
+    ]
+
+
+def shown_value(what: str, value: float | None) -> str:
+    """A ratio as ``1.234x``, a saving in MiB, "n/a" for None."""
+    if value is None:
+        return "n/a"
+    return mib(value) if what == "memory" else f"{value:.3f}x"
+
+
+def checks(name: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pipeline's targets: measured within a share of predicted (n/a where
+    nothing was applied, or nothing predicted)."""
+    rows = comparisons(entry)
+    if not rows:
+        why = "no setting recommended" if entry["advice"]["settings"] is None else "not measured"
+        return [{"target": f"{name}: the advice applied and measured", "value": why, "met": None}]
+    words = {"speed": "throughput ratio", "memory": "PSS saving", "same speed": "throughput ratio (same speed)"}
     return [
         {
-            "target": f"{name}: measured PSS saving within {MEMORY_TARGET:.0%} of the predicted saving",
-            "value": f"measured {mib(saving)} against predicted {mib(predicted_saving)}"
-            if off_saving is not None
-            else "n/a",
-            "met": None if off_saving is None else abs(off_saving) <= MEMORY_TARGET,
-        },
-        {
-            "target": f"{name}: measured throughput ratio within {SAME_SPEED_TARGET:.0%} of the predicted (same speed)",
-            "value": f"measured {ratio:.3f} against predicted {predicted:.3f}" if off_speed is not None else "n/a",
-            "met": None if off_speed is None else abs(off_speed) <= SAME_SPEED_TARGET,
-        },
+            "target": f"{name}: measured {words[r['what']]} within {r['target']:.0%} of the predicted",
+            "value": f"measured {shown_value(r['what'], r['measured'])} against predicted "
+            f"{shown_value(r['what'], r['predicted'])}",
+            "met": None if r["over"] is None else abs(r["over"] - 1) <= r["target"],
+        }
+        for r in rows
     ]
 
 
@@ -637,7 +650,7 @@ def render(result: dict[str, Any]) -> str:
         "predicted: speed, the recommendation's share / current_share; memory, current_held_bytes - held_bytes "
         "(in flight and the workers' own memory). measured: the median over rounds of each round's "
         "recommended/original batches/s (after the warm-up) and of its PSS peak saved (the process tree's PSS "
-        f"+ its unmapped /dev/shm, sampled every {SAMPLE_EVERY_TRAINING} s and at the loop's end)",
+        f"+ its unmapped /dev/shm, sampled every {SAMPLE_EVERY_TRAINING} s and at the last step)",
         "",
     ]
     for name, entry in result["pipelines"].items():
@@ -646,57 +659,38 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"  headline: {advice['headline']}")
         lines.append(f"  settings: {shown(entry['settings'])} -> {shown(entry['applied'])}")
         if measured is None:
-            lines.append(f"  not measured: {advice['recommendation']}")
-            lines.append("")
+            lines += [f"  not measured: {advice['recommendation']}", ""]
             continue
-        rounds = ", ".join(f"{x:.3f}" for x in measured["throughput_ratios"])
-        predicted = advice["predicted_ratio"]
-        ratio = measured["throughput_ratio"]
         lines.append(
             f"  plainly: {measured['throughput_original']:.2f} -> {measured['throughput_recommended']:.2f} "
             f"batches/s (medians), PSS peak {mib(measured['pss_peak_original'])} -> "
             f"{mib(measured['pss_peak_recommended'])}"
         )
-        if advice["kind"] == "speed":
+        for r in comparisons(entry):
+            each = measured["pss_savings"] if r["what"] == "memory" else measured["throughput_ratios"]
+            over = "n/a" if r["over"] is None else f"{r['over']:.3f}"
             lines.append(
-                f"  speed: predicted {predicted:.3f}x, measured {ratio:.3f}x (rounds {rounds}), "
-                f"measured/predicted {ratio / predicted:.3f}"
-            )
-        else:
-            savings = ", ".join(mib(s) for s in measured["pss_savings"])
-            saving, predicted_saving = measured["pss_saving"], advice["predicted_saving"]
-            lines.append(
-                f"  memory: predicted saving {mib(predicted_saving)}, measured {mib(saving)} (rounds {savings}), "
-                f"measured/predicted {saving / predicted_saving:.3f}"
-                if predicted_saving
-                else f"  memory: predicted saving {mib(predicted_saving)}, measured {mib(saving)} (rounds {savings})"
-            )
-            lines.append(
-                f"  same speed: predicted {predicted:.3f}x, measured {ratio:.3f}x (rounds {rounds}), "
-                f"measured/predicted {ratio / predicted:.3f}"
+                f"  {r['what']}: predicted {shown_value(r['what'], r['predicted'])}, measured "
+                f"{shown_value(r['what'], r['measured'])} (rounds "
+                + ", ".join(shown_value(r["what"], x) for x in each)
+                + f"), measured/predicted {over}"
             )
         lines.append("")
     lines.append(
-        f"{'pipeline':<13} {'advice':<7} {'predicted':>12} {'measured':>12} {'meas/pred':>10} {'target':>7}  met"
+        f"{'pipeline':<13} {'advice':<10} {'predicted':>10} {'measured':>10} {'meas/pred':>10} {'target':>7}  met"
     )
     for name, entry in result["pipelines"].items():
-        advice, measured = entry["advice"], entry.get("measured")
-        if measured is None:
-            lines.append(f"{name:<13} {'none':<7} {'n/a':>12} {'n/a':>12} {'n/a':>10} {'':>7}  n/a")
-            continue
-        predicted, ratio = advice["predicted_ratio"], measured["throughput_ratio"]
-        rows = []
-        if advice["kind"] == "memory":
-            saving, predicted_saving = measured["pss_saving"], advice["predicted_saving"]
-            off = saving / predicted_saving if predicted_saving else None
-            rows.append(("memory", mib(predicted_saving), mib(saving), off, MEMORY_TARGET))
-            rows.append(("same", f"{predicted:.3f}x", f"{ratio:.3f}x", ratio / predicted, SAME_SPEED_TARGET))
-        else:
-            rows.append(("speed", f"{predicted:.3f}x", f"{ratio:.3f}x", ratio / predicted, SPEED_TARGET))
-        for kind, p, m, off, target in rows:
-            met = "n/a" if off is None else "yes" if abs(off - 1) <= target else "NO"
-            off_text = "n/a" if off is None else f"{off:.3f}"
-            lines.append(f"{name:<13} {kind:<7} {p:>12} {m:>12} {off_text:>10} {f'±{target:.0%}':>7}  {met}")
+        rows = comparisons(entry)
+        if not rows:
+            lines.append(f"{name:<13} {'none':<10} {'n/a':>10} {'n/a':>10} {'n/a':>10} {'':>7}  n/a")
+        for r in rows:
+            over = "n/a" if r["over"] is None else f"{r['over']:.3f}"
+            met = "n/a" if r["over"] is None else "yes" if abs(r["over"] - 1) <= r["target"] else "NO"
+            target = f"±{r['target']:.0%}"
+            lines.append(
+                f"{name:<13} {r['what']:<10} {shown_value(r['what'], r['predicted']):>10} "
+                f"{shown_value(r['what'], r['measured']):>10} {over:>10} {target:>7}  {met}"
+            )
     lines += ["", *target_lines(result["targets"])]
     return "\n".join(lines)
 
@@ -723,7 +717,9 @@ def main() -> int:
     if args.child is not None:
         return child(args.child, args.settings, args.steps, args.data, args.measure)
     if args.render is not None:
-        print(render(json.loads(args.render.read_text())))
+        saved = json.loads(args.render.read_text())
+        saved["targets"] = targets(saved["pipelines"])
+        print(render(saved))
         return 0
     if args.rounds < 1 or args.scale <= 0:
         parser.error("--rounds must be at least 1, --scale positive")
