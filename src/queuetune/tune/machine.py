@@ -209,10 +209,11 @@ def machine_limits(trace: Trace, report: Report) -> Limits:
 
 
 def worker_baseline(report: Report) -> float | None:
-    """Each worker process's own memory at its start (its imports, its state:
-    about 30 MiB for a torch worker), the mean over the workers read at the
-    report's memory peak; None where the tree's memory was not read or no
-    worker was.
+    """Each worker process's own memory at the report's memory peak, the mean
+    over the workers read there: its baseline (its imports, its state: about
+    30 MiB for a torch worker) and what it grew by since (what it copied as it
+    read, see :mod:`queuetune.memory_use`), which one worker fewer saves; None
+    where the tree's memory was not read or no worker was.
 
     >>> from queuetune.analysis import analyze
     >>> worker_baseline(analyze(Trace())) is None
@@ -221,4 +222,4 @@ def worker_baseline(report: Report) -> float | None:
     use = report.memory
     if use is None or use.peak is None or not use.peak.workers:
         return None
-    return use.peak.worker_baseline / use.peak.workers
+    return (use.peak.worker_baseline + use.peak.worker_growth) / use.peak.workers
