@@ -58,18 +58,20 @@ def test_a_run_measures_the_cores_it_used_and_those_left_idle():
     assert m is not None and m.cores == 16
     assert m.per_batch == pytest.approx(0.042, rel=0.05)
     assert m.used + m.idle == pytest.approx(16, rel=0.02) and m.others == pytest.approx(0, abs=0.1)
-    assert m.ceiling == pytest.approx(16 / 0.042, rel=0.05)
+    # A loader and its consumer keep at most 90 % of the cores busy between them.
+    assert m.ceiling == pytest.approx(machine.EFFICIENCY * 16 / 0.042, rel=0.05)
 
 
 def test_cpu_bound_builds_are_predicted_to_saturate_where_workers_and_consumer_fill_the_cores():
     # The case in small: 3 workers decoding on 16 cores, 40 ms of CPU a
     # batch, a step of 2 ms. The queue alone predicts 6.7x (the step's bound);
-    # the cores give 16 / 42 ms = 381 batches a second, 5.1x the 75 measured.
+    # the cores give 0.9 x 16 / 42 ms = 343 batches a second, 4.6x the 75 measured.
     trace = with_cores(loader_trace(0.040, 0.002, workers=3, batches=400), cores=16, cpu_per_batch=0.042)
     rec, line = advise(trace)
     assert rec.limit == "cores" and rec.cores == 16
     assert rec.settings is not None and 12 <= rec.settings["num_workers"] <= 24
-    assert rec.gain is not None and 0.8 * 16 / 0.042 / 75 <= rec.gain <= 16 / 0.042 / 75
+    most = machine.EFFICIENCY * 16 / 0.042 / 75
+    assert rec.gain is not None and 0.8 * most <= rec.gain <= most
     assert f"{rec.settings['num_workers']} workers would fill the 16 cores: predicted" in line.text()
 
 

@@ -26,6 +26,13 @@ from .. import cores as machine_cores
 from ..analysis import Report
 from ..trace import Trace
 
+#: The share of the cores a loader and its consumer keep busy between them at
+#: most: a step waits for its batch and a worker for its place now and then,
+#: and more processes than cores switch and thrash the caches. Measured on 2
+#: cores with real work (JPEG decode by Pillow, 1 to 2 workers beside a CNN's
+#: step: 1.20x where every core predicted 1.36x; file reads that wait, 2 to 24
+#: workers: 8.98x where every core predicted 10.0x).
+EFFICIENCY = 0.9
 #: The fewest seconds between the first and the last reading a measure is made over.
 MIN_SECONDS = 0.5
 #: The share of the machine's memory that the workers' baselines and the rest of
@@ -47,7 +54,7 @@ class Machine:
 
     >>> m = Machine(cores=16, used=4.0, idle=10.0, rate=10.0, seconds=5.0)
     >>> m.per_batch, m.others, m.ceiling
-    (0.4, 2.0, 40.0)
+    (0.4, 2.0, 36.0)
     """
 
     cores: int
@@ -67,24 +74,31 @@ class Machine:
         return max(0.0, self.cores - self.used - self.idle)
 
     @property
+    def attainable(self) -> float:
+        """The cores a loader and its consumer can keep busy between them:
+        :data:`EFFICIENCY` of them, or what the run kept busy with the other
+        programs where that was more."""
+        return min(float(self.cores), max(EFFICIENCY * self.cores, self.cores - self.idle))
+
+    @property
     def ceiling(self) -> float:
         """The most batches a second the cores give at this cost (infinite where
         the tree used no CPU that could be measured)."""
         if self.used <= 0:
             return math.inf
-        return self.cores / self.per_batch
+        return self.attainable / self.per_batch
 
     def bound(self, rate: float) -> float:
         """What the cores give a setting the queue model predicts ``rate`` batches
         a second for. It asks ``rate * per_batch`` cores; with what other programs
         take (:attr:`others`), where that passes the cores, the kernel shares them
-        among all who ask, so it gets its part: ``rate * min(1, cores / (asked +
-        others))``. Never more than :attr:`ceiling`; the run as measured, whose
-        asks fitted, is left as it was.
+        among all who ask, so it gets its part: ``rate * min(1, attainable /
+        (asked + others))``. Never more than :attr:`ceiling`; the run as
+        measured, whose asks fitted, is left as it was.
 
         >>> m = Machine(cores=16, used=4.0, idle=12.0, rate=10.0, seconds=5.0)
-        >>> m.bound(10.0), m.bound(40.0), round(m.bound(400.0), 1)
-        (10.0, 40.0, 40.0)
+        >>> m.bound(10.0), m.bound(36.0), round(m.bound(400.0), 1)
+        (10.0, 36.0, 36.0)
         >>> busy = Machine(cores=2, used=0.5, idle=0.0, rate=5.0, seconds=5.0)
         >>> busy.others, round(busy.bound(5.0), 2), round(busy.bound(20.0), 2)
         (1.5, 5.0, 11.43)
@@ -92,7 +106,7 @@ class Machine:
         if self.used <= 0 or rate <= 0:
             return rate
         asked = rate * self.per_batch
-        return rate * min(1.0, self.cores / (asked + self.others))
+        return rate * min(1.0, self.attainable / (asked + self.others))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "per_batch": self.per_batch, "others": self.others, "ceiling": self.ceiling}
@@ -109,7 +123,7 @@ def machine_of(trace: Trace) -> Machine | None:
     >>> trace.meta.extra["cores"] = 8
     >>> m = machine_of(trace)
     >>> m.used, m.idle, m.rate, m.ceiling
-    (2.0, 6.0, 10.0, 40.0)
+    (2.0, 6.0, 10.0, 36.0)
     """
     if not trace.consumed:
         return None
