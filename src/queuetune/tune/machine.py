@@ -223,14 +223,16 @@ def machine_limits(trace: Trace, report: Report) -> Limits:
 
 
 def worker_baseline(report: Report) -> float | None:
-    """Each worker process's own memory at its start (its imports, its state:
-    about 30 MiB for a torch worker), the mean over the workers read at the
-    report's memory peak; None where the tree's memory was not read or no
-    worker was. What a worker grew by since is not counted: a worker's growth
-    follows what it reads (copy-on-read), and the workers left read what it
-    would have read (in ``benchmarks/advice.py``'s copy-on-read pipeline, 4
-    workers to 1, the baselines alone predicted 178 MiB saved where 170 MiB
-    was measured; with the growth, 222 MiB where 161 MiB was).
+    """Each worker process's own memory at the report's memory peak, the mean
+    over the workers read there: its baseline (its imports, its state: about
+    30 MiB for a torch worker) and what it grew by since, which one worker fewer
+    saves; None where the tree's memory was not read or no worker was. Where
+    the baseline ends and the growth begins depends on when a worker was first
+    read, and a worker that copies what it reads (copy-on-read, shuffled) copies
+    most of the dataset within its first batches, as each worker does: in
+    ``benchmarks/advice.py``'s copy-on-read pipeline, 4 workers to 1, the
+    baselines alone predicted 178 MiB and 28 MiB saved in two runs where 170
+    and 224 MiB were measured; baseline and growth, 222 MiB where 161 MiB was.
 
     >>> from queuetune.analysis import analyze
     >>> worker_baseline(analyze(Trace())) is None
@@ -239,4 +241,4 @@ def worker_baseline(report: Report) -> float | None:
     use = report.memory
     if use is None or use.peak is None or not use.peak.workers:
         return None
-    return use.peak.worker_baseline / use.peak.workers
+    return (use.peak.worker_baseline + use.peak.worker_growth) / use.peak.workers

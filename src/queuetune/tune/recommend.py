@@ -27,8 +27,8 @@ class Recommendation:
     ``current_share``/``current_peak_bytes``: the same for the settings
     measured (None when the model does not reach them); ``for_speed``: chosen
     for more throughput (the run waited for its builds), not for less memory.
-    ``worker_bytes``: each worker process's own memory at its start as
-    measured (its baseline; None where not read), which a setting's memory
+    ``worker_bytes``: each worker process's own memory as measured at the
+    memory peak (its baseline and its growth; None where not read), which a setting's memory
     counts once a worker: ``held_bytes`` and ``current_held_bytes`` are the
     peak in flight and the workers' baselines together. ``limit``, ``cores``
     and ``edge``: what bounds it beyond the queue (see :mod:`.machine`).
