@@ -87,7 +87,7 @@ def search_workers(
         return [], 0
     rows: list[Predicted] = []
     best, flat, considered = 0.0, 0, 0
-    for count in _counts(most, default):
+    for count in counts_up_to(most, default):
         found = _rows(model, framework, count, max_depth, seed, machine)
         rows.extend(found)
         considered = count
@@ -99,7 +99,12 @@ def search_workers(
     return rows, considered
 
 
-def _counts(most: int, default: int | None = None) -> list[int]:
+def counts_up_to(most: int, default: int | None = None) -> list[int]:
+    """Worker counts 1, 2, 3, 4, 6, 8, 12, ... up to ``most``, with ``default``, in order.
+
+    >>> counts_up_to(10, default=5)
+    [1, 2, 3, 4, 5, 6, 8, 10]
+    """
     counts, power = [] if default is None else [default], 1
     while power <= most:
         counts.append(power)

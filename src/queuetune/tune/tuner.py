@@ -31,7 +31,7 @@ from .decide import (
 from .job import Factory, as_job, build, framework_of
 from .machine import machine_limits
 from .measures import after_warmup
-from .predict import Predicted, _counts, predict, search_workers
+from .predict import Predicted, counts_up_to, predict, search_workers
 from .trials import run_trial
 
 
@@ -133,7 +133,7 @@ def worker_choices(default: int | None, most: int) -> list[int | None]:
     """
     if default is None:
         return [None]
-    return list(_counts(most, default))
+    return list(counts_up_to(most, default))
 
 
 def tune(
