@@ -7,16 +7,24 @@ loader slowed by copying pages to pin its memory."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
-from tests.helpers import assert_nothing_left_running, busy_cores
 
-import queuetune
-from queuetune import real_memory
-from queuetune.memory_use import COPY_ON_READ_FIX
-from queuetune.tune.headline import Headline, headline
-from queuetune.tune.recommend import Recommendation
+ROOT = Path(__file__).resolve().parent.parent
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+from tests.helpers import assert_nothing_left_running, busy_cores  # noqa: E402
+
+import queuetune  # noqa: E402
+from queuetune import real_memory  # noqa: E402
+from queuetune.memory_use import COPY_ON_READ_FIX  # noqa: E402
+from queuetune.tune.headline import headline  # noqa: E402
+from queuetune.tune.recommend import Recommendation  # noqa: E402
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset, RandomSampler  # noqa: E402
@@ -51,24 +59,47 @@ def read_paths(samples: int = 500_000, batches: int = 40) -> queuetune.Report:
     return report
 
 
+def runs(count: int) -> list[dict[str, object]]:
+    """``count`` runs of :func:`read_paths` in this process: whether each named
+    copy-on-read, and its headline."""
+    found = []
+    for _ in range(count):
+        report = read_paths()
+        use = report.memory
+        line = headline(report, Recommendation(None, why="none"))
+        found.append(
+            {
+                "named": use is not None and use.copy_on_read,
+                "text": line.text(),
+                "bottleneck": line.bottleneck,
+                "next_step": line.next_step,
+            }
+        )
+    return found
+
+
 @pytest.mark.skipif(not real_memory.supported(), reason="needs Linux's /proc/PID/smaps_rollup")
 @pytest.mark.timeout(400)
 def test_copy_on_read_of_a_shuffled_list_is_named_in_20_runs_of_20_with_every_core_busy():
-    # The tree is read as often as queuetune reads it (not as test_real_memory's
-    # fixture has it), in the suite's own process: larger than a program's, so its
-    # readings cost more and come more seldom than under `queuetune run`.
-    runs: list[tuple[bool, Headline]] = []
+    # The runs are a program of their own, as a training script is: the suite's own
+    # process, grown large by a thousand tests and every framework imported, takes
+    # several times as long to read as a program's, so its readings come more seldom
+    # than any user's would (in CI, 5 runs of 20 went unnamed so).
     with busy_cores():
-        for _ in range(20):
-            report = read_paths()
-            use = report.memory
-            runs.append((use is not None and use.copy_on_read, headline(report, Recommendation(None, why="none"))))
+        done = subprocess.run([sys.executable, __file__, "20"], capture_output=True, text=True, timeout=380, cwd=ROOT)
     assert_nothing_left_running()
-    assert [named for named, _ in runs] == [True] * 20, [line.text() for _, line in runs]
-    for _, line in runs:
-        text = line.text()
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) == 20
+    assert [run["named"] for run in found] == [True] * 20, [run["text"] for run in found]
+    for run in found:
+        text = run["text"]
         assert "Memory: workers copy what they read (copy-on-read)" in text
         assert "pin_memory" not in text and "Prefetcher" not in text
-        if line.bottleneck == "the hand-over":
-            assert line.next_step.startswith("workers copy what they read (copy-on-read), which slows the hand-over")
-            assert COPY_ON_READ_FIX in line.next_step
+        if run["bottleneck"] == "the hand-over":
+            assert run["next_step"].startswith("workers copy what they read (copy-on-read), which slows the hand-over")
+            assert COPY_ON_READ_FIX in run["next_step"]
+
+
+if __name__ == "__main__":
+    print(json.dumps(runs(int(sys.argv[1]))))

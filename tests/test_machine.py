@@ -209,7 +209,10 @@ def test_a_watched_loader_reads_its_trees_cpu_and_the_idle_cores():
     assert_nothing_left_running()
     read = [m for m in trace.memory if m.cpu is not None]
     assert len(read) >= 2 and all(m.idle is not None for m in read)
-    assert all(b.cpu >= a.cpu and b.idle >= a.idle for a, b in itertools.pairwise(read))  # type: ignore[operator]
+    # The tree's CPU never goes back, not even as workers end before they are reaped;
+    # the cores' idle time may, a little (Linux's idle and iowait accounting).
+    assert all(b.cpu >= a.cpu for a, b in itertools.pairwise(read))  # type: ignore[operator]
+    assert read[-1].idle >= read[0].idle  # type: ignore[operator]
     # The workers spun 1.2 s of CPU between them, all of it inside the tree read.
     assert read[-1].cpu - read[0].cpu >= 0.9 * samples * each  # type: ignore[operator]
     assert trace.meta.extra["cores"] >= 1

@@ -382,7 +382,9 @@ def test_tune_a_ray_dataset(cluster):
         assert c.depth < default.depth
     # the factory was given the concurrency of each setting it built
     assert {m["concurrency"] for m in MADE} == {None} | {c.settings["concurrency"] for c in tried}
-    assert result.predictions and {p.workers for p in result.predictions} == choices
+    # the counts predicted are the first of those, as far as more were predicted to gain
+    predicted = sorted({p.workers for p in result.predictions})
+    assert predicted and predicted == sorted(choices)[: len(predicted)]
     # the choice is the decision rule's on what was measured (which setting wins varies with the noise)
     assert result.chosen is not None
     assert result.chosen == decide(result.candidates, result.tolerance, result.budget, result.noise, result.sure)

@@ -403,6 +403,10 @@ class MemorySampler:
         self._children_due = 0.0
         self._last_children = (0, 0)
         self._tree = real_memory.supported()
+        # Each descendant's CPU seconds as last read, and those of pids since taken anew.
+        self._worker_cpu: dict[int, float] = {}
+        self._ended_cpu = 0.0
+        self._cpu_so_far = 0.0
         try:
             self._cores: set[int] | None = os.sched_getaffinity(0)
         except AttributeError:  # not on Linux
@@ -468,10 +472,21 @@ class MemorySampler:
         )
 
     def _cpu(self, tree: real_memory.TreeMemory) -> tuple[float, float | None]:
-        """The tree's CPU seconds so far (this process's threads, its children reaped and
-        those read alive) and the idle seconds of the cores it may run on."""
+        """The tree's CPU seconds so far (this process's threads and its descendants)
+        and the idle seconds of the cores it may run on. A descendant counts as this
+        process's children's times have it once reaped, and as read while alive; one
+        that ended and is not yet reaped is in neither, so each also keeps its last
+        reading, and the larger count is taken: the figure never goes back."""
+        for worker in tree.workers:
+            last = self._worker_cpu.get(worker.pid)
+            if last is not None and worker.cpu < last:  # its pid taken by a new process
+                self._ended_cpu += last
+            self._worker_cpu[worker.pid] = worker.cpu
         own = os.times()
-        cpu = own.user + own.system + own.children_user + own.children_system + sum(w.cpu for w in tree.workers)
+        reaped_and_alive = own.children_user + own.children_system + sum(w.cpu for w in tree.workers)
+        as_last_read = self._ended_cpu + sum(self._worker_cpu.values())
+        cpu = max(self._cpu_so_far, own.user + own.system + max(reaped_and_alive, as_last_read))
+        self._cpu_so_far = cpu
         try:
             per_core = psutil.cpu_times(percpu=True)
             allowed = self._cores if self._cores is not None else range(len(per_core))
