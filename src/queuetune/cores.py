@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import psutil
 
@@ -21,6 +22,24 @@ def available() -> int:
         return max(len(os.sched_getaffinity(0)), 1)
     except AttributeError:  # not on Linux
         return max(os.cpu_count() or 1, 1)
+
+
+def idle_seconds() -> float | None:
+    """The idle seconds (idle and waiting on I/O) of the cores this process may run
+    on, summed over them since boot; None where the machine's times cannot be read.
+
+    >>> idle_seconds() is None or idle_seconds() >= 0
+    True
+    """
+    try:
+        per_core = psutil.cpu_times(percpu=True)
+    except (psutil.Error, OSError):
+        return None
+    try:
+        allowed: Iterable[int] = os.sched_getaffinity(0)
+    except AttributeError:  # not on Linux
+        allowed = range(len(per_core))
+    return sum(per_core[i].idle + getattr(per_core[i], "iowait", 0.0) for i in allowed if i < len(per_core))
 
 
 class IdleCores:

@@ -407,10 +407,6 @@ class MemorySampler:
         self._worker_cpu: dict[int, float] = {}
         self._ended_cpu = 0.0
         self._cpu_so_far = 0.0
-        try:
-            self._cores: set[int] | None = os.sched_getaffinity(0)
-        except AttributeError:  # not on Linux
-            self._cores = None
 
     def start(self) -> None:
         if self._thread is not None:
@@ -487,13 +483,7 @@ class MemorySampler:
         as_last_read = self._ended_cpu + sum(self._worker_cpu.values())
         cpu = max(self._cpu_so_far, own.user + own.system + max(reaped_and_alive, as_last_read))
         self._cpu_so_far = cpu
-        try:
-            per_core = psutil.cpu_times(percpu=True)
-            allowed = self._cores if self._cores is not None else range(len(per_core))
-            idle = sum(per_core[i].idle + getattr(per_core[i], "iowait", 0.0) for i in allowed if i < len(per_core))
-        except (psutil.Error, OSError):
-            return cpu, None
-        return cpu, idle
+        return cpu, cores.idle_seconds()
 
     def _read_tree(self) -> real_memory.TreeMemory | None:
         """This process and, with children, its descendants but Python's own helpers."""
