@@ -324,6 +324,37 @@ def test_workers_warming_up_over_their_first_batches_are_not_named():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("end", ["exhausted", "closed", "dropped"])
+def test_a_dataloaders_workers_are_read_as_they_are_told_to_end(monkeypatch, end):
+    # The sampler's readings, a fraction of a second apart, may all come before a short
+    # epoch's workers grew most (in CI, one run of 20 read its workers once, at a tenth
+    # of what they came to hold): their last reading is made as they are told to end.
+    # Here the sampler reads the tree at its start and once more, then not for minutes.
+    monkeypatch.setattr(MemorySampler, "CHILDREN_SHARE", 1e-6)
+    monkeypatch.setattr(MemorySampler, "EARLY_SHARE", 1e-6)
+    watched = queuetune.watch(DataLoader(range(64), batch_size=4, num_workers=2))
+    probe = queuetune.probe_of(watched)
+    it = iter(watched)
+    for _ in range(16 if end == "exhausted" else 6):
+        next(it)
+        time.sleep(0.02)
+    if end == "exhausted":
+        assert next(it, None) is None
+    elif end == "closed":
+        it.close()
+    else:
+        del it
+    trace = probe.trace()
+    probe.close()
+    assert_nothing_left_running()
+    workers = {int(p.worker.rsplit(":", 1)[-1]) for p in trace.produced}
+    last = max(c.consumed for c in trace.consumed)
+    assert len(workers) == 2 and len(trace.consumed) == (16 if end == "exhausted" else 6)
+    at_the_end = [m for m in trace.memory if m.t >= last and workers <= {w[0] for w in m.workers or []}]
+    assert len(at_the_end) == 1, [(m.t - last, m.workers) for m in trace.memory]
+
+
+@pytest.mark.timeout(120)
 def test_copy_on_read_by_persistent_workers_is_named():
     report = read_names(batches=75, epochs=2, multiprocessing_context="fork", persistent_workers=True)
     assert_nothing_left_running()

@@ -378,10 +378,11 @@ class MemorySampler:
     second apart saw that rise only across the first batch. This process's
     own RSS is read at every sample (microseconds). Where /proc gives no PSS
     (not Linux), only RSS and the children's unique memory are read. The first reading is made in the sampler's
-    own thread; :meth:`stop` reads the children once more (workers that end
-    with the run are seen at least there), which at 12 workers takes 31 ms: a
-    loader whose workers outlive its runs keeps the sampler running across them
-    (``Recorder(sample_across_runs=True)``).
+    own thread; :meth:`read_now` reads the tree in the caller's thread (a
+    loader's workers about to end, at their most grown, are read there),
+    and :meth:`stop` reads the children once more, which at 12 workers takes
+    31 ms: a loader whose workers outlive its runs keeps the sampler running
+    across them (``Recorder(sample_across_runs=True)``).
     """
 
     #: The share of one core the children's readings may take.
@@ -407,6 +408,8 @@ class MemorySampler:
         self._worker_cpu: dict[int, float] = {}
         self._ended_cpu = 0.0
         self._cpu_so_far = 0.0
+        # Samples come from the sampler's thread and from read_now's caller.
+        self._reading = threading.Lock()
 
     def start(self) -> None:
         if self._thread is not None:
@@ -425,6 +428,12 @@ class MemorySampler:
             thread.join(timeout=5)
             self.sample(children_now=True)
 
+    def read_now(self) -> None:
+        """Read the tree now, in this thread, while sampling runs (a no-op where it
+        does not)."""
+        if self._thread is not None:
+            self.sample(children_now=True)
+
     def _run(self) -> None:
         self.sample(children_now=True)
         while not self._stop.wait(self._interval):
@@ -432,6 +441,10 @@ class MemorySampler:
 
     def sample(self, children_now: bool = False) -> None:
         """Take one sample; the children are read if due, or with ``children_now``."""
+        with self._reading:
+            self._sample(children_now)
+
+    def _sample(self, children_now: bool) -> None:
         try:
             rss = self._process.memory_info().rss
         except psutil.Error:
@@ -650,6 +663,15 @@ class Recorder:
         self.mark("run_end", self.run, t)
         if self._active == 0 and self._sampler is not None and not self._sample_across_runs:
             self._sampler.stop()
+
+    def workers_ending(self) -> None:
+        """Read the process tree now, while a run is on: the loader's worker
+        processes are about to end, and this is their last reading, at their
+        most grown (a worker that copies what it reads grows to its end, and
+        the sampler's own readings, a fraction of a second apart, may all have
+        come before that)."""
+        if self._sampler is not None and self._active:
+            self._sampler.read_now()
 
     def epoch_begin(self, t: float | None = None) -> None:
         if self._epoch_open:

@@ -21,6 +21,7 @@ require("torch", "torch")
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter  # noqa: E402
 
 from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
@@ -391,6 +392,12 @@ class WatchedDataLoader(DataLoader[Any]):
         recording = self.__dict__.get("_queuetune_indices")
         return recording if recording is not None else super()._index_sampler
 
+    def _get_iterator(self) -> Any:
+        if self.num_workers == 0 or self.persistent_workers:
+            return super()._get_iterator()
+        self.check_worker_number_rationality()
+        return _ReadAtShutdown(self, self._queuetune_recorder)
+
     def __iter__(self) -> Any:
         recorder = self._queuetune_recorder
         if self._queuetune_run is not None:
@@ -414,6 +421,28 @@ class WatchedDataLoader(DataLoader[Any]):
         if self._queuetune_indices is not None and ordered:
             taken = self._queuetune_indices.latest
         return WatchedIterator(inner, recorder, run, taken, self._queuetune_keyer)
+
+
+class _ReadAtShutdown(_MultiProcessingDataLoaderIter):
+    """torch's iterator over worker processes that are not persistent, which has
+    the process tree read once more as its workers are told to end (at the end
+    of the epoch, or where it is closed or dropped): their last reading, at
+    their most grown."""
+
+    def __init__(self, loader: DataLoader[Any], recorder: Recorder) -> None:
+        self._queuetune_recorder: Recorder | None = recorder
+        super().__init__(loader)
+
+    def _shutdown_workers(self) -> None:
+        recorder = getattr(self, "_queuetune_recorder", None)
+        if recorder is not None and not getattr(self, "_shutdown", True):
+            self._queuetune_recorder = None
+            try:
+                recorder.workers_ending()
+            finally:
+                super()._shutdown_workers()
+            return
+        super()._shutdown_workers()
 
 
 def _wrap_dataset(dataset: Any, channel: Channel, token: str, iterable: bool, keyer: SampleKey | None) -> _Watched:
