@@ -183,6 +183,8 @@ def _leaner(rec: Recommendation) -> tuple[str, dict[str, Any] | None]:
         if saved is None or saved <= 0:
             return f"{_shown(rec.settings)}: predicted at {_share(rec.share)} of the best throughput", rec.settings
         workers = " (the workers' own memory counted)" if rec.worker_bytes is not None else ""
+        if rec.copying:
+            workers = " (the workers' own memory counted, each copying the pages of what it reads)"
         return (
             f"{_shown(rec.settings)} is predicted to hold {format_bytes(int(saved))} less{workers} "
             f"at {_share(rec.share)} of the best throughput"

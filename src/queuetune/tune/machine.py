@@ -226,13 +226,10 @@ def worker_baseline(report: Report) -> float | None:
     """Each worker process's own memory at the report's memory peak, the mean
     over the workers read there: its baseline (its imports, its state: about
     30 MiB for a torch worker) and what it grew by since, which one worker fewer
-    saves; None where the tree's memory was not read or no worker was. Where
+    saves; None where the tree's memory was not read or no worker was. (Where
     the baseline ends and the growth begins depends on when a worker was first
-    read, and a worker that copies what it reads (copy-on-read, shuffled) copies
-    most of the dataset within its first batches, as each worker does: in
-    ``benchmarks/advice.py``'s copy-on-read pipeline, 4 workers to 1, the
-    baselines alone predicted 178 MiB and 28 MiB saved in two runs where 170
-    and 224 MiB were measured; baseline and growth, 222 MiB where 161 MiB was.
+    read; workers that copy what they read hold more each as they are fewer:
+    see :mod:`.worker_memory`.)
 
     >>> from queuetune.analysis import analyze
     >>> worker_baseline(analyze(Trace())) is None

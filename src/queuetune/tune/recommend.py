@@ -15,6 +15,7 @@ from ..trace import Trace
 from .machine import machine_limits
 from .measures import after_warmup
 from .predict import Predicted, predict, search_workers
+from .worker_memory import worker_memory
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,9 @@ class Recommendation:
     ``worker_bytes``: each worker process's own memory as measured at the
     memory peak (its baseline and its growth; None where not read), which a setting's memory
     counts once a worker: ``held_bytes`` and ``current_held_bytes`` are the
-    peak in flight and the workers' baselines together. ``limit``, ``cores``
+    peak in flight and the workers' own memory together; ``copying``: the
+    workers copy what they read, so that fewer workers each hold more (see
+    :mod:`.worker_memory`). ``limit``, ``cores``
     and ``edge``: what bounds it beyond the queue (see :mod:`.machine`).
 
     >>> Recommendation(None, why="too few batches").text()
@@ -48,6 +51,7 @@ class Recommendation:
     worker_bytes: float | None = None
     held_bytes: float = 0.0
     current_held_bytes: float | None = None
+    copying: bool = False
     #: ``"cores"`` where its predicted throughput is what the machine's ``cores``
     #: (those this process may run on) give, ``others`` of them kept busy by other programs.
     limit: str | None = None
@@ -142,10 +146,11 @@ def recommend(
         return Recommendation(None, why="the queue model could not be fitted to this run")
     best = max(p.throughput for p in rows)
     per_worker = limits.worker_bytes
+    own = worker_memory(trimmed, report)
     count = functools.partial(_workers_of, framework, current)
 
     def held(p: Predicted) -> float:
-        return p.peak_built_bytes + count(p) * (per_worker or 0.0)
+        return p.peak_built_bytes + (own.total(count(p)) if own is not None else 0.0)
 
     keeping = [p for p in rows if p.throughput >= (1 - tolerance) * best]
     if per_worker is None and workers is not None:  # a worker's own memory unknown: none added for memory
@@ -170,6 +175,7 @@ def recommend(
         worker_bytes=per_worker,
         held_bytes=held(chosen),
         current_held_bytes=held(now) if now is not None else None,
+        copying=own is not None and own.copying,
         limit=chosen.limit,
         cores=machine.cores if machine is not None else None,
         others=machine.others if machine is not None else None,

@@ -1,0 +1,90 @@
+"""Each worker process's own memory as the worker count changes.
+
+A worker holds a baseline of its own (its imports, its state: about 30 MiB
+for a torch worker, 10 MiB for one forked). One that copies what it reads
+(copy-on-read: forked workers reading a dataset of Python objects at random,
+see :mod:`queuetune.memory_use`) holds besides the pages of the objects it has
+read, and an epoch's samples are shared among the workers: with fewer workers
+each reads more of them and copies more, so a worker fewer saves less than
+one worker's memory as measured. In ``benchmarks/advice.py``'s copy-on-read
+pipeline (1,000,000 strings, 103 MiB of objects, an epoch of 102,400 samples)
+the workers' own memory at an epoch's end read 123.6 MiB with one worker,
+2 × 102.6 MiB with two and 4 × 76.5 MiB with four; counted as four times the
+measured worker, one worker would have held 76.5 MiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..analysis import Report
+from ..memory_use import copied_share, samples_per_batch
+from ..trace import Trace
+
+
+@dataclass(frozen=True)
+class WorkerMemory:
+    """The own memory of a loader's workers: ``each`` worker's as measured at
+    the run's memory peak (its baseline and what it grew by). Where they copy
+    what they read, also each one's ``baseline``, the ``objects`` bytes of the
+    dataset's Python objects, its ``dataset`` samples, and the samples an
+    ``epoch`` reads (None: the workers live across epochs and, in the end, each
+    reads every sample).
+
+    >>> MiB = 2**20
+    >>> WorkerMemory(30 * MiB).total(4) / MiB
+    120.0
+    >>> copying = WorkerMemory(76 * MiB, baseline=12 * MiB, objects=108 * MiB, dataset=1_000_000, epoch=102_400)
+    >>> round(copying.total(4) / MiB), round(copying.total(1) / MiB)
+    (311, 118)
+    """
+
+    each: float
+    baseline: float | None = None
+    objects: int | None = None
+    dataset: int | None = None
+    epoch: int | None = None
+
+    @property
+    def copying(self) -> bool:
+        return self.baseline is not None and bool(self.objects) and bool(self.dataset)
+
+    def total(self, workers: int) -> float:
+        """The own memory of ``workers`` workers together at an epoch's end."""
+        if workers <= 0:
+            return 0.0
+        if not self.copying:
+            return workers * self.each
+        assert self.baseline is not None and self.objects and self.dataset
+        read = self.dataset if self.epoch is None else self.epoch / workers
+        return workers * (self.baseline + self.objects * float(copied_share(read, self.dataset, self.objects)))
+
+
+def worker_memory(trace: Trace, report: Report) -> WorkerMemory | None:
+    """The :class:`WorkerMemory` of the run ``trace`` (``report``: its
+    analysis); None where the tree's memory was not read or no worker was.
+    Where the workers copy what they read, each one's baseline is what it held
+    at the memory peak less the pages of the samples it had read by then.
+
+    >>> from queuetune.analysis import analyze
+    >>> worker_memory(Trace(), analyze(Trace())) is None
+    True
+    """
+    use = report.memory
+    if use is None or use.peak is None or not use.peak.workers:
+        return None
+    peak = use.peak
+    each = (peak.worker_baseline + peak.worker_growth) / peak.workers
+    meta = trace.meta
+    objects = (meta.extra or {}).get("objects_bytes")
+    per_batch = samples_per_batch(trace)
+    if not (use.copy_on_read and isinstance(objects, int) and objects > 0 and meta.num_samples and per_batch):
+        return WorkerMemory(each)
+    persistent = bool((meta.settings or {}).get("persistent_workers"))
+    epoch = None if persistent or not meta.num_batches else meta.num_batches * per_batch
+    # Each worker's baseline is what it held at the peak less the pages of what it
+    # had read by then: its first reading may come after it began to copy.
+    built = sum(1 for p in trace.produced if p.end - trace.start <= peak.t)
+    read = built * per_batch / peak.workers
+    baseline = max(0.0, each - objects * float(copied_share(read, meta.num_samples, objects)))
+    return WorkerMemory(each, baseline, objects, meta.num_samples, epoch)

@@ -1,0 +1,107 @@
+"""Each worker's own memory as the worker count changes (issue 59, part 3):
+workers that copy what they read share an epoch's samples, so fewer workers
+each copy more, and a worker fewer saves less than one worker as measured."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.helpers import assert_nothing_left_running
+
+import queuetune
+from queuetune import real_memory
+from queuetune.analysis import analyze
+from queuetune.tune.recommend import recommend
+from queuetune.tune.worker_memory import WorkerMemory, worker_memory
+
+MiB = 2**20
+
+copying = st.builds(
+    WorkerMemory,
+    each=st.floats(1 * MiB, 500 * MiB),
+    baseline=st.floats(0, 100 * MiB),
+    objects=st.integers(1 * MiB, 4096 * MiB),
+    dataset=st.integers(1_000, 10_000_000),
+    epoch=st.one_of(st.none(), st.integers(1, 20_000_000)),
+)
+
+
+@given(copying, st.integers(1, 256))
+def test_fewer_copying_workers_each_hold_more_and_together_hold_less(memory, workers):
+    assert memory.copying
+    assert memory.baseline is not None and memory.objects is not None
+    fewer, more = memory.total(workers), memory.total(workers + 1)
+    assert workers * memory.baseline <= fewer <= workers * (memory.baseline + memory.objects) * (1 + 1e-9)
+    assert fewer / workers >= more / (workers + 1) * (1 - 1e-9)  # each holds more
+    assert fewer <= more * (1 + 1e-9)  # together, less
+    if memory.epoch is None:  # workers that live across epochs each copy it all, in the end
+        assert fewer == pytest.approx(workers * (memory.baseline + memory.objects))
+
+
+@given(st.floats(0, 500 * MiB), st.integers(0, 256))
+def test_workers_that_copy_nothing_hold_their_measured_memory_each(each, workers):
+    assert WorkerMemory(each).total(workers) == pytest.approx(workers * each)
+
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, Dataset, RandomSampler  # noqa: E402
+
+
+class Paths(Dataset[int]):
+    """``samples`` file paths in a Python list, 80 bytes each: reading one writes its reference count."""
+
+    def __init__(self, samples: int) -> None:
+        self.paths = [f"/data/images/train/{i:08d}.jpg" for i in range(samples)]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> int:
+        return len(self.paths[index])
+
+
+def loader(dataset: Paths, workers: int, batches: int) -> DataLoader[int]:
+    sampler = RandomSampler(dataset, num_samples=batches * 2000)
+    return DataLoader(dataset, batch_size=2000, sampler=sampler, num_workers=workers, multiprocessing_context="fork")
+
+
+def own_memory_at_the_end(dataset: Paths, workers: int, batches: int) -> int:
+    """The workers' own memory together, read at the epoch's last batch, the loader unwatched."""
+    import psutil
+
+    it = iter(loader(dataset, workers, batches))
+    total = 0
+    for i, _ in enumerate(it):
+        if i == batches - 1:
+            children = psutil.Process().children()
+            total = sum(real_memory.read_process(c).uss for c in children)
+    del it
+    return total
+
+
+@pytest.mark.skipif(not real_memory.supported(), reason="needs Linux's /proc/PID/smaps_rollup")
+@pytest.mark.timeout(180)
+def test_the_memory_predicted_for_one_copying_worker_is_what_it_then_holds():
+    # Three workers read 20,000 samples each of the million and copy 64 % of the
+    # pages; one reads 60,000 and copies 96 %.
+    dataset, batches = Paths(1_000_000), 30
+    watched = queuetune.watch(loader(dataset, 3, batches))
+    for _ in watched:
+        time.sleep(0.03)
+    probe = queuetune.probe_of(watched)
+    trace = probe.trace()
+    probe.close()
+    report = analyze(trace)
+    memory = worker_memory(trace, report)
+    assert memory is not None and memory.copying, report.memory
+    assert recommend(trace, report=report).copying
+    predicted = memory.total(1)
+    measured = own_memory_at_the_end(dataset, 1, batches)
+    assert_nothing_left_running()
+    # One worker reads the whole epoch and copies nearly every page: more than the
+    # worker measured among three, which copied the pages of a third.
+    assert measured > memory.each * 1.2
+    assert 0.8 <= predicted / measured <= 1.25, (predicted / MiB, measured / MiB, memory)
