@@ -246,6 +246,7 @@ def test_report_json_schema():
         "batches",
         "cut_short",
         "not_reached",
+        "resumed_after",
     }
     assert "series" not in analyze(trace).to_dict(series=False)
     assert data["nodes"] == {}

@@ -58,7 +58,9 @@ class Coverage:
     before its loader was exhausted (the script broke out of its loop, closed
     the iterator, or an error ended it); its items not consumed are then
     ``not_reached`` (where the total is known), and ``never`` stays for the items
-    an epoch that ran to its end never consumed.
+    an epoch that ran to its end never consumed. ``resumed_after``: the epoch
+    resumed one another process began, after that many batches handed over
+    there; its items not consumed here are ``not_reached`` too.
     """
 
     run: int
@@ -76,6 +78,7 @@ class Coverage:
     batches: int = 0
     cut_short: bool = False
     not_reached: int | None = None
+    resumed_after: int | None = None
 
     @property
     def partial(self) -> bool:
@@ -773,6 +776,7 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
     batches = Counter((c.run, c.epoch) for c in trace.consumed)
     whole = trace.meta.num_batches
     cut = cut_short_epochs(trace)
+    resumed = resumed_epochs(trace)
     epochs = set(by_epoch) | (set(unkeyed) if unit == "sample key" else set())
     result = []
     for run, epoch in sorted(epochs):
@@ -782,6 +786,7 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
         # An epoch that took every batch the loader has was not cut short, marked or not.
         short = epoch in cut and (whole is None or taken < whole)
         cov = Coverage(run, epoch, unit, len(items), total, batches=taken, cut_short=short)
+        cov.resumed_after = resumed.get(epoch)
         cov.unkeyed = unkeyed[(run, epoch)] if unit == "sample key" else 0
         cov.duplicates = sorted(i for i, n in counts.items() if n > 1)
         cov.extra = sum(n - 1 for n in counts.values() if n > 1)
@@ -792,13 +797,30 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
         if isinstance(total, int):
             # Counted, not listed: a dataset may hold billions of samples.
             missing = total - sum(1 for i in counts if 0 <= i < total)
-            if cov.cut_short:
+            if cov.cut_short or cov.resumed_after is not None:
                 cov.not_reached = missing
             else:
                 cov.never_count = missing
                 cov.never = _first_missing(counts, total, 20)
         result.append(cov)
     return result
+
+
+def resumed_epochs(trace: Trace) -> dict[int, int]:
+    """The epochs that resumed one another process began: epoch, the batches
+    handed over there (from ``resumed`` marks).
+
+    >>> from queuetune.trace import Mark
+    >>> resumed_epochs(Trace(marks=[Mark(1.0, "resumed", {"epoch": 0, "batches": 7})]))
+    {0: 7}
+    """
+    found = {}
+    for m in trace.marks:
+        if m.kind == "resumed" and isinstance(m.value, dict):
+            epoch, batches = m.value.get("epoch"), m.value.get("batches")
+            if isinstance(epoch, int) and isinstance(batches, int):
+                found[epoch] = batches
+    return found
 
 
 def cut_short_epochs(trace: Trace) -> set[int]:

@@ -410,6 +410,8 @@ class MemorySampler:
         self._cpu_so_far = 0.0
         # Samples come from the sampler's thread and from read_now's caller.
         self._reading = threading.Lock()
+        # The CPU seconds its readings of the tree took so far (the probe's own, not the loader's).
+        self._own_cpu = 0.0
 
     def start(self) -> None:
         if self._thread is not None:
@@ -476,9 +478,10 @@ class MemorySampler:
         workers = [[w.pid, w.pss, w.uss, w.shm] for w in tree.workers]
         mine = tree.consumer
         used, idle = self._cpu(tree)
-        self._sink(
-            MemorySample(clock(), rss, unique, count, mine.pss, mine.uss, tree.shm, tree.shared, workers, used, idle)
-        )
+        self._own_cpu += time.thread_time() - cpu
+        sample = MemorySample(clock(), rss, unique, count, mine.pss, mine.uss, tree.shm, tree.shared, workers)
+        sample.cpu, sample.idle, sample.probe = used, idle, self._own_cpu
+        self._sink(sample)
 
     def _cpu(self, tree: real_memory.TreeMemory) -> tuple[float, float | None]:
         """The tree's CPU seconds so far (this process's threads and its descendants)

@@ -81,6 +81,7 @@ MarkKind = Literal[
     "pool",
     "samples_capped",
     "cut_short",
+    "resumed",
 ]
 
 
@@ -91,7 +92,9 @@ class Mark:
     Prefetcher's ``depth``, ``workers`` and ``pool`` (the bytes of its shared-memory
     segments) as they change; ``samples_capped`` where a run's sample keys reached
     the most it keeps; ``cut_short`` (its value the epoch) where an epoch ended
-    before its loader was exhausted."""
+    before its loader was exhausted; ``resumed`` where a Prefetcher resumed an
+    epoch another process had begun (its value ``{"epoch": e, "batches": k}``:
+    this trace's epoch ``e``, ``k`` batches of it handed over before)."""
 
     t: float
     kind: MarkKind
@@ -125,6 +128,9 @@ class MemorySample:
     #: may run on, summed over them: both since boot, read with the tree (None between).
     cpu: float | None = None
     idle: float | None = None
+    #: Of ``cpu``, the seconds queuetune's own sampling took so far (its reading of
+    #: the tree, in this process): not the loader's, and gone where it runs plainly.
+    probe: float | None = None
 
     @property
     def total(self) -> int | None:
@@ -451,7 +457,10 @@ _CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "settings": ("an object of strings, numbers, true, false or null, or null", _or_null(lambda v: _settings(v))),
 }
 #: Fields whose values are sizes or counts: never below 0.
-_SIZES = ("nbytes", "rss", "children", "n_children", "rows", "busy", "pss", "uss", "shm", "shared", "cpu", "idle")
+_SIZES = (
+    *("nbytes", "rss", "children", "n_children", "rows", "busy"),
+    *("pss", "uss", "shm", "shared", "cpu", "idle", "probe"),
+)
 
 # What each entry of ``meta`` must hold when present; ``extra`` entries that
 # :mod:`queuetune.memory_use` reads are checked as well.

@@ -8,6 +8,7 @@ import statistics
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..cores import IdleCores
@@ -17,8 +18,19 @@ from .adaptive import DepthController
 from .config import STEP_WINDOW, BatchSizes, EpochConfig
 from .crew import Facts, WorkerController
 from .errors import PrefetcherClosed
+from .resume import Progress
 from .schedule import Schedule, Seen, Task
 from .workers import END, Workers
+
+
+@dataclass(frozen=True)
+class Handed:
+    """Where an epoch's hand-overs are noted: its ``progress``, and the position
+    in the epoch's whole plan of each of its own (``positions``: an epoch
+    resumed builds only the batches left)."""
+
+    progress: Progress
+    positions: list[int]
 
 
 class Epoch:
@@ -53,8 +65,11 @@ class Epoch:
         sizes: BatchSizes,
         crew: WorkerController | None = None,
         controller: DepthController | None = None,
+        handed: Handed | None = None,
     ) -> None:
         self.config = config
+        # What of the epoch was handed over, for the prefetcher's state (see .resume).
+        self.handed = handed
         self.workers = workers
         self.recorder = recorder
         self.schedule = Schedule(config, plan, workers, sizes, controller)
@@ -135,6 +150,8 @@ class Epoch:
                     self._start_more()
                 samples = task.indices if isinstance(task.indices, list) else None
                 recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
+                if self.handed is not None:
+                    self.handed.progress.handed(self.handed.positions[task.position])
                 pool = self.workers.pool_bytes()
                 if pool is not None and pool != pooled:
                     recorder.mark("pool", pool)
@@ -152,6 +169,8 @@ class Epoch:
             # an epoch read to its end or left (break) keeps them for the next.
             # A forked child touches nothing of its parent's.
             if os.getpid() == self.pid:
+                if self.handed is not None:
+                    self.handed.progress.ended = True
                 self.stop("the epoch ended", wait=not abandoned, release=abandoned)
                 recorder.run_end()
                 self.running = False

@@ -29,7 +29,8 @@ from .batch import make_batch
 from .collate import batch_bytes_guess
 from .config import BatchSizes, EpochConfig
 from .crew import WorkerController
-from .epoch import Epoch
+from .epoch import Epoch, Handed
+from .resume import Progress, Shape, epoch_order, read_state, state_of
 from .schedule import depth_controller
 from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
 
@@ -205,7 +206,12 @@ class Prefetcher:
         self.shuffle = _flag(shuffle, "shuffle")
         self.drop_last = _flag(drop_last, "drop_last")
         sample_memory = _flag(sample_memory, "sample_memory")
-        self._rng = random.Random(seed)
+        # Each epoch's order is drawn from the seed and the epoch's number (see .resume).
+        self._seed = _check_seed(seed)
+        self._next_epoch = 0
+        # The epoch under way and what of it was handed over; one loaded to resume from.
+        self._progress: Progress | None = None
+        self._resumed: Progress | None = None
         self._source = source
         if not self._indexable:
             if source is None or not hasattr(source, "__iter__") or isinstance(source, (str, bytes, dict)):
@@ -288,16 +294,96 @@ class Prefetcher:
                 raise ValueError("this Prefetcher is closed")
             self._refuse_second_reader()
             self._end_epoch()
-            plan = self._plan() if self._indexable else None
+            plan, progress = self._plan_and_progress() if self._indexable else (None, None)
             workers = self._kept_workers() or self._new_workers()
             self._kept[:] = [workers]
             crew = None
             if self.auto:
                 assert self.max_workers is not None
                 crew = WorkerController(workers=workers.count, max_workers=self.max_workers, cores=cores.available())
-            epoch = Epoch(self._config(), plan, workers, self.recorder, self._sizes, crew, self._depth_controller())
+            epoch = Epoch(
+                self._config(), plan, workers, self.recorder, self._sizes, crew, self._depth_controller(), progress
+            )
             self._epoch = epoch
             return epoch.run(self)
+
+    def _plan_and_progress(self) -> tuple[list[Any], Handed]:
+        """The next epoch's plan (the batches left of it, where it resumes one) and
+        its progress, which its hand-overs update."""
+        progress = self._resumed or Progress(epoch=self._next_epoch)
+        self._resumed = None
+        plan = self._plan(progress.epoch)
+        progress.batches = len(plan)
+        self._progress = progress
+        self._next_epoch = progress.epoch + 1
+        left = progress.remaining()
+        if progress.done or progress.also:
+            # The recorder's epoch this one will be (it begins with its first batch).
+            self.recorder.mark("resumed", {"epoch": self.recorder.epoch + 1, "batches": len(plan) - len(left)})
+        return [plan[i] for i in left], Handed(progress, left)
+
+    # --- resuming -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this prefetcher stands, as small plain data (JSON-able): the
+        epoch under way, the batches of it handed over, the seed of its order.
+        Taken between any two batches, a new Prefetcher over the same source (in
+        a new process, with any worker count, mode or ``max_bytes``) given it by
+        :meth:`load_state_dict` hands over exactly the batches this one would
+        have from there: the rest of the epoch (a batch built and not yet taken
+        is built again), then every later epoch in the same order.
+
+        >>> import numpy as np
+        >>> items = [np.full(4, i) for i in range(6)]
+        >>> with Prefetcher(items, max_bytes="1MiB", shuffle=True, seed=1) as p:
+        ...     it = iter(p); first = [int(next(it)[0]) for _ in range(2)]; state = p.state_dict()
+        ...     rest = [int(b[0]) for b in it]
+        >>> state["epoch"], state["done"]
+        (0, 2)
+        >>> with Prefetcher(items, max_bytes="1MiB", shuffle=True, seed=1, workers=1) as resumed:
+        ...     resumed.load_state_dict(state)
+        ...     [int(b[0]) for b in resumed] == rest
+        True
+        """
+        if not self._indexable:
+            raise TypeError(
+                f"a Prefetcher over a plain iterable ({type(self._source).__name__}) cannot be resumed: "
+                "it can only read its iterator again; give an indexable dataset (__getitem__ and __len__)"
+            )
+        progress = self._resumed or self._progress
+        return state_of(progress, self._next_epoch, self._seed, self._shape())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state`` (what :meth:`state_dict` gave, here or in another
+        process): the next loop hands over what the prefetcher that gave it would
+        have handed over next. Load it before the loop; a state of another source
+        (another length, batch size, ``drop_last`` or ``shuffle``) is a ``ValueError``.
+
+        >>> p = Prefetcher(list(range(8)), max_bytes="1MiB", batch_size=2)
+        >>> p.load_state_dict({**p.state_dict(), "done": 3}); [b.tolist() for b in p]
+        [[6, 7]]
+        >>> Prefetcher(list(range(9)), max_bytes="1MiB", batch_size=2).load_state_dict(p.state_dict())
+        Traceback (most recent call last):
+        ...
+        ValueError: the state is of a source of 8 items, and this one has 9: resume over the same source
+        >>> p.close()
+        """
+        if not self._indexable:
+            self.state_dict()  # raises: a plain iterable cannot be resumed
+        shape = self._shape()
+        epoch, done, also, seed = read_state(state, shape)
+        batches = len(self)
+        if done > batches or any(i >= batches for i in also):
+            raise ValueError(f"the state has batches past the {batches} of an epoch of this source")
+        with self._lock:
+            if self._epoch is not None and self._epoch.running:
+                raise ValueError("a state is loaded between epochs, not while one is being read: load it first")
+            self._seed = seed
+            self._next_epoch = epoch
+            self._resumed = Progress(epoch=epoch, batches=batches, done=done, also=also)
+
+    def _shape(self) -> Shape:
+        return Shape(_length(self._source), self.batch_size, self.drop_last, self.shuffle)
 
     def _kept_workers(self) -> Workers | None:
         """The workers of the epochs before, if they can build this one's batches
@@ -345,12 +431,10 @@ class Prefetcher:
                 self.num_workers = self._epoch.crew.workers
             self._epoch = None
 
-    def _plan(self) -> list[Any]:
-        """What each batch of the epoch is made of: a batch index, or sample indices."""
+    def _plan(self, epoch: int) -> list[Any]:
+        """What each batch of epoch ``epoch`` is made of: a batch index, or sample indices."""
         count = _length(self._source)
-        order = list(range(count))
-        if self.shuffle:
-            self._rng.shuffle(order)
+        order = epoch_order(count, self.shuffle, self._seed, epoch)
         if self.batch_size is None:
             return order
         size = self.batch_size
@@ -529,6 +613,18 @@ def _check_collate(collate_fn: object) -> Callable[[list[Any]], Any] | None:
             f"collate_fn must be a callable or None, got {_shown(collate_fn)} ({type(collate_fn).__name__})"
         )
     return collate_fn
+
+
+def _check_seed(seed: Any) -> int:
+    """``seed``, or one drawn now where it is None (so that a state taken later
+    holds the order this prefetcher drew)."""
+    if seed is None:
+        return random.SystemRandom().randrange(2**63)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer or None, got {_shown(seed)} ({type(seed).__name__})")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer or None, got {seed}")
+    return int(seed)
 
 
 def _check_timeout(timeout: Any) -> float | None:

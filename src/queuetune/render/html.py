@@ -134,6 +134,9 @@ def _section(section: Section, number: int) -> str:
             if cov.cut_short:
                 reached = "" if cov.not_reached is None else f": {cov.not_reached} not reached"
                 never = f"epoch cut short after {cov.batches} batches{reached}"
+            elif cov.resumed_after is not None:
+                here = "" if cov.not_reached is None else f": {cov.not_reached} not consumed in this run"
+                never = f"resumed after {cov.resumed_after} batches handed over before the restart{here}"
             out.append(
                 f"<tr><td>{cov.run}</td><td>{cov.epoch}</td><td>{cov.consumed}{total} {_e(_plural(cov.unit))}</td>"
                 f"<td>{len(cov.duplicates)}</td><td>{never}</td></tr>"

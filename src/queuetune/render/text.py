@@ -190,6 +190,10 @@ def _coverage(cov: Coverage, num_batches: int | None = None) -> str:
 
 
 def _cut_short(cov: Coverage, num_batches: int | None) -> str:
+    unit = "batches" if cov.unit == "batch" else "samples"
+    if cov.resumed_after is not None and not cov.cut_short:
+        text = f"; resumed after {cov.resumed_after} batches handed over before the restart"
+        return text + (f": {cov.not_reached} {unit} not consumed in this run" if cov.not_reached is not None else "")
     if not cov.cut_short:
         return ""
     text = f"; epoch cut short after {cov.batches}" + (f" of {num_batches}" if num_batches is not None else "")

@@ -115,7 +115,8 @@ class Machine:
 def machine_of(trace: Trace) -> Machine | None:
     """The :class:`Machine` over ``trace``'s consumed batches, from its first
     reading of the tree's CPU among them to its last; None where fewer than two
-    such readings lie :data:`MIN_SECONDS` apart with batches taken between.
+    such readings lie :data:`MIN_SECONDS` apart with batches taken between. The
+    CPU of the probe's own readings (``MemorySample.probe``) is left out.
 
     >>> from queuetune.trace import Consumed, MemorySample
     >>> samples = [MemorySample(t, 1, cpu=2.0 * t, idle=6.0 * t) for t in (1.0, 3.0)]
@@ -138,9 +139,11 @@ def machine_of(trace: Trace) -> Machine | None:
     if seconds < MIN_SECONDS or taken < 2:
         return None
     assert first.cpu is not None and last.cpu is not None and first.idle is not None and last.idle is not None
+    # The probe's own readings are not the loader's: a run without queuetune has none.
+    probe = (last.probe - first.probe) if last.probe is not None and first.probe is not None else 0.0
     return Machine(
         cores=_cores(trace),
-        used=max(0.0, (last.cpu - first.cpu) / seconds),
+        used=max(0.0, (last.cpu - first.cpu - probe) / seconds),
         idle=max(0.0, (last.idle - first.idle) / seconds),
         rate=taken / seconds,
         seconds=seconds,

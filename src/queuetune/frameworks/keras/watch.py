@@ -254,6 +254,10 @@ class Prefetching(Protocol):
 
     def build_now(self, index: int) -> Any: ...
 
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
 
 class KerasPrefetcher(keras.utils.PyDataset):  # type: ignore[misc]  # keras ships no types: its base is Any
     """A :class:`~queuetune.Prefetcher` as Keras takes it: a PyDataset that Keras
@@ -297,6 +301,18 @@ class KerasPrefetcher(keras.utils.PyDataset):  # type: ignore[misc]  # keras shi
     def close(self) -> None:
         self._end_stream()
         self.prefetcher.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The prefetcher's state (see :meth:`queuetune.Prefetcher.state_dict`)."""
+        return self.prefetcher.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the prefetcher from ``state``: the next epoch Keras reads, or
+        the next loop, hands over the batches the one that gave it would have
+        (an epoch resumed holds only the batches left of it: pass ``steps_per_epoch``
+        to ``fit`` for that epoch, or resume between epochs with ``initial_epoch``)."""
+        self._end_stream()
+        self.prefetcher.load_state_dict(state)
 
     def __enter__(self) -> KerasPrefetcher:
         return self
