@@ -62,6 +62,19 @@ def test_a_run_measures_the_cores_it_used_and_those_left_idle():
     assert m.ceiling == pytest.approx(machine.EFFICIENCY * 16 / 0.042, rel=0.05)
 
 
+@given(st.floats(0.0, 0.5))
+def test_the_probes_own_readings_are_not_counted_as_the_loaders(probe_share):
+    # The sampler's readings of the tree take CPU a run without queuetune does not
+    # pay: `probe_share` of a core here, on top of the loader's 42 ms a batch.
+    trace = with_cores(loader_trace(0.040, 0.002, workers=3, batches=200), cores=16, cpu_per_batch=0.042)
+    for m in trace.memory:
+        assert m.cpu is not None
+        m.cpu += probe_share * m.t
+        m.probe = probe_share * m.t
+    found = machine_of(trace)
+    assert found is not None and found.per_batch == pytest.approx(0.042, rel=0.05)
+
+
 def test_cpu_bound_builds_are_predicted_to_saturate_where_workers_and_consumer_fill_the_cores():
     # The case in small: 3 workers decoding on 16 cores, 40 ms of CPU a
     # batch, a step of 2 ms. The queue alone predicts 6.7x (the step's bound);
