@@ -678,6 +678,7 @@ def render(result: dict[str, Any]) -> str:
         lines.append("")
     lines.append(
         f"{'pipeline':<13} {'advice':<10} {'predicted':>10} {'measured':>10} {'meas/pred':>10} {'target':>7}  met"
+        "  rounds (meas/pred)"
     )
     for name, entry in result["pipelines"].items():
         rows = comparisons(entry)
@@ -689,10 +690,25 @@ def render(result: dict[str, Any]) -> str:
             target = f"±{r['target']:.0%}"
             lines.append(
                 f"{name:<13} {r['what']:<10} {shown_value(r['what'], r['predicted']):>10} "
-                f"{shown_value(r['what'], r['measured']):>10} {over:>10} {target:>7}  {met}"
+                f"{shown_value(r['what'], r['measured']):>10} {over:>10} {target:>7}  {met:<3}  {spread(entry, r)}"
             )
     lines += ["", *target_lines(result["targets"])]
     return "\n".join(lines)
+
+
+def spread(entry: dict[str, Any], row: dict[str, Any]) -> str:
+    """The lowest and highest of the rounds' measured/predicted: how far one round
+    reads from another on this machine, beside the target.
+
+    >>> entry = {"measured": {"throughput_ratios": [0.9, 1.1, 1.0], "pss_savings": [1, 2]}}
+    >>> spread(entry, {"what": "same speed", "predicted": 1.0})
+    '0.900-1.100'
+    """
+    each = entry["measured"]["pss_savings" if row["what"] == "memory" else "throughput_ratios"]
+    if not each or not row["predicted"]:
+        return "n/a"
+    over = [x / row["predicted"] for x in each]
+    return f"{min(over):.3f}-{max(over):.3f}"
 
 
 def targets(pipelines: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
