@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,32 @@ def test_a_resumed_epoch_then_every_later_one_is_the_same_bit_for_bit(mode):
 
 
 @pytest.mark.timeout(60)
+def test_a_state_taken_from_another_thread_while_batches_are_handed_over_is_whole():
+    states: list[dict[str, Any]] = []
+    stop = threading.Event()
+    with Prefetcher(Samples(400), max_bytes="1MiB", batch_size=2, shuffle=True, seed=3, workers=4, ordered=False) as p:
+
+        def take() -> None:
+            while not stop.is_set():
+                states.append(p.state_dict())
+
+        taker = threading.Thread(target=take)
+        taker.start()
+        handed = sum(1 for _ in p)
+        stop.set()
+        taker.join(timeout=10)
+    assert handed == 200 and states
+    ends = [(s["epoch"], s["done"]) for s in states]
+    assert ends == sorted(ends)  # never goes back
+    for state in states[:: max(1, len(states) // 40)]:
+        with Prefetcher(Samples(400), max_bytes="1MiB", batch_size=2, shuffle=True) as resumed:
+            resumed.load_state_dict(state)  # each one whole: `also` after `done`, none past the epoch
+            rest = sum(1 for _ in resumed)
+        assert rest == 200 - state["done"] - len(state["also"]) if state["epoch"] == 0 else rest == 200
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
 def test_the_state_is_small_plain_and_holds_nothing_of_the_machine():
     with Prefetcher(Samples(100_000), max_bytes="4MiB", batch_size=32, shuffle=True, seed=1, workers=3) as p:
         it = iter(p)
@@ -205,9 +232,8 @@ def child(mode: str, ordered: bool, state_path: Path, epochs: int) -> None:
     atomically; resume from the checkpoint where there is one, with a worker
     count of its own."""
     workers = random.Random(os.getpid()).randint(1, 3)
-    p = Prefetcher(
-        Samples(150), max_bytes="256KiB", batch_size=3, shuffle=True, seed=5, mode=mode, ordered=ordered, workers=workers
-    )
+    shape = {"batch_size": 3, "shuffle": True, "seed": 5}
+    p = Prefetcher(Samples(150), max_bytes="256KiB", mode=mode, ordered=ordered, workers=workers, **shape)
     handed = 0
     if state_path.exists():
         saved = json.loads(state_path.read_text())

@@ -12,6 +12,7 @@ worker count, mode or ``max_bytes``.
 from __future__ import annotations
 
 import random
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,13 +56,21 @@ class Progress:
     done: int = 0
     also: set[int] = field(default_factory=set)
     ended: bool = False
+    # A state may be taken from another thread than the consumer's, which notes hand-overs.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def handed(self, position: int) -> None:
         """Note that the batch at ``position`` of the epoch's plan was handed over."""
-        self.also.add(position)
-        while self.done in self.also:
-            self.also.discard(self.done)
-            self.done += 1
+        with self._lock:
+            self.also.add(position)
+            while self.done in self.also:
+                self.also.discard(self.done)
+                self.done += 1
+
+    def now(self) -> tuple[int, list[int]]:
+        """``done`` and ``also`` (sorted) as they are at one moment."""
+        with self._lock:
+            return self.done, sorted(self.also)
 
     def remaining(self) -> list[int]:
         """The positions of the epoch's plan not handed over, in order."""
@@ -88,10 +97,11 @@ def state_of(progress: Progress | None, next_epoch: int, seed: int, shape: Shape
     >>> state["epoch"], state["done"], state["also"], state["seed"]
     (2, 1, [], 5)
     """
-    if progress is None or progress.ended or (progress.done >= progress.batches and not progress.also):
+    done, also = progress.now() if progress is not None else (0, [])
+    if progress is None or progress.ended or (done >= progress.batches and not also):
         epoch, done, also = (next_epoch if progress is None else progress.epoch + 1), 0, []
     else:
-        epoch, done, also = progress.epoch, progress.done, sorted(progress.also)
+        epoch = progress.epoch
     return {
         STATE_KEY: STATE_VERSION,
         "epoch": epoch,

@@ -146,7 +146,7 @@ def recommend(
         return Recommendation(None, why="the queue model could not be fitted to this run")
     best = max(p.throughput for p in rows)
     per_worker = limits.worker_bytes
-    own = worker_memory(trimmed, report)
+    own = worker_memory(trace, report)
     count = functools.partial(_workers_of, framework, current)
 
     def held(p: Predicted) -> float:
