@@ -21,6 +21,7 @@ require("torch", "torch")
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
+from torch.utils.data import _utils as torch_utils  # noqa: E402
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter  # noqa: E402
 
 from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
@@ -435,7 +436,9 @@ class _ReadAtShutdown(_MultiProcessingDataLoaderIter):
 
     def _shutdown_workers(self) -> None:
         recorder = getattr(self, "_queuetune_recorder", None)
-        if recorder is not None and not getattr(self, "_shutdown", True):
+        # Not as the interpreter exits, where torch itself does nothing here.
+        ending = torch_utils.python_exit_status is False
+        if recorder is not None and ending and not getattr(self, "_shutdown", True):
             self._queuetune_recorder = None
             try:
                 recorder.workers_ending()
