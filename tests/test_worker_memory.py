@@ -55,20 +55,8 @@ def test_workers_that_copy_nothing_hold_their_measured_memory_each(each, workers
 
 
 torch = pytest.importorskip("torch")
-from torch.utils.data import DataLoader, Dataset, RandomSampler  # noqa: E402
-
-
-class Paths(Dataset[int]):
-    """``samples`` file paths in a Python list, 80 bytes each: reading one writes its reference count."""
-
-    def __init__(self, samples: int) -> None:
-        self.paths = [f"/data/images/train/{i:08d}.jpg" for i in range(samples)]
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> int:
-        return len(self.paths[index])
+from tests.test_copy_on_read_load import Paths  # noqa: E402
+from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
 
 
 def loader(dataset: Paths, workers: int, batches: int) -> DataLoader[int]:

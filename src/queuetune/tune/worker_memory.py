@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..analysis import Report
 from ..memory_use import copied_share, samples_per_batch
 from ..trace import Trace
+from .machine import worker_baseline
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,11 @@ def worker_memory(trace: Trace, report: Report) -> WorkerMemory | None:
     >>> worker_memory(Trace(), analyze(Trace())) is None
     True
     """
+    each = worker_baseline(report)
     use = report.memory
-    if use is None or use.peak is None or not use.peak.workers:
+    if each is None or use is None or use.peak is None:
         return None
     peak = use.peak
-    each = (peak.worker_baseline + peak.worker_growth) / peak.workers
     meta = trace.meta
     objects = (meta.extra or {}).get("objects_bytes")
     per_batch = samples_per_batch(trace)
