@@ -64,8 +64,9 @@ class WorkerMemory:
 def worker_memory(trace: Trace, report: Report) -> WorkerMemory | None:
     """The :class:`WorkerMemory` of the run ``trace`` (``report``: its
     analysis); None where the tree's memory was not read or no worker was.
-    Where the workers copy what they read, each one's baseline is what it held
-    at the memory peak less the pages of the samples it had read by then.
+    Where the workers copy what they read, each one's baseline is the smaller
+    of its unique memory at its first reading and what it held at the memory
+    peak less the pages of the samples it had read by then.
 
     >>> from queuetune.analysis import analyze
     >>> worker_memory(Trace(), analyze(Trace())) is None
@@ -83,9 +84,14 @@ def worker_memory(trace: Trace, report: Report) -> WorkerMemory | None:
         return WorkerMemory(each)
     persistent = bool((meta.settings or {}).get("persistent_workers"))
     epoch = None if persistent or not meta.num_batches else meta.num_batches * per_batch
-    # Each worker's baseline is what it held at the peak less the pages of what it
-    # had read by then: its first reading may come after it began to copy.
+    # Two readings of each worker's baseline, each too high in its own way: its
+    # unique memory at its first reading (it may have begun to copy by then), and
+    # what it held at the peak less the pages of what it had read by then (its
+    # writes to the parent's heap but the samples' pages count too: with
+    # queuetune's modules imported, 8 MiB a worker more than plainly in
+    # benchmarks/advice.py's copy-on-read pipeline). The smaller is nearer.
     built = sum(1 for p in trace.produced if p.end - trace.start <= peak.t)
     read = built * per_batch / peak.workers
-    baseline = max(0.0, each - objects * float(copied_share(read, meta.num_samples, objects)))
+    derived = each - objects * float(copied_share(read, meta.num_samples, objects))
+    baseline = max(0.0, min(derived, peak.worker_baseline / peak.workers))
     return WorkerMemory(each, baseline, objects, meta.num_samples, epoch)
