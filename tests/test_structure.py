@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("specs", ("frameworks", "frameworks.base", "frameworks.*.spec", "frameworks.*.tensors", "frameworks.?*[!.]")),
     ("analysis", ("analysis", "ranks")),
     ("estimate", ("memory", "experiment")),
-    ("adapters", ("frameworks.adapters", "frameworks.*.watch")),
+    ("adapters", ("frameworks.adapters", "frameworks.*.watch", "frameworks.*.stateful")),
     ("prefetch", ("prefetch", "prefetch.*")),
     ("probing", ("probe", "session")),
     ("tuning", ("tune", "tune.*")),

@@ -25,11 +25,12 @@ from torch.utils.data import _utils as torch_utils  # noqa: E402
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter  # noqa: E402
 
 from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
+from ...imports import ImportHooks  # noqa: E402
 from ...nbytes import nbytes  # noqa: E402
 from ...real_memory import dataset_facts  # noqa: E402
 from ...recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
 from ...trace import TraceMeta  # noqa: E402
-from ..base import Adapter, Framework, Watching  # noqa: E402
+from ..base import Adapter, Framework, Watching, has_base  # noqa: E402
 
 # Per thread (a worker process's fetch loop, or the main thread with
 # num_workers=0): the batch whose items were fetched and not yet collated, by
@@ -212,24 +213,57 @@ class RecordingSampler:
         self._inner = inner
         self._batched = batched
         self.latest: deque[tuple[Any, list[int] | None]] = deque()
+        #: Index lists the passes begun now skip unrecorded: those a resumed
+        #: ``StatefulDataLoader`` fast-forwards past (handed over before its restart).
+        self.skip = 0
 
     def __iter__(self) -> Iterator[Any]:
         taken: deque[tuple[Any, list[int] | None]] = deque()
         self.latest = taken
-        return self._record(iter(self._inner), taken)
+        return _RecordingIterator(iter(self._inner), taken, self._batched, self.skip)
 
-    def _record(self, source: Iterator[Any], taken: deque[tuple[Any, list[int] | None]]) -> Iterator[Any]:
-        for indices in source:
-            taken.append(batch_key(indices, self._batched))
-            yield indices
+    def load_state_dict(self, state: Any) -> None:
+        # Its own state puts a stateful sampler where it was: nothing to fast-forward past.
+        self.skip = 0
+        self._inner.load_state_dict(state)
 
     def __len__(self) -> int:
         return len(self._inner)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_inner", "_batched", "latest"):
+        # A stateful sampler's state_dict and load_state_dict pass through (torchdata reads them).
+        if name.startswith("__") or name in ("_inner", "_batched", "latest", "skip"):
             raise AttributeError(name)
         return getattr(self._inner, name)
+
+
+class _RecordingIterator:
+    """One pass of a :class:`RecordingSampler`: each index list, recorded unless
+    among the first ``skip``. A stateful iterator's ``state_dict`` and
+    ``load_state_dict`` pass through (torchdata keeps a sampler's place there)."""
+
+    def __init__(self, source: Iterator[Any], taken: deque[tuple[Any, list[int] | None]], batched: bool, skip: int):
+        self._source, self._taken, self._batched, self._skip = source, taken, batched, skip
+
+    def __iter__(self) -> _RecordingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        indices = next(self._source)
+        if self._skip:
+            self._skip -= 1
+        else:
+            self._taken.append(batch_key(indices, self._batched))
+        return indices
+
+    def load_state_dict(self, state: Any) -> None:
+        self._skip = 0
+        self._source.load_state_dict(state)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_source", "_taken", "_batched", "_skip"):
+            raise AttributeError(name)
+        return getattr(self._source, name)
 
 
 class _Run:
@@ -361,19 +395,22 @@ class WatchedDataLoader(DataLoader[Any]):
         channel = recorder.channel
         dataset = loader.dataset
         iterable = isinstance(dataset, IterableDataset)
-        options: dict[str, Any] = {
-            "num_workers": loader.num_workers,
-            "collate_fn": WatchedCollate(loader.collate_fn, channel, token),
-            "pin_memory": loader.pin_memory,
-            "timeout": loader.timeout,
-            "worker_init_fn": loader.worker_init_fn,
-            "multiprocessing_context": loader.multiprocessing_context,
-            "generator": loader.generator,
-            "prefetch_factor": loader.prefetch_factor,
-            "persistent_workers": loader.persistent_workers,
-            "pin_memory_device": loader.pin_memory_device,
-            "in_order": loader.in_order,
-        }
+        options = self._queuetune_options(loader)
+        options.update(
+            {
+                "num_workers": loader.num_workers,
+                "collate_fn": WatchedCollate(loader.collate_fn, channel, token),
+                "pin_memory": loader.pin_memory,
+                "timeout": loader.timeout,
+                "worker_init_fn": loader.worker_init_fn,
+                "multiprocessing_context": loader.multiprocessing_context,
+                "generator": loader.generator,
+                "prefetch_factor": loader.prefetch_factor,
+                "persistent_workers": loader.persistent_workers,
+                "pin_memory_device": loader.pin_memory_device,
+                "in_order": loader.in_order,
+            }
+        )
         if iterable:
             options.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
         elif loader.batch_size is not None:
@@ -385,8 +422,16 @@ class WatchedDataLoader(DataLoader[Any]):
         keyer = None if key is False or not iterable else SampleKey(key, shared=loader.num_workers > 0)
         self._queuetune_keyer = keyer
         super().__init__(_wrap_dataset(dataset, channel, token, iterable, keyer), **options)  # type: ignore[arg-type]
+        self._queuetune_adopt(loader)
         if not iterable:
             self._queuetune_indices = RecordingSampler(super()._index_sampler, batched=self.batch_sampler is not None)
+
+    def _queuetune_options(self, loader: DataLoader[Any]) -> dict[str, Any]:
+        """The options of ``loader`` a subclass of ``DataLoader`` adds to torch's."""
+        return {}
+
+    def _queuetune_adopt(self, loader: DataLoader[Any]) -> None:
+        """Take from ``loader`` what a subclass keeps beyond its options (a state loaded)."""
 
     @property
     def _index_sampler(self) -> Any:
@@ -518,20 +563,66 @@ def watch_dataloader(
         meta.extra.update(dataset_facts(dataset, (method or multiprocessing.get_start_method()) == "fork"))
     recorder = Recorder(meta, processes=loader.num_workers > 0, sample_memory=sample_memory)
     try:
-        watched = WatchedDataLoader(loader, recorder, key)
+        watched = _watched_class(loader)(loader, recorder, key)
     except BaseException:
         recorder.close()
         raise
     return watched, recorder
 
 
+def is_stateful(loader: Any) -> bool:
+    """A torchdata ``StatefulDataLoader``.
+
+    >>> is_stateful(DataLoader(range(4)))
+    False
+    """
+    return has_base(loader, "StatefulDataLoader", "torchdata")
+
+
+def _watched_class(loader: DataLoader[Any]) -> type[WatchedDataLoader]:
+    if is_stateful(loader):
+        from .stateful import watched_class
+
+        return watched_class(WatchedDataLoader)  # type: ignore[return-value]
+    return WatchedDataLoader
+
+
+#: Where torchdata's ``StatefulDataLoader`` is defined (it iterates without ``DataLoader.__iter__``).
+STATEFUL_MODULE = "torchdata.stateful_dataloader.stateful_dataloader"
+
+
 def autowatch_dataloaders(session: Watching) -> Callable[[], None]:
     """Make every ``DataLoader`` the program iterates while ``session`` is
     active iterate a watched copy of itself (one per loader, made on its first
     pass, so that persistent workers persist); return what undoes it. The
-    loaders Keras makes to read its own inputs are left to Keras's watcher."""
-    original = DataLoader.__iter__
+    loaders Keras makes to read its own inputs are left to Keras's watcher.
+    A torchdata ``StatefulDataLoader`` too, once torchdata is imported: its
+    ``state_dict()`` is its watched copy's, and a state it loads before its
+    first pass is its copy's to resume from."""
     copies: weakref.WeakKeyDictionary[DataLoader[Any], Any] = weakref.WeakKeyDictionary()
+    undo = _hook_iter(DataLoader, session, copies)
+    undone: list[Callable[[], None]] = [undo]
+    hooks = ImportHooks()
+
+    def stateful(module: ModuleType) -> None:
+        kind = getattr(module, "StatefulDataLoader", None)
+        if kind is not None:
+            undone.append(_hook_iter(kind, session, copies))
+            undone.append(_hook_state(kind, copies))
+
+    hooks.add(STATEFUL_MODULE, stateful)
+
+    def undo_all() -> None:
+        hooks.remove()
+        for each in reversed(undone):
+            each()
+
+    return undo_all
+
+
+def _hook_iter(kind: type[Any], session: Watching, copies: weakref.WeakKeyDictionary[Any, Any]) -> Callable[[], None]:
+    """``kind.__iter__`` iterating each loader's watched copy; what undoes it."""
+    original = kind.__dict__["__iter__"]
 
     def __iter__(self: DataLoader[Any]) -> Any:
         if isinstance(self, WatchedDataLoader) or not session.active or _internal(self):
@@ -544,10 +635,31 @@ def autowatch_dataloaders(session: Watching) -> Callable[[], None]:
             copies[self] = copy
         return iter(copy)
 
-    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+    kind.__iter__ = __iter__
 
     def undo() -> None:
-        DataLoader.__iter__ = original  # type: ignore[method-assign]
+        kind.__iter__ = original
+
+    return undo
+
+
+def _hook_state(kind: type[Any], copies: weakref.WeakKeyDictionary[Any, Any]) -> Callable[[], None]:
+    """``kind.state_dict`` and ``load_state_dict`` those of each loader's
+    watched copy, where it has one; what undoes it."""
+    original_state, original_load = kind.__dict__["state_dict"], kind.__dict__["load_state_dict"]
+
+    def state_dict(self: Any) -> Any:
+        copy = None if isinstance(self, WatchedDataLoader) else copies.get(self)
+        return original_state(self if copy is None else copy)
+
+    def load_state_dict(self: Any, state: Any) -> None:
+        copy = None if isinstance(self, WatchedDataLoader) else copies.get(self)
+        original_load(self if copy is None else copy, state)
+
+    kind.state_dict, kind.load_state_dict = state_dict, load_state_dict
+
+    def undo() -> None:
+        kind.state_dict, kind.load_state_dict = original_state, original_load
 
     return undo
 
