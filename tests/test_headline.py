@@ -143,6 +143,7 @@ def test_the_report_command_prints_and_carries_the_same_headline(tmp_path, capsy
         "partial_coverage",
         "memory",
         "coverage",
+        "resume",
         "text",
     }
     page = html.read_text()

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("matching", ("matching", "memory_use")),
     ("model", ("model", "model.*")),
     ("specs", ("frameworks", "frameworks.base", "frameworks.*.spec", "frameworks.*.tensors", "frameworks.?*[!.]")),
-    ("analysis", ("analysis", "ranks")),
+    ("analysis", ("analysis", "ranks", "resumes")),
     ("estimate", ("memory", "experiment")),
     ("adapters", ("frameworks.adapters", "frameworks.*.watch", "frameworks.*.stateful")),
     ("prefetch", ("prefetch", "prefetch.*")),

@@ -503,10 +503,16 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.usage = (
-        "queuetune run [--out DIR] [--live | --no-live] [--html | --no-html] [--tensorboard LOGDIR] [--json]\n"
-        "                     (script.py | -m module) [args ...]"
+        "queuetune run [--out DIR | --resume DIR] [--live | --no-live] [--html | --no-html] [--tensorboard LOGDIR]\n"
+        "                     [--json] (script.py | -m module) [args ...]"
     )
     parser.add_argument("--out", metavar="DIR", help="folder for the traces (default: queuetune-run-<time>)")
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="this run resumes the stopped (or killed) run whose folder is DIR: it writes into DIR/resume-<K>, "
+        "and each epoch that spans the restart is counted across both runs",
+    )
     parser.add_argument(
         "--live",
         action=argparse.BooleanOptionalAction,
@@ -567,7 +573,9 @@ def _run_run(args: argparse.Namespace) -> int:
             _reader_gone()
 
     # Shown as soon as it is written: where the program ends with os._exit, nothing comes after.
-    result = run_program(target, args.out, while_running=_together(contexts), html=args.html, show=show)
+    result = run_program(
+        target, args.out, while_running=_together(contexts), html=args.html, show=show, resume=args.resume
+    )
     if result.terminated:  # as SIGTERM would: no wait for the program's threads, no exit handlers
         from queuetune.endings import TERMINATED
 

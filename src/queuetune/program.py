@@ -18,8 +18,10 @@ from .endings import TERMINATED, Endings, Terminated
 from .jsonio import dumps
 from .launch import Launch
 from .program_result import LoaderResult, ProgramResult
+from .resumes import JOURNAL_SUFFIX, Part, Span, spans
 from .runner import Target, run
 from .session import Session
+from .sinks.journal import journaling
 from .trace import Trace
 from .tune.headline import advise
 
@@ -65,6 +67,7 @@ def run_program(
     while_running: Callable[[Session], AbstractContextManager[Any]] | None = None,
     html: bool = True,
     show: Callable[[ProgramResult], None] | None = None,
+    resume: str | os.PathLike[str] | None = None,
 ) -> ProgramResult:
     """Run ``target`` with every loader it iterates watched; save each trace to
     ``out`` (default: a new ``queuetune-run-<time>`` folder) as
@@ -76,6 +79,13 @@ def run_program(
     ``html``: also write ``report.html`` there (see :mod:`queuetune.render.html`),
     where a loader was watched; ``show(result)``: called with what was found once
     it is written (the CLI prints it).
+
+    ``resume``: the folder of a run this one resumes (stopped, or killed: each
+    loader's journal there, written as it ran, stands in for its trace); this
+    run writes into a new ``resume-<K>`` folder inside it, and each epoch that
+    spans a restart is counted across the runs (:mod:`queuetune.resumes`):
+    the loader's ``resumes`` and its headline say whether it handed over every
+    sample once. ``out`` is then not given.
 
     However the program ends, the report is written: by returning, raising,
     ``sys.exit``, Ctrl-C, ``os._exit(n)`` (then the process exits with ``n``
@@ -89,6 +99,12 @@ def run_program(
     """
     target.check()
     launch = Launch.from_environment()
+    earlier: list[Path] = []
+    if resume is not None:
+        if out is not None:
+            raise ValueError("give the folder to resume or the folder to write into, not both")
+        earlier = earlier_runs(resume)
+        out = earlier[0] / f"resume-{len(earlier)}"
     if out is None:
         out = Path(launch.folder_name()) if launch is not None else default_out()
     folder = prepare_out(out).resolve()  # the paths it prints are absolute
@@ -96,10 +112,12 @@ def run_program(
     tag = f".rank{launch.rank}" if launch is not None else ""
     session = Session(sample_memory=sample_memory).start()
     this_run = _Run(target, folder, tag, session, html, show)
+    this_run.earlier = [path.resolve() for path in earlier]
     try:
         with Endings(this_run.finish, this_run.save_own) as endings:
             try:
                 with endings.program_running(), this_run.contexts:
+                    this_run.contexts.enter_context(journaling(session, this_run.journal_path))
                     if while_running is not None:
                         this_run.contexts.enter_context(while_running(session))
                     code = run(target)
@@ -132,6 +150,8 @@ class _Run:
         self.html, self.show = html, show
         self.owner = os.getpid()
         self.contexts = ExitStack()
+        #: The folders of the runs this one resumes, oldest first.
+        self.earlier: list[Path] = []
         self.result: ProgramResult | None = None
         # A child's traces found at the end must be this run's, not an earlier run's in the same folder.
         self._before = set(os.listdir(folder))
@@ -149,15 +169,23 @@ class _Run:
         self.session.stop()
         result = ProgramResult(code, self.folder, left_alone=dict(self.session.left_alone))
         traces = []
+        kinds = []
         for number, (watched, trace) in enumerate(self.session.traces(), start=1):
-            path = self.folder / f"{number:02d}-{_slug(watched.kind)}{self.tag}.json"
+            path = self.trace_path(number, watched.kind)
             trace.save(path)
             traces.append((watched.label, path, trace))
+            kinds.append(watched.kind)
         traces += self._children()
-        for label, path, trace in traces:
+        for number, (label, path, trace) in enumerate(traces, start=1):
             report = analyze(trace)
             recommendation, line = advise(trace, report)
-            result.loaders.append(LoaderResult(label, path, report, recommendation, line))
+            loader = LoaderResult(label, path, report, recommendation, line)
+            if number <= len(kinds) and self.earlier:
+                loader.resumes = self._spans(number, kinds[number - 1], label, trace)
+                trouble = [span for span in loader.resumes if not span.once] or loader.resumes
+                if trouble:
+                    loader.headline = dataclasses.replace(line, resume=trouble[0].text())
+            result.loaders.append(loader)
         if result.loaders:  # no report of nothing
             result.summary = self.folder / f"{SUMMARY}{self.tag}.json"
             result.summary.write_text(dumps(result.to_dict()) + "\n", encoding="utf-8")
@@ -174,6 +202,28 @@ class _Run:
         self.result = result
         if self.show is not None:
             self.show(result)
+
+    def trace_path(self, number: int, kind: str, folder: Path | None = None, suffix: str = ".json") -> Path:
+        """Where loader ``number`` (from 1) of ``kind`` is saved in ``folder`` (this run's)."""
+        return (folder or self.folder) / f"{number:02d}-{_slug(kind)}{self.tag}{suffix}"
+
+    def journal_path(self, number: int, kind: str) -> Path:
+        return self.trace_path(number, kind, suffix=JOURNAL_SUFFIX)
+
+    def _spans(self, number: int, kind: str, label: str, trace: Trace) -> list[Span]:
+        """The epochs of loader ``number`` that span a restart, across the earlier
+        runs (each one's trace of it, else its journal) and this one."""
+        parts = []
+        for folder in self.earlier:
+            saved, journal = (
+                self.trace_path(number, kind, folder),
+                self.trace_path(number, kind, folder, JOURNAL_SUFFIX),
+            )
+            try:
+                parts.append(Part.of_trace(Trace.load(saved)) if saved.exists() else Part.of_journal(journal))
+            except (OSError, ValueError):
+                continue  # a run that never reached this loader
+        return spans([*parts, Part.of_trace(trace)], label)
 
     def save_own(self) -> None:
         """In a process the program forked: save the loaders it iterated itself
@@ -209,6 +259,29 @@ class _Run:
 
 #: The JSON summary's name in a run's folder (``summary.json``, ``summary.rank<R>.json``).
 SUMMARY = "summary"
+
+
+def earlier_runs(folder: str | os.PathLike[str]) -> list[Path]:
+    """The folders of the runs of the job that began in ``folder``, oldest first:
+    it, then its ``resume-1``, ``resume-2``, ...; a ValueError where it holds
+    no run.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as top:
+    ...     (Path(top) / "01-dataloader.journal.jsonl").touch()
+    ...     (Path(top) / "resume-1").mkdir()
+    ...     [p.name for p in earlier_runs(top)][1:]
+    ['resume-1']
+    """
+    first = Path(folder)
+    if not first.is_dir():
+        raise ValueError(f"no run to resume in {str(first)!r}: not a folder")
+    if not any(first.glob(f"*{JOURNAL_SUFFIX}")) and not any(first.glob("*.json")):
+        raise ValueError(f"no run to resume in {str(first)!r}: no trace or journal of queuetune run there")
+    runs = [first]
+    while (first / f"resume-{len(runs)}").is_dir():
+        runs.append(first / f"resume-{len(runs)}")
+    return runs
 
 
 def _slug(text: str) -> str:

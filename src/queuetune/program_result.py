@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Report
+from .resumes import Span
 from .tune.headline import Headline
 from .tune.recommend import Recommendation
 
@@ -23,6 +24,8 @@ class LoaderResult:
     report: Report
     recommendation: Recommendation
     headline: Headline
+    #: Where the run resumed a stopped one: each epoch that spans a restart (see :mod:`queuetune.resumes`).
+    resumes: list[Span] = field(default_factory=list)
 
 
 @dataclass
@@ -43,7 +46,8 @@ class ProgramResult:
 
     def to_dict(self) -> dict[str, Any]:
         """What the JSON summary holds: the exit code, and for each loader its label,
-        trace file, headline, recommendation and report (without its time series)."""
+        trace file, headline, recommendation, report (without its time series)
+        and the epochs that span a restart of the job."""
         return {
             "exit_code": self.exit_code,
             "loaders": [
@@ -53,6 +57,7 @@ class ProgramResult:
                     "headline": loader.headline.to_dict(),
                     "recommendation": loader.recommendation.to_dict(),
                     "report": loader.report.to_dict(series=False),
+                    "resumes": [span.to_dict() for span in loader.resumes],
                 }
                 for loader in self.loaders
             ],

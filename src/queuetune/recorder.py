@@ -714,6 +714,15 @@ class Recorder:
     def active(self) -> bool:
         return self._active > 0
 
+    def consumed_from(self, start: int) -> list[Consumed]:
+        """The batches handed over from the ``start``-th on, as recorded so far
+        (without a copy of the others; records let go with ``keep_runs`` shift them)."""
+        return self._consumed[start:]
+
+    def marks_from(self, start: int) -> list[Mark]:
+        """The marks from the ``start``-th on, in the order they were made."""
+        return self._marks[start:]
+
     def live(self, window: float = 2.0, now: float | None = None) -> Live:
         """:class:`Live`: the last ``window`` seconds, read without a copy of the
         records (a batch built and not yet taken counts as in flight; records

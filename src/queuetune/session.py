@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .imports import ImportHooks
 from .probe import Probe
-from .recorder import Live
+from .recorder import Live, Recorder
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ class Watched:
     trace: Callable[[], Trace]
     close: Callable[[], None] = field(default=lambda: None)
     live: Callable[[], Live] | None = None
+    #: What it records to, read as the run goes (see :mod:`queuetune.sinks.journal`).
+    recorder: Recorder | None = None
 
 
 class Session:
@@ -119,6 +121,7 @@ class Session:
         trace: Callable[[], Trace],
         close: Callable[[], None] | None = None,
         live: Callable[[], Live] | None = None,
+        recorder: Recorder | None = None,
     ) -> str:
         """Keep a loader just watched; return its label."""
         with self._lock:
@@ -126,7 +129,7 @@ class Session:
             label = f"{kind} {number}" + where_called()
             if self.forked:
                 label += f" in process {os.getpid()}"
-            self.loaders.append(Watched(label, kind, trace, close or (lambda: None), live))
+            self.loaders.append(Watched(label, kind, trace, close or (lambda: None), live, recorder))
         return label
 
     def live(self) -> list[tuple[str, Live]]:
@@ -147,7 +150,7 @@ class Session:
             self.leave(loader, str(exc))
             return None
         probe = probe_of(watched)
-        label = self.add(kind, probe.trace, probe.close, probe.recorder.live)
+        label = self.add(kind, probe.trace, probe.close, probe.recorder.live, probe.recorder)
         probe.recorder.meta.name = label
         for name, value in meta.items():
             setattr(probe.recorder.meta, name, value)

@@ -82,6 +82,7 @@ MarkKind = Literal[
     "samples_capped",
     "cut_short",
     "resumed",
+    "checkpoint",
 ]
 
 
@@ -94,7 +95,9 @@ class Mark:
     the most it keeps; ``cut_short`` (its value the epoch) where an epoch ended
     before its loader was exhausted; ``resumed`` where a Prefetcher resumed an
     epoch another process had begun (its value ``{"epoch": e, "batches": k}``:
-    this trace's epoch ``e``, ``k`` batches of it handed over before)."""
+    this trace's epoch ``e``, ``k`` batches of it handed over before); and
+    ``checkpoint`` where the loader's state was taken (what it hands over after
+    is replayed where a run resumes from that state)."""
 
     t: float
     kind: MarkKind

@@ -223,7 +223,12 @@ class Watching(Protocol):
         """The probe of a loader :meth:`watch` returned."""
 
     def add(
-        self, kind: str, trace: Callable[[], Trace], close: Callable[[], None], live: Callable[[], Live] | None = None
+        self,
+        kind: str,
+        trace: Callable[[], Trace],
+        close: Callable[[], None],
+        live: Callable[[], Live] | None = None,
+        recorder: Recorder | None = None,
     ) -> str:
         """Keep a loader that records itself; its label."""
 

@@ -351,7 +351,10 @@ class Prefetcher:
                 "it can only read its iterator again; give an indexable dataset (__getitem__ and __len__)"
             )
         progress = self._resumed or self._progress
-        return state_of(progress, self._next_epoch, self._seed, self._shape())
+        state = state_of(progress, self._next_epoch, self._seed, self._shape())
+        # What it handed over after this state is replayed where a run resumes from it.
+        self.recorder.mark("checkpoint")
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state`` (what :meth:`state_dict` gave, here or in another

@@ -49,6 +49,8 @@ class Headline:
     memory: str | None = None
     #: Items an epoch consumed more than once, with their cause or fix (see :func:`repeated`).
     coverage: str | None = None
+    #: The epoch that spans a restart of the job, counted across both runs (see :mod:`queuetune.resumes`).
+    resume: str | None = None
 
     def text(self) -> str:
         """The headline in one line."""
@@ -69,6 +71,8 @@ class Headline:
             text += f" Memory: {self.memory}."
         if self.coverage:
             text += f" Coverage: {self.coverage}."
+        if self.resume:
+            text += f" Resume: {self.resume}."
         return text
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,8 @@ class QueuetuneAdapter(Adapter):
         def __init__(prefetcher: Any, *args: Any, **kwargs: Any) -> None:
             original(prefetcher, *args, **kwargs)
             if session.active:
-                label = session.add("prefetcher", prefetcher.trace, prefetcher.close, prefetcher.recorder.live)
+                recorder = prefetcher.recorder
+                label = session.add("prefetcher", prefetcher.trace, prefetcher.close, recorder.live, recorder)
                 prefetcher.recorder.meta.name = prefetcher.recorder.meta.name or label
 
         Prefetcher.__init__ = __init__

@@ -21,6 +21,8 @@ class _StatefulParts:
     own iterator, which skips recording the index lists it fast-forwards past."""
 
     _queuetune_indices: Any
+    _queuetune_recorder: Any
+    _queuetune_run: Any
     next_iter_state: Any
 
     def _queuetune_options(self, loader: DataLoader[Any]) -> dict[str, Any]:
@@ -29,13 +31,25 @@ class _StatefulParts:
     def _queuetune_adopt(self, loader: DataLoader[Any]) -> None:
         self.next_iter_state = getattr(loader, "next_iter_state", None)
 
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = StatefulDataLoader.state_dict(self)
+        # What it hands over after this state is replayed where a run resumes from it.
+        self._queuetune_recorder.mark("checkpoint")
+        return state
+
     def _get_iterator(self) -> Any:
         # A sampler without a state of its own is fast-forwarded past the index
         # lists taken before the state was: those are not this pass's to record.
         indices = self._queuetune_indices
         state = self.next_iter_state
-        if indices is not None and state:
-            indices.skip = _yielded(state)  # undone where a state of the sampler's own is loaded
+        if state:
+            taken = _yielded(state)
+            if indices is not None:
+                indices.skip = taken  # undone where a state of the sampler's own is loaded
+            # Its coverage counts this epoch as resumed, not as samples never seen.
+            recorder, run = self._queuetune_recorder, self._queuetune_run
+            epoch = recorder.epoch if run is not None and run.open else recorder.epoch + 1
+            recorder.mark("resumed", {"epoch": epoch, "batches": taken})
         try:
             return StatefulDataLoader._get_iterator(self)
         finally:

@@ -650,11 +650,14 @@ def _hook_state(kind: type[Any], copies: weakref.WeakKeyDictionary[Any, Any]) ->
 
     def state_dict(self: Any) -> Any:
         copy = None if isinstance(self, WatchedDataLoader) else copies.get(self)
-        return original_state(self if copy is None else copy)
+        return original_state(self) if copy is None else copy.state_dict()
 
     def load_state_dict(self: Any, state: Any) -> None:
         copy = None if isinstance(self, WatchedDataLoader) else copies.get(self)
-        original_load(self if copy is None else copy, state)
+        if copy is None:
+            original_load(self, state)
+        else:
+            copy.load_state_dict(state)
 
     kind.state_dict, kind.load_state_dict = state_dict, load_state_dict
 

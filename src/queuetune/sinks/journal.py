@@ -1,0 +1,92 @@
+"""Each loader's journal, appended as the run goes: what ``queuetune run``
+needs of a run that was killed before it wrote its traces (a preempted job,
+SIGKILL) to count its samples in the job's coverage (see
+:mod:`queuetune.resumes`). One JSON line a batch handed over (its run, epoch
+and samples), one a ``resumed`` or ``cut_short`` mark, after a first line of
+the source's size; written each ``every`` seconds, so a kill loses at most
+that much of it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..resumes import journal_entries
+
+if TYPE_CHECKING:
+    from ..session import Session, Watched
+
+#: Seconds between two writes of the journals.
+EVERY = 1.0
+
+
+class _Journal:
+    """One loader's journal file and how far it has been written."""
+
+    def __init__(self, path: Path, watched: Watched) -> None:
+        self.path, self.watched = path, watched
+        self.consumed = self.marks = 0
+        self.started = False
+        self.runs: dict[int, int] = {}
+
+    def write(self) -> None:
+        recorder = self.watched.recorder
+        if recorder is None:
+            return
+        consumed, marks = recorder.consumed_from(self.consumed), recorder.marks_from(self.marks)
+        lines = []
+        if not self.started:
+            meta = recorder.meta
+            lines.append(json.dumps({"meta": {"samples": meta.num_samples, "batches": meta.num_batches}}))
+        for c in consumed:
+            self.runs[c.epoch] = c.run
+        lines += [json.dumps(entry) for entry in journal_entries(consumed, marks, self.runs)]
+        if lines:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+        self.started = True
+        self.consumed += len(consumed)
+        self.marks += len(marks)
+
+
+@contextmanager
+def journaling(session: Session, path_of: Callable[[int, str], Path], every: float = EVERY) -> Iterator[None]:
+    """While the context runs, append each loader of ``session`` to its journal
+    at ``path_of(number, kind)`` (``number`` from 1, as its trace is numbered)
+    each ``every`` seconds, and once more as it ends.
+
+    >>> import tempfile
+    >>> from queuetune.session import Session
+    >>> with tempfile.TemporaryDirectory() as folder, Session(sample_memory=False) as session:
+    ...     with journaling(session, lambda n, kind: Path(folder) / f"{n}.jsonl"):
+    ...         pass
+    """
+    journals: list[_Journal] = []
+    stop = threading.Event()
+
+    def write_all() -> None:
+        loaders = list(session.loaders)
+        for number, watched in enumerate(loaders[len(journals) :], start=len(journals) + 1):
+            journals.append(_Journal(path_of(number, watched.kind), watched))
+        for journal in journals:
+            try:
+                journal.write()
+            except OSError:  # a full disk ends the journal, not the program
+                pass
+
+    def loop() -> None:
+        while not stop.wait(every):
+            write_all()
+
+    thread = threading.Thread(target=loop, name="queuetune-journal", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        write_all()
