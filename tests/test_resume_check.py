@@ -92,36 +92,41 @@ def run(tmp_path: Path, kind: str, kill: int, folder: str, resume: bool) -> tupl
     return done.returncode, json.loads(summary.read_text()) if summary.exists() else None
 
 
-def killed_and_resumed(tmp_path: Path, kind: str, kill: int) -> dict[str, Any]:
-    """The span the resumed run found, after the first was killed after ``kill`` batches."""
-    code, summary = run(tmp_path, kind, kill, ".", resume=False)
-    assert code == -9 and summary is None, code  # killed outright: no report, its journal alone
-    assert list((tmp_path / "job").glob("01-*.journal.jsonl")), list((tmp_path / "job").iterdir())
-    code, summary = run(tmp_path, kind, 0, "resume-1", resume=True)
+def killed_and_resumed(tmp_path: Path, kind: str, kills: list[int]) -> list[dict[str, Any]]:
+    """The spans the last run found, each run before it killed after its ``kills[i]`` batches."""
+    for n, kill in enumerate(kills):
+        code, summary = run(tmp_path, kind, kill, f"resume-{n}" if n else ".", resume=n > 0)
+        assert code == -9 and summary is None, code  # killed outright: no report, its journal alone
+        folder = tmp_path / "job" / (f"resume-{n}" if n else ".")
+        assert list(folder.glob("01-*.journal.jsonl")), list(folder.iterdir())
+    code, summary = run(tmp_path, kind, 0, f"resume-{len(kills)}", resume=True)
     assert code == 0 and summary is not None, code
     (loader,) = summary["loaders"]
-    (span,) = loader["resumes"]
-    assert span["text"] in loader["headline"]["text"], loader["headline"]["text"]
-    return span
+    spans = loader["resumes"]
+    assert len(spans) == len(kills) and spans[0]["text"] in loader["headline"]["text"], loader["headline"]["text"]
+    return spans
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["prefetcher-thread", "prefetcher-process", "prefetcher-thread-unordered", "stateful"])
 def test_a_job_resumed_from_its_state_hands_over_every_sample_once(tmp_path, kind):
+    """Killed three times at random batches of its one epoch, each time resumed from its state."""
     if kind == "stateful":
         pytest.importorskip("torchdata")
-    kill = random.Random(kind).randint(1, 14)
-    span = killed_and_resumed(tmp_path, kind, kill)
-    assert (span["twice"], span["never"], span["runs"]) == (0, 0, [1, 2]), span
-    assert span["before"] == kill and span["before"] + span["after"] == 15, span
-    assert span["text"].startswith("epoch 0 spans runs 1 and 2: every sample once"), span
-    assert not span["assumed"], span  # the loader said it resumed
+    kills = [random.Random(f"{kind}{n}").randint(1, 4) for n in range(3)]
+    spans = killed_and_resumed(tmp_path, kind, kills)
+    for n, span in enumerate(spans, start=1):
+        assert (span["twice"], span["never"], span["runs"]) == (0, 0, [n, n + 1]), span
+        assert span["before"] == sum(kills[:n]), (kills, span)
+        assert span["text"].startswith(f"epoch 0 spans runs {n} and {n + 1}: every sample once"), span
+        assert not span["assumed"], span  # the loader said it resumed
+    assert spans[-1]["before"] + spans[-1]["after"] == 15 and spans[-1]["not_reached"] == 0, spans[-1]
     assert_nothing_left_running()
 
 
 @pytest.mark.timeout(300)
 def test_a_dataloader_that_skips_batches_of_another_order_is_named(tmp_path):
-    span = killed_and_resumed(tmp_path, "islice", 6)
+    (span,) = killed_and_resumed(tmp_path, "islice", [6])
     assert span["twice"] > 0 and span["never"] > 0 and span["twice"] == span["never"], span
     assert span["cause"] == REORDERED and span["assumed"] and span["dropped"] == 6, span
     assert span["before"] + span["after"] == 15, span
@@ -130,7 +135,7 @@ def test_a_dataloader_that_skips_batches_of_another_order_is_named(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_dataloader_that_begins_the_epoch_again_is_named(tmp_path):
-    span = killed_and_resumed(tmp_path, "restart", 6)
+    (span,) = killed_and_resumed(tmp_path, "restart", [6])
     assert (span["twice"], span["never"], span["before"], span["after"]) == (24, 0, 6, 15), span
     assert span["cause"] == RESTARTED, span
     assert_nothing_left_running()
@@ -148,3 +153,69 @@ def test_resume_names_what_is_wrong_with_its_folder(tmp_path):
             [sys.executable, "-m", "queuetune", "run", *where, str(job)], capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 2 and message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+TORCHRUN_JOB = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    from itertools import islice
+    from pathlib import Path
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    set_epoch, folder, kill = sys.argv[1] == "set_epoch", Path(sys.argv[2]), int(sys.argv[3])
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    state = folder / f"state{rank}.json"
+    sampler = DistributedSampler(range(64), shuffle=True)
+    loader = DataLoader(range(64), batch_size=4, sampler=sampler)
+    resumed = state.exists()
+    epoch, step = json.loads(state.read_text()) if resumed else (0, 0)
+    for epoch in range(epoch, 2):
+        if set_epoch or not resumed:  # "no_set_epoch": forgotten after the resume
+            sampler.set_epoch(epoch)
+        for step, batch in enumerate(islice(loader, step, None), start=step + 1):
+            total = batch.sum()
+            dist.all_reduce(total)
+            time.sleep(0.02)  # a training step
+            state.write_text(json.dumps([epoch, step]))
+            if epoch == 1 and step == kill:
+                dist.barrier()
+                time.sleep(1.6)  # the journal's second
+                if rank == 1:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(60)  # torchrun ends this rank
+        step = 0
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def torchrun(tmp_path: Path, mode: str, kill: int, resume: bool) -> int:
+    job = tmp_path / "job.py"
+    job.write_text(TORCHRUN_JOB)
+    where = ["--resume", str(tmp_path / "job")] if resume else ["--out", str(tmp_path / "job")]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    command += ["-m", "queuetune", "run", "--no-live", "--no-html", *where, str(job), mode, str(tmp_path), str(kill)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    return done.returncode
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", ["set_epoch", "no_set_epoch"])
+def test_torchrun_ranks_resumed_are_each_checked(tmp_path, mode):
+    assert torchrun(tmp_path, mode, 3, resume=False) != 0  # a rank killed: the launch fails
+    assert torchrun(tmp_path, mode, 0, resume=True) == 0
+    for rank in (0, 1):
+        summary = json.loads((tmp_path / "job" / "resume-1" / f"summary.rank{rank}.json").read_text())
+        (loader,) = summary["loaders"]
+        (span,) = loader["resumes"]
+        assert (span["epoch"], span["runs"], span["before"], span["dropped"], span["total"]) == (1, [1, 2], 3, 3, 32)
+        if mode == "set_epoch":
+            assert (span["twice"], span["never"]) == (0, 0), span
+        else:  # the resumed run skipped 3 batches of epoch 0's order, where epoch 1's were taken
+            assert span["twice"] == span["never"] > 0 and span["cause"] == REORDERED, span
+    assert_nothing_left_running()

@@ -97,3 +97,38 @@ def test_a_restart_between_epochs_or_unknown_samples_give_no_span():
     assert spans([ended, Part({(0, 0): whole}, samples=8, batches=4)]) == []
     unknown = Part({(0, 0): [Batch(0, 1, None)]}, samples=8, batches=4, ended=False)
     assert spans([unknown, Part({(0, 0): whole}, samples=8, batches=4)]) == []
+
+
+def run_of(ids: list[list[int]], start: float, dropped_first: int) -> list[Batch]:
+    """A run's batches of ``ids``: the first ``dropped_first`` taken and dropped at
+    once (the next asked for 10 µs later), the others each after a 50 ms step."""
+    out, t = [], start
+    for n, batch in enumerate(ids):
+        step = 1e-5 if n < dropped_first else 0.05
+        out.append(Batch(t, t + 1e-5, batch))
+        t += 1e-5 + step
+    return out
+
+
+@given(st.integers(2, 60), st.integers(1, 6), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=5), st.booleans())
+def test_an_epoch_stopped_again_and_again_is_counted_across_every_run(samples, size, stops, islice_resumes):
+    """Each run resumes where the one before stopped (from its state, or, where
+    ``islice_resumes``, skipping the batches taken with the same order, dropped unused
+    at once): every span reads every sample once, the last one the whole epoch."""
+    whole = [b.samples or [] for b in batches_of(list(range(samples)), size)]
+    assume(len(whole) >= 2)
+    cuts = sorted({max(1, min(len(whole) - 1, int(f * len(whole)))) for f in stops})
+    # Batches dropped unused are told by the steps after them: a run needs two of its own.
+    assume(not islice_resumes or all(b - a >= 2 for a, b in zip(cuts, [*cuts[1:], len(whole)])))
+    parts, begun = [], 0
+    for n, cut in enumerate([*cuts, len(whole)]):
+        skip = begun if islice_resumes else 0
+        made = run_of(whole[begun - skip : cut], 100.0 * n, skip)
+        said = {(0, 0)} if n and not islice_resumes else set()
+        parts.append(Part({(0, 0): made}, resumed=said, samples=samples, batches=len(whole), ended=cut == len(whole)))
+        begun = cut
+    found = spans(parts)
+    assert len(found) == len(cuts)
+    assert all(span.twice == span.never == 0 for span in found), [s.text() for s in found]
+    assert found[-1].before + found[-1].after == len(whole) and found[-1].not_reached == 0
+    assert all(span.assumed == islice_resumes for span in found)

@@ -99,17 +99,17 @@ def run_program(
     """
     target.check()
     launch = Launch.from_environment()
+    # Every rank of a launch writes into the same folder: its files carry its rank.
+    tag = f".rank{launch.rank}" if launch is not None else ""
     earlier: list[Path] = []
     if resume is not None:
         if out is not None:
             raise ValueError("give the folder to resume or the folder to write into, not both")
-        earlier = earlier_runs(resume)
+        earlier = earlier_runs(resume, tag)
         out = earlier[0] / f"resume-{len(earlier)}"
     if out is None:
         out = Path(launch.folder_name()) if launch is not None else default_out()
     folder = prepare_out(out).resolve()  # the paths it prints are absolute
-    # Every rank of a launch writes into the same folder: its files carry its rank.
-    tag = f".rank{launch.rank}" if launch is not None else ""
     session = Session(sample_memory=sample_memory).start()
     this_run = _Run(target, folder, tag, session, html, show)
     this_run.earlier = [path.resolve() for path in earlier]
@@ -261,15 +261,19 @@ class _Run:
 SUMMARY = "summary"
 
 
-def earlier_runs(folder: str | os.PathLike[str]) -> list[Path]:
+def earlier_runs(folder: str | os.PathLike[str], tag: str = "") -> list[Path]:
     """The folders of the runs of the job that began in ``folder``, oldest first:
-    it, then its ``resume-1``, ``resume-2``, ...; a ValueError where it holds
-    no run.
+    it, then its ``resume-1``, ``resume-2``, ... that hold a journal of this
+    process (``tag``: its rank's, under a launcher; the ranks of a launch make
+    the same folder theirs, whichever makes it first); a ValueError where it
+    holds no run.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as top:
     ...     (Path(top) / "01-dataloader.journal.jsonl").touch()
     ...     (Path(top) / "resume-1").mkdir()
+    ...     (Path(top) / "resume-1" / "01-dataloader.journal.jsonl").touch()
+    ...     (Path(top) / "resume-2").mkdir()  # another rank's, begun now
     ...     [p.name for p in earlier_runs(top)][1:]
     ['resume-1']
     """
@@ -278,10 +282,15 @@ def earlier_runs(folder: str | os.PathLike[str]) -> list[Path]:
         raise ValueError(f"no run to resume in {str(first)!r}: not a folder")
     if not any(first.glob(f"*{JOURNAL_SUFFIX}")) and not any(first.glob("*.json")):
         raise ValueError(f"no run to resume in {str(first)!r}: no trace or journal of queuetune run there")
+    own = re.compile(rf"\d+-.+{re.escape(tag)}{re.escape(JOURNAL_SUFFIX)}")
     runs = [first]
-    while (first / f"resume-{len(runs)}").is_dir():
-        runs.append(first / f"resume-{len(runs)}")
-    return runs
+    while True:
+        later = first / f"resume-{len(runs)}"
+        if not later.is_dir() or not any(
+            own.fullmatch(name) and (tag or ".rank" not in name) for name in os.listdir(later)
+        ):
+            return runs
+        runs.append(later)
 
 
 def _slug(text: str) -> str:

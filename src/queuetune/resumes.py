@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .trace import Trace
+from .trace import Trace, TraceMeta
 
 #: A run's journal beside its trace: ``NN-<kind>.journal.jsonl``.
 JOURNAL_SUFFIX = ".journal.jsonl"
@@ -47,7 +47,8 @@ def dropped(batches: list[Batch]) -> int:
     dropped unused, as ``itertools.islice(loader, k, None)`` does to skip the
     batches taken before a restart: each one's next asked for within
     :data:`FAST`, where the steps after them took at least ten times longer
-    (a loop whose every step is that short drops none).
+    (a loop whose every step is that short drops none, and one step at least
+    must follow them: a run that takes one batch after them drops none).
 
     >>> dropped([Batch(0, 0.1, None), Batch(0.1001, 0.2, None), Batch(0.2001, 0.3, None),
     ...          Batch(0.35, 0.4, None), Batch(0.45, 0.5, None)])
@@ -59,6 +60,18 @@ def dropped(batches: list[Batch]) -> int:
     if not first or not rest or statistics.median(rest) < 10 * FAST:
         return 0
     return first
+
+
+def epoch_samples(meta: TraceMeta) -> int | None:
+    """The samples an epoch of the loader ``meta`` tells of reads: its sampler's
+    (``extra["epoch_samples"]``: one rank's share under a ``DistributedSampler``),
+    else its source's.
+
+    >>> epoch_samples(TraceMeta(num_samples=64, extra={"epoch_samples": 32})), epoch_samples(TraceMeta(num_samples=8))
+    (32, 8)
+    """
+    share = (meta.extra or {}).get("epoch_samples")
+    return share if isinstance(share, int) else meta.num_samples
 
 
 @dataclass
@@ -87,7 +100,7 @@ class Part:
         >>> part.epochs, part.samples
         ({(0, 0): [Batch(asked=0, got=1, samples=[0, 1])]}, 4)
         """
-        part = cls(samples=trace.meta.num_samples, batches=trace.meta.num_batches)
+        part = cls(samples=epoch_samples(trace.meta), batches=trace.meta.num_batches)
         for c in trace.consumed:
             part.epochs.setdefault((c.run, c.epoch), []).append(Batch(c.requested, c.consumed, c.samples))
         runs = {c.epoch: c.run for c in trace.consumed}
@@ -228,42 +241,63 @@ def spans(parts: list[Part], loader: str = "") -> list[Span]:
     (4, 0, True, True)
     """
     found = []
+    # The epoch so far where a run resumed it and stopped again before its end.
+    carried: list[Batch] = []
     for number, (stopped, resumed) in enumerate(itertools.pairwise(parts), start=1):
-        if not stopped.epochs or not resumed.epochs:
-            continue
-        last = list(stopped.epochs)[-1]
-        first = next(iter(resumed.epochs))
-        taken, then = stopped.epochs[last], resumed.epochs[first]
-        # Where the stopped run's state was taken, what it handed over after is replayed, not lost.
-        mark = stopped.checkpoint
-        if mark is not None:
-            taken = [batch for batch in taken if batch.got <= mark]
-        if not taken:
-            continue  # nothing of the epoch kept (its state taken before it began): the resumed run begins it anew
-        whole = resumed.batches or stopped.batches
-        total = resumed.samples or stopped.samples
-        if whole is not None and len(taken) >= whole and last not in stopped.cut_short:
-            continue  # the restart came between epochs
-        if total is None or any(batch.samples is None for batch in taken + then):
-            continue
-        skipped = dropped(then)
-        then = then[skipped:]
-        counts = Counter(i for batch in taken + then for i in batch.samples or [])
-        twice = sum(n - 1 for n in counts.values() if n > 1)
-        missing = total - sum(1 for i in counts if 0 <= i < total)
-        # The resumed epoch reached its end where the run went on past it, or ended without cutting it short.
-        reached = len(resumed.epochs) > 1 or (resumed.ended and first not in resumed.cut_short)
-        never, not_reached = (missing, 0) if reached else (0, missing)
-        span = Span(loader, last[1], (number, number + 1), len(taken), len(then), total, twice, never, not_reached)
-        span.dropped = skipped
-        span.assumed = first not in resumed.resumed
-        if twice and not skipped and whole is not None and len(then) >= whole:
-            span.cause = RESTARTED
-        elif twice and never:
-            span.cause = REORDERED
-        elif twice:
-            span.cause = REPEATED
-        elif never:
-            span.cause = SKIPPED
-        found.append(span)
+        made = _span(stopped, resumed, carried if len(stopped.epochs) == 1 else [], number, loader)
+        carried = []
+        if made is not None:
+            span, before = made
+            found.append(span)
+            if len(resumed.epochs) == 1:
+                carried = before
     return found
+
+
+def _span(
+    stopped: Part, resumed: Part, carried: list[Batch], number: int, loader: str
+) -> tuple[Span, list[Batch]] | None:
+    """The span of run ``number``'s last epoch (after the ``carried`` batches of
+    the runs before it, where it continued them) and run ``number + 1``'s first,
+    and the epoch's batches before run ``number + 1``: what it carries to the
+    next span, should it stop before the epoch's end; None where they make none."""
+    if not stopped.epochs or not resumed.epochs:
+        return None
+    last = list(stopped.epochs)[-1]
+    first = next(iter(resumed.epochs))
+    taken, then = stopped.epochs[last], resumed.epochs[first]
+    # Where the stopped run's state was taken, what it handed over after is replayed, not lost.
+    mark = stopped.checkpoint
+    if mark is not None:
+        taken = [batch for batch in taken if batch.got <= mark]
+    if carried:  # this run resumed the epoch too: what it dropped unused first was not seen
+        taken = taken[dropped(taken) :]
+    taken = carried + taken
+    if not taken:
+        return None  # nothing of the epoch kept (its state taken before it began): the resumed run begins it anew
+    whole = resumed.batches or stopped.batches
+    total = resumed.samples or stopped.samples
+    if whole is not None and len(taken) >= whole and last not in stopped.cut_short:
+        return None  # the restart came between epochs
+    if total is None or any(batch.samples is None for batch in taken + then):
+        return None
+    skipped = dropped(then)
+    then = then[skipped:]
+    counts = Counter(i for batch in taken + then for i in batch.samples or [])
+    twice = sum(n - 1 for n in counts.values() if n > 1)
+    missing = max(0, total - len(counts))  # a rank's share holds samples from all the dataset
+    # The resumed epoch reached its end where the run went on past it, or ended without cutting it short.
+    reached = len(resumed.epochs) > 1 or (resumed.ended and first not in resumed.cut_short)
+    never, not_reached = (missing, 0) if reached else (0, missing)
+    span = Span(loader, last[1], (number, number + 1), len(taken), len(then), total, twice, never, not_reached)
+    span.dropped = skipped
+    span.assumed = first not in resumed.resumed
+    if twice and not skipped and whole is not None and len(then) >= whole:
+        span.cause = RESTARTED
+    elif twice and never:
+        span.cause = REORDERED
+    elif twice:
+        span.cause = REPEATED
+    elif never:
+        span.cause = SKIPPED
+    return span, taken

@@ -491,6 +491,7 @@ _META = {
     "batch_size": "count | None",
     "forked": "bool | None",
     "containers": "str-dict | None",
+    "epoch_samples": "count | None",
 }
 #: Marks whose value is a count: a run or epoch number, a depth, workers, bytes.
 _COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end", "pool", "cut_short", "depth", "workers")

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..resumes import journal_entries
+from ..resumes import epoch_samples, journal_entries
 
 if TYPE_CHECKING:
     from ..session import Session, Watched
@@ -41,7 +41,7 @@ class _Journal:
         lines = []
         if not self.started:
             meta = recorder.meta
-            lines.append(json.dumps({"meta": {"samples": meta.num_samples, "batches": meta.num_batches}}))
+            lines.append(json.dumps({"meta": {"samples": epoch_samples(meta), "batches": meta.num_batches}}))
         for c in consumed:
             self.runs[c.epoch] = c.run
         lines += [json.dumps(entry) for entry in journal_entries(consumed, marks, self.runs)]

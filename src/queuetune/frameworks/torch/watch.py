@@ -502,6 +502,23 @@ def _wrap_dataset(dataset: Any, channel: Channel, token: str, iterable: bool, ke
     return kind(dataset, channel, token, keyer)
 
 
+def _epoch_samples(loader: DataLoader[Any]) -> int | None:
+    """The samples an epoch of ``loader`` reads (its sampler's length: one rank's
+    share under a ``DistributedSampler``), None where not known.
+
+    >>> _epoch_samples(DataLoader(range(10), batch_size=4)), _epoch_samples(DataLoader(range(10), batch_size=None))
+    (10, 10)
+    """
+    if isinstance(loader.dataset, IterableDataset):
+        return None
+    custom = loader.batch_size is None and loader.batch_sampler is not None
+    sampler = getattr(loader.batch_sampler, "sampler", None) if custom else loader.sampler
+    try:
+        return len(sampler)  # type: ignore[arg-type]
+    except (TypeError, NotImplementedError):
+        return None
+
+
 def _num_batches(loader: DataLoader[Any]) -> int | None:
     dataset = loader.dataset
     if isinstance(dataset, IterableDataset):
@@ -557,6 +574,9 @@ def watch_dataloader(
             pass
     count = _num_batches(loader)
     meta.num_batches = count
+    epoch_samples = _epoch_samples(loader)
+    if epoch_samples is not None:
+        meta.extra["epoch_samples"] = epoch_samples
     if loader.num_workers > 0:
         context = loader.multiprocessing_context
         method = context if isinstance(context, str) else getattr(context, "_name", None)
