@@ -23,10 +23,14 @@ from queuetune.resumes import REORDERED, RESTARTED
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The kill points of a job resumed from its state, 1-2 batches of its run each: 20 where
+#: a run starts in a second; a StatefulDataLoader's imports torch and starts workers (7 s).
+KILLS = {"prefetcher-thread": 20, "prefetcher-process": 20, "prefetcher-thread-unordered": 20, "stateful": 6}
 
-#: One epoch of 60 samples in batches of 4; the job saves its state (where it has
-#: one) after each batch, and kills itself with SIGKILL after batch ``KILL``, once
-#: the journal (written each second) has had the time to take it.
+#: One epoch of 240 samples (60 for a DataLoader) in batches of 4; the job saves its state (where it has
+#: one: the journal is written as it is taken) after each batch, and kills itself
+#: with SIGKILL after batch ``KILL`` (of this run), without a state once the journal
+#: (written each second) has had the time to take it.
 JOB = textwrap.dedent(
     """
     import json, os, signal, sys, time
@@ -34,12 +38,13 @@ JOB = textwrap.dedent(
     from pathlib import Path
 
     kind, state_file, kill = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    SAMPLES, BATCH = 60, 4
+    SAMPLES, BATCH = (60 if kind in ("islice", "restart") else 240), 4
 
-    def handed(count):
+    def handed(count, stateful=True):
         time.sleep(0.02)  # a training step
         if count == kill:
-            time.sleep(1.6)
+            if not stateful:  # no state taken: the journal has its second to write
+                time.sleep(1.6)
             os.kill(os.getpid(), signal.SIGKILL)
 
     if kind.startswith("prefetcher"):
@@ -76,7 +81,7 @@ JOB = textwrap.dedent(
         skip = int(state_file.read_text()) if state_file.exists() and kind == "islice" else 0
         for count, batch in enumerate(islice(loader, skip, None), start=skip + 1):
             state_file.write_text(str(count))
-            handed(count)
+            handed(count, stateful=False)
     """
 )
 
@@ -110,17 +115,18 @@ def killed_and_resumed(tmp_path: Path, kind: str, kills: list[int]) -> list[dict
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["prefetcher-thread", "prefetcher-process", "prefetcher-thread-unordered", "stateful"])
 def test_a_job_resumed_from_its_state_hands_over_every_sample_once(tmp_path, kind):
-    """Killed three times at random batches of its one epoch, each time resumed from its state."""
+    """Killed at random batches of its one epoch (:data:`KILLS` times), each time resumed from its state."""
     if kind == "stateful":
         pytest.importorskip("torchdata")
-    kills = [random.Random(f"{kind}{n}").randint(1, 4) for n in range(3)]
+    kills = [random.Random(f"{kind}{n}").randint(1, 2) for n in range(KILLS[kind])]
     spans = killed_and_resumed(tmp_path, kind, kills)
     for n, span in enumerate(spans, start=1):
         assert (span["twice"], span["never"], span["runs"]) == (0, 0, [n, n + 1]), span
         assert span["before"] == sum(kills[:n]), (kills, span)
         assert span["text"].startswith(f"epoch 0 spans runs {n} and {n + 1}: every sample once"), span
         assert not span["assumed"], span  # the loader said it resumed
-    assert spans[-1]["before"] + spans[-1]["after"] == 15 and spans[-1]["not_reached"] == 0, spans[-1]
+    assert spans[-1]["before"] + spans[-1]["after"] == 60 and spans[-1]["not_reached"] == 0, spans[-1]
+    assert sum(kills) < 60
     assert_nothing_left_running()
 
 

@@ -606,6 +606,8 @@ class Recorder:
         self._active = 0
         self._epoch_open = False
         self.consumer = "iterator"
+        #: Called as the loader's state is taken (see :meth:`checkpoint`): ``queuetune run``'s journal.
+        self.on_checkpoint: Callable[[], None] | None = None
         self._finalizer = weakref.finalize(self, _shutdown, self.channel, self._sampler)
 
     def produced(
@@ -641,6 +643,14 @@ class Recorder:
 
     def mark(self, kind: MarkKind, value: Any = None, t: float | None = None) -> None:
         self._marks.append(Mark(clock() if t is None else t, kind, value))
+
+    def checkpoint(self) -> None:
+        """Note that the loader's state was taken (a ``checkpoint`` mark), and tell
+        :attr:`on_checkpoint`, in this thread: what it hands over after is replayed
+        where a run resumes from that state."""
+        self.mark("checkpoint")
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
 
     def error(self, exc: BaseException) -> None:
         """Note an error that reached the consumer (the trace keeps what came before)."""

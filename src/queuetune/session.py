@@ -63,6 +63,8 @@ class Session:
         self.sample_memory = sample_memory
         #: The loaders iterated in this process (a forked child starts with none: those before are its parent's).
         self.loaders: list[Watched] = []
+        #: Called, in the thread that added it, after each loader is added.
+        self.on_add: list[Callable[[], object]] = []
         #: Whether this process was forked from the one that started the session.
         self.forked = False
         #: Loaders left alone: type name -> why (each said once).
@@ -130,6 +132,8 @@ class Session:
             if self.forked:
                 label += f" in process {os.getpid()}"
             self.loaders.append(Watched(label, kind, trace, close or (lambda: None), live, recorder))
+        for hook in list(self.on_add):
+            hook()
         return label
 
     def live(self) -> list[tuple[str, Live]]:
@@ -172,6 +176,7 @@ class Session:
         # threads stayed there), and a lock another thread held was copied held.
         self._lock = threading.Lock()
         self.loaders = []
+        self.on_add = []  # the parent's sinks, whose threads stayed there
         self.forked = True
 
     def traces(self) -> list[tuple[Watched, Trace]]:

@@ -352,8 +352,7 @@ class Prefetcher:
             )
         progress = self._resumed or self._progress
         state = state_of(progress, self._next_epoch, self._seed, self._shape())
-        # What it handed over after this state is replayed where a run resumes from it.
-        self.recorder.mark("checkpoint")
+        self.recorder.checkpoint()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

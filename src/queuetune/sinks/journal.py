@@ -2,9 +2,11 @@
 needs of a run that was killed before it wrote its traces (a preempted job,
 SIGKILL) to count its samples in the job's coverage (see
 :mod:`queuetune.resumes`). One JSON line a batch handed over (its run, epoch
-and samples), one a ``resumed`` or ``cut_short`` mark, after a first line of
-the source's size; written each ``every`` seconds, so a kill loses at most
-that much of it."""
+and samples), one a ``resumed``, ``cut_short`` or ``checkpoint`` mark, after a
+first line of the epoch's size; written each ``every`` seconds, and as the
+loader's state is taken (a Prefetcher's or a ``StatefulDataLoader``'s
+``state_dict()``), so a kill loses at most a second of it, and nothing up to
+the last state taken."""
 
 from __future__ import annotations
 
@@ -32,8 +34,22 @@ class _Journal:
         self.consumed = self.marks = 0
         self.started = False
         self.runs: dict[int, int] = {}
+        # Written each second by the journal's thread, and as a state is taken by the thread that took it.
+        self._lock = threading.Lock()
+        if watched.recorder is not None:
+            watched.recorder.on_checkpoint = self.write_now
+
+    def write_now(self) -> None:
+        try:
+            self.write()
+        except OSError:  # a full disk ends the journal, not the program
+            pass
 
     def write(self) -> None:
+        with self._lock:
+            self._write()
+
+    def _write(self) -> None:
         recorder = self.watched.recorder
         if recorder is None:
             return
@@ -67,16 +83,19 @@ def journaling(session: Session, path_of: Callable[[int, str], Path], every: flo
     """
     journals: list[_Journal] = []
     stop = threading.Event()
+    found = threading.Lock()
+
+    def discover() -> list[_Journal]:
+        # As each loader is added (its state may be taken before the next second), and each second.
+        with found:
+            loaders = list(session.loaders)
+            for number, watched in enumerate(loaders[len(journals) :], start=len(journals) + 1):
+                journals.append(_Journal(path_of(number, watched.kind), watched))
+            return list(journals)
 
     def write_all() -> None:
-        loaders = list(session.loaders)
-        for number, watched in enumerate(loaders[len(journals) :], start=len(journals) + 1):
-            journals.append(_Journal(path_of(number, watched.kind), watched))
-        for journal in journals:
-            try:
-                journal.write()
-            except OSError:  # a full disk ends the journal, not the program
-                pass
+        for journal in discover():
+            journal.write_now()
 
     def loop() -> None:
         while not stop.wait(every):
@@ -84,9 +103,11 @@ def journaling(session: Session, path_of: Callable[[int, str], Path], every: flo
 
     thread = threading.Thread(target=loop, name="queuetune-journal", daemon=True)
     thread.start()
+    session.on_add.append(discover)
     try:
         yield
     finally:
+        session.on_add.remove(discover)
         stop.set()
         thread.join(timeout=5)
         write_all()

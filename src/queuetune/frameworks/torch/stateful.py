@@ -33,8 +33,7 @@ class _StatefulParts:
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = StatefulDataLoader.state_dict(self)
-        # What it hands over after this state is replayed where a run resumes from it.
-        self._queuetune_recorder.mark("checkpoint")
+        self._queuetune_recorder.checkpoint()
         return state
 
     def _get_iterator(self) -> Any:
