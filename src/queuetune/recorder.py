@@ -596,6 +596,9 @@ class Recorder:
         self._consumed: list[Consumed] = []
         self._marks: list[Mark] = []
         self._memory: list[MemorySample] = []
+        # Records let go with keep_runs, so far (read with the lists by another thread: a lock).
+        self._consumed_gone = self._marks_gone = 0
+        self._cutting = threading.Lock()
         self._store = _Store(self._produced, self._marks)
         self.channel = Channel(self._store, processes)
         self._sampler = MemorySampler(self._memory.append, memory_interval, processes) if sample_memory else None
@@ -606,8 +609,9 @@ class Recorder:
         self._active = 0
         self._epoch_open = False
         self.consumer = "iterator"
-        #: Called as the loader's state is taken (see :meth:`checkpoint`): ``queuetune run``'s journal.
-        self.on_checkpoint: Callable[[], None] | None = None
+        #: Called where what was recorded is to be written now (``queuetune run``'s journal):
+        #: as the loader's state is taken (see :meth:`checkpoint`), and before old runs are let go.
+        self.on_flush: Callable[[], None] | None = None
         self._finalizer = weakref.finalize(self, _shutdown, self.channel, self._sampler)
 
     def produced(
@@ -646,11 +650,11 @@ class Recorder:
 
     def checkpoint(self) -> None:
         """Note that the loader's state was taken (a ``checkpoint`` mark), and tell
-        :attr:`on_checkpoint`, in this thread: what it hands over after is replayed
+        :attr:`on_flush`, in this thread: what it hands over after is replayed
         where a run resumes from that state."""
         self.mark("checkpoint")
-        if self.on_checkpoint is not None:
-            self.on_checkpoint()
+        if self.on_flush is not None:
+            self.on_flush()
 
     def error(self, exc: BaseException) -> None:
         """Note an error that reached the consumer (the trace keeps what came before)."""
@@ -706,12 +710,17 @@ class Recorder:
         oldest = begins[-keep]
         cutoff = oldest.t
         self.channel.flush()
+        if self.on_flush is not None:
+            self.on_flush()
         # Each list is in the order it was recorded and earlier runs have ended:
         # what goes is a prefix, cut with `del` so a concurrent append is not lost.
         _cut_before(self._produced, lambda r: r.start, cutoff)
-        _cut_before(self._consumed, lambda c: c.requested, cutoff)
         _cut_before(self._memory, lambda m: m.t, cutoff)
-        self._marks[:] = [m for m in self._marks if m.t >= cutoff]
+        with self._cutting:
+            self._consumed_gone += _cut_before(self._consumed, lambda c: c.requested, cutoff)
+            marks = len(self._marks)
+            self._marks[:] = [m for m in self._marks if m.t >= cutoff]
+            self._marks_gone += marks - len(self._marks)
         self.meta.forgotten_runs = int(oldest.value)
         self.start = cutoff
 
@@ -725,13 +734,15 @@ class Recorder:
         return self._active > 0
 
     def consumed_from(self, start: int) -> list[Consumed]:
-        """The batches handed over from the ``start``-th on, as recorded so far
-        (without a copy of the others; records let go with ``keep_runs`` shift them)."""
-        return self._consumed[start:]
+        """The batches handed over from the ``start``-th on (counted from the
+        first, those let go with ``keep_runs`` too), as recorded so far."""
+        with self._cutting:
+            return self._consumed[max(0, start - self._consumed_gone) :]
 
     def marks_from(self, start: int) -> list[Mark]:
-        """The marks from the ``start``-th on, in the order they were made."""
-        return self._marks[start:]
+        """The marks from the ``start``-th on (counted as :meth:`consumed_from` does)."""
+        with self._cutting:
+            return self._marks[max(0, start - self._marks_gone) :]
 
     def live(self, window: float = 2.0, now: float | None = None) -> Live:
         """:class:`Live`: the last ``window`` seconds, read without a copy of the
@@ -809,10 +820,11 @@ class Recorder:
 _R = TypeVar("_R")
 
 
-def _cut_before(records: list[_R], when: Callable[[_R], float], cutoff: float) -> None:
-    """Drop the records before the first one ``when`` places at ``cutoff`` or later."""
+def _cut_before(records: list[_R], when: Callable[[_R], float], cutoff: float) -> int:
+    """Drop the records before the first one ``when`` places at ``cutoff`` or later; how many."""
     cut = next((i for i, r in enumerate(records) if when(r) >= cutoff), len(records))
     del records[:cut]
+    return cut
 
 
 def _shutdown(channel: Channel, sampler: MemorySampler | None) -> None:

@@ -11,6 +11,7 @@ the last state taken."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,12 +35,15 @@ class _Journal:
         self.consumed = self.marks = 0
         self.started = False
         self.runs: dict[int, int] = {}
-        # Written each second by the journal's thread, and as a state is taken by the thread that took it.
+        self.pid = os.getpid()
+        # Written each second by the journal's thread, and by the thread that took a state or lets runs go.
         self._lock = threading.Lock()
         if watched.recorder is not None:
-            watched.recorder.on_checkpoint = self.write_now
+            watched.recorder.on_flush = self.write_now
 
     def write_now(self) -> None:
+        if os.getpid() != self.pid:  # a forked copy of the recorder: the journal is the parent's
+            return
         try:
             self.write()
         except OSError:  # a full disk ends the journal, not the program
