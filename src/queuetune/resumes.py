@@ -93,36 +93,33 @@ class Part:
 
     @classmethod
     def of_trace(cls, trace: Trace) -> Part:
-        """The part of a run's trace.
+        """The part of a run's trace: what its journal would hold, the run ended.
 
         >>> from queuetune.trace import Consumed, TraceMeta
         >>> part = Part.of_trace(Trace(meta=TraceMeta(num_samples=4), consumed=[Consumed(0, 1, samples=[0, 1])]))
-        >>> part.epochs, part.samples
-        ({(0, 0): [Batch(asked=0, got=1, samples=[0, 1])]}, 4)
+        >>> part.epochs, part.samples, part.ended
+        ({(0, 0): [Batch(asked=0, got=1, samples=[0, 1])]}, 4, True)
         """
-        part = cls(samples=epoch_samples(trace.meta), batches=trace.meta.num_batches)
-        for c in trace.consumed:
-            part.epochs.setdefault((c.run, c.epoch), []).append(Batch(c.requested, c.consumed, c.samples))
         runs = {c.epoch: c.run for c in trace.consumed}
-        for m in trace.marks:
-            if m.kind == "resumed" and isinstance(m.value, dict) and isinstance(m.value.get("epoch"), int):
-                epoch = m.value["epoch"]
-                part.resumed.add((runs.get(epoch, 0), epoch))
-            elif m.kind == "cut_short" and isinstance(m.value, int):
-                part.cut_short.add((runs.get(m.value, 0), m.value))
-            elif m.kind == "checkpoint":
-                part.checkpoint = m.t
-        return part
+        entries = [journal_meta(trace.meta), *journal_entries(trace.consumed, trace.marks, runs)]
+        return cls.of_entries(entries, ended=True)
 
     @classmethod
     def of_journal(cls, path: str | Path) -> Part:
-        """The part a journal holds (a line cut off by a kill is left out)."""
-        part = cls(ended=False)
+        """The part a journal holds (a line cut off by a kill is left out), the run killed."""
+        entries = []
         for line in Path(path).read_text(encoding="utf-8").splitlines():
             try:
-                entry = json.loads(line)
+                entries.append(json.loads(line))
             except ValueError:
                 continue
+        return cls.of_entries(entries, ended=False)
+
+    @classmethod
+    def of_entries(cls, entries: list[Any], ended: bool) -> Part:
+        """The part journal ``entries`` (see :func:`journal_entries`) make."""
+        part = cls(ended=ended)
+        for entry in entries:
             if not isinstance(entry, dict):
                 continue
             if "meta" in entry:
@@ -137,6 +134,15 @@ class Part:
             elif entry.get("m") == "checkpoint":
                 part.checkpoint = entry["t"]
         return part
+
+
+def journal_meta(meta: TraceMeta) -> dict[str, Any]:
+    """A journal's first line: the samples and batches of an epoch.
+
+    >>> journal_meta(TraceMeta(num_samples=8, num_batches=2))
+    {'meta': {'samples': 8, 'batches': 2}}
+    """
+    return {"meta": {"samples": epoch_samples(meta), "batches": meta.num_batches}}
 
 
 def journal_entries(trace_consumed: list[Any], marks: list[Any], run_of: dict[int, int]) -> list[dict[str, Any]]:

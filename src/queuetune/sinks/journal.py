@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..resumes import epoch_samples, journal_entries
+from ..resumes import journal_entries, journal_meta
 
 if TYPE_CHECKING:
     from ..session import Session, Watched
@@ -60,8 +60,7 @@ class _Journal:
         consumed, marks = recorder.consumed_from(self.consumed), recorder.marks_from(self.marks)
         lines = []
         if not self.started:
-            meta = recorder.meta
-            lines.append(json.dumps({"meta": {"samples": epoch_samples(meta), "batches": meta.num_batches}}))
+            lines.append(json.dumps(journal_meta(recorder.meta)))
         for c in consumed:
             self.runs[c.epoch] = c.run
         lines += [json.dumps(entry) for entry in journal_entries(consumed, marks, self.runs)]
