@@ -11,7 +11,7 @@ import random
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from queuetune.resumes import REORDERED, RESTARTED, Batch, Part, spans
+from queuetune.resumes import REORDERED, RESTARTED, UNSET, Batch, Part, spans
 
 
 def batches_of(order: list[int], size: int, start: float = 0.0, step: float = 0.05) -> list[Batch]:
@@ -132,3 +132,16 @@ def test_an_epoch_stopped_again_and_again_is_counted_across_every_run(samples, s
     assert all(span.twice == span.never == 0 for span in found), [s.text() for s in found]
     assert found[-1].before + found[-1].after == len(whole) and found[-1].not_reached == 0
     assert all(span.assumed == islice_resumes for span in found)
+
+
+def test_the_sampler_epoch_drawn_tells_a_resume_known_or_a_set_epoch_forgotten():
+    first = batches_of([3, 1, 0, 2, 5, 4, 7, 6], 2)
+    other = batches_of([4, 5, 6, 7, 0, 1, 2, 3], 2, start=10.0)
+    stopped = Part({(0, 1): first[:2]}, sampler_epochs={(0, 1): 1}, samples=8, batches=4, ended=False)
+    same = Part({(0, 0): first[2:]}, sampler_epochs={(0, 0): 1}, samples=8, batches=4)
+    (span,) = spans([stopped, same])
+    assert span.once and not span.assumed and span.epoch == 1
+    forgot = Part({(0, 0): other[2:]}, sampler_epochs={(0, 0): 0}, samples=8, batches=4)
+    (span,) = spans([stopped, forgot])
+    assert span.twice == span.never == 4 and span.cause == UNSET.format(drew=1, draws=0)
+    assert "call sampler.set_epoch(1)" in span.text()

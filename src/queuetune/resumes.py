@@ -79,7 +79,8 @@ class Part:
     """One loader in one run of a job: each epoch's batches in the order handed
     over (when, and each batch's samples, None where not known), the epochs a
     ``resumed`` mark names, those cut short, when its state was last taken
-    (``checkpoint``), the source's ``samples`` and its ``batches`` in an epoch
+    (``checkpoint``), the sampler's epoch each drew (``sampler_epochs``: a
+    ``DistributedSampler``'s ``set_epoch``), the source's ``samples`` and its ``batches`` in an epoch
     (None where not known), and whether the run ``ended`` (its trace written)
     rather than was killed."""
 
@@ -87,6 +88,7 @@ class Part:
     resumed: set[tuple[int, int]] = field(default_factory=set)
     cut_short: set[tuple[int, int]] = field(default_factory=set)
     checkpoint: float | None = None
+    sampler_epochs: dict[tuple[int, int], int] = field(default_factory=dict)
     samples: int | None = None
     batches: int | None = None
     ended: bool = True
@@ -133,6 +135,8 @@ class Part:
                 part.cut_short.add((entry["run"], entry["epoch"]))
             elif entry.get("m") == "checkpoint":
                 part.checkpoint = entry["t"]
+            elif entry.get("m") == "sampler_epoch" and isinstance(entry.get("sampler"), int):
+                part.sampler_epochs[(entry["run"], entry["epoch"])] = entry["sampler"]
         return part
 
 
@@ -157,9 +161,12 @@ def journal_entries(trace_consumed: list[Any], marks: list[Any], run_of: dict[in
     """
     out: list[dict[str, Any]] = [{"c": [c.run, c.epoch, c.samples, c.requested, c.consumed]} for c in trace_consumed]
     for m in marks:
-        epoch = m.value.get("epoch") if m.kind == "resumed" and isinstance(m.value, dict) else m.value
-        if m.kind in ("resumed", "cut_short") and isinstance(epoch, int):
-            out.append({"m": m.kind, "run": run_of.get(epoch, 0), "epoch": epoch})
+        epoch = m.value.get("epoch") if isinstance(m.value, dict) else m.value
+        if m.kind in ("resumed", "cut_short", "sampler_epoch") and isinstance(epoch, int):
+            entry = {"m": m.kind, "run": run_of.get(epoch, 0), "epoch": epoch}
+            if m.kind == "sampler_epoch":
+                entry["sampler"] = m.value.get("sampler")
+            out.append(entry)
         elif m.kind == "checkpoint":
             out.append({"m": m.kind, "t": m.t})
     return out
@@ -231,6 +238,10 @@ REORDERED = (
 )
 REPEATED = "batches handed over before the restart were handed over again"
 SKIPPED = "batches were skipped, or an epoch lost"
+UNSET = (
+    "the resumed run's sampler drew its epoch {draws}, the stopped run's its epoch {drew}: "
+    "call sampler.set_epoch({drew}) before the resumed epoch"
+)
 
 
 def spans(parts: list[Part], loader: str = "") -> list[Span]:
@@ -297,8 +308,12 @@ def _span(
     never, not_reached = (missing, 0) if reached else (0, missing)
     span = Span(loader, last[1], (number, number + 1), len(taken), len(then), total, twice, never, not_reached)
     span.dropped = skipped
-    span.assumed = first not in resumed.resumed
-    if twice and not skipped and whole is not None and len(then) >= whole:
+    drew, draws = stopped.sampler_epochs.get(last), resumed.sampler_epochs.get(first)
+    # Known to continue where the loader said it resumed, or its sampler draws the same epoch again.
+    span.assumed = first not in resumed.resumed and (drew is None or drew != draws)
+    if drew is not None and draws is not None and drew != draws:
+        span.cause = UNSET.format(drew=drew, draws=draws)
+    elif twice and not skipped and whole is not None and len(then) >= whole:
         span.cause = RESTARTED
     elif twice and never:
         span.cause = REORDERED

@@ -83,6 +83,7 @@ MarkKind = Literal[
     "cut_short",
     "resumed",
     "checkpoint",
+    "sampler_epoch",
 ]
 
 
@@ -97,7 +98,9 @@ class Mark:
     epoch another process had begun (its value ``{"epoch": e, "batches": k}``:
     this trace's epoch ``e``, ``k`` batches of it handed over before); and
     ``checkpoint`` where the loader's state was taken (what it hands over after
-    is replayed where a run resumes from that state)."""
+    is replayed where a run resumes from that state); ``sampler_epoch`` where an
+    epoch began with a sampler that draws by epoch (``{"epoch": e, "sampler": s}``:
+    this trace's epoch ``e`` drew the sampler's epoch ``s``, as ``set_epoch`` set it)."""
 
     t: float
     kind: MarkKind

@@ -455,6 +455,11 @@ class WatchedDataLoader(DataLoader[Any]):
             recorder.run_begin()
             recorder.epoch_begin()
             self._queuetune_run = run
+            # Which of its epochs the sampler draws (a DistributedSampler's set_epoch): a resume reads it.
+            sampler = self.batch_sampler if self.batch_size is None and self.batch_sampler is not None else self
+            drawn = getattr(getattr(sampler, "sampler", None), "epoch", None)
+            if isinstance(drawn, int) and not isinstance(drawn, bool):
+                recorder.mark("sampler_epoch", {"epoch": recorder.epoch, "sampler": drawn})
         try:
             inner = super().__iter__()
         except Exception as exc:
