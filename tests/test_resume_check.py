@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from tests.helpers import assert_nothing_left_running
 
-from queuetune.resumes import REORDERED, RESTARTED, UNSET
+from queuetune.resumes import LOST, REORDERED, RESTARTED, UNSET
 
 pytest.importorskip("torch")
 
@@ -44,7 +44,7 @@ JOB = textwrap.dedent(
     from pathlib import Path
 
     kind, state_file, kill = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    SAMPLES, BATCH = (60 if kind in ("islice", "restart") else 240), 4
+    SAMPLES, BATCH = (60 if kind in ("islice", "restart", "lost") else 240), 4
 
     def handed(count, stateful=True):
         time.sleep(0.02)  # a training step
@@ -92,6 +92,19 @@ JOB = textwrap.dedent(
         for count, batch in enumerate(loader, start=1):
             torch.save(loader.state_dict(), state_file)
             handed(count)
+    elif kind == "lost":  # a DistributedSampler's epochs; the resumed run begins one epoch too far
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        sampler = DistributedSampler(range(SAMPLES), num_replicas=1, rank=0, shuffle=True)
+        loader = DataLoader(range(SAMPLES), batch_size=BATCH, sampler=sampler)
+        resumed = state_file.exists()
+        epoch = int(state_file.read_text()) + 2 if resumed else 0
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            time.sleep(0.02)
+        state_file.write_text(str(epoch))
+        if not resumed:
+            handed(kill, stateful=False)
     else:
         import torch
         from torch.utils.data import DataLoader
@@ -200,6 +213,15 @@ def test_a_dataloader_that_begins_the_epoch_again_is_named(tmp_path):
     last = spans[-1]
     assert (last["twice"], last["never"], last["after"]) == (4 * 12, 0, 15), last
     assert last["cause"] == RESTARTED, last
+    assert_nothing_left_running()
+
+
+@pytest.mark.timeout(300)
+def test_an_epoch_lost_between_runs_is_named(tmp_path):
+    (span,) = killed_and_resumed(tmp_path, "lost", [1])
+    assert (span["lost"], span["before"], span["after"], span["twice"], span["never"]) == (1, 15, 15, 0, 0), span
+    assert span["text"].startswith("run 1 ended its epoch 0, and run 2 began the next with 1 epoch lost"), span
+    assert span["cause"] == LOST.format(drew=0, draws=2), span
     assert_nothing_left_running()
 
 

@@ -11,7 +11,7 @@ import random
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from queuetune.resumes import REORDERED, RESTARTED, UNSET, Batch, Part, spans
+from queuetune.resumes import LOST, REORDERED, RESTARTED, UNSET, Batch, Part, spans
 
 
 def batches_of(order: list[int], size: int, start: float = 0.0, step: float = 0.05) -> list[Batch]:
@@ -145,3 +145,17 @@ def test_the_sampler_epoch_drawn_tells_a_resume_known_or_a_set_epoch_forgotten()
     (span,) = spans([stopped, forgot])
     assert span.twice == span.never == 4 and span.cause == UNSET.format(drew=1, draws=0)
     assert "call sampler.set_epoch(1)" in span.text()
+
+
+@given(st.integers(0, 5), st.integers(0, 8))
+def test_an_epoch_ended_before_the_restart_and_the_next_drawn_after_it(drew, draws):
+    whole = batches_of(list(range(8)), 2)
+    stopped = Part({(0, 0): whole}, sampler_epochs={(0, 0): drew}, samples=8, batches=4, ended=False)
+    resumed = Part({(0, 0): batches_of(list(range(8)), 2, start=9.0)}, sampler_epochs={(0, 0): draws}, samples=8)
+    found = spans([stopped, resumed])
+    if draws == drew + 1:
+        assert found == []
+    else:
+        (span,) = found
+        assert span.lost == draws - drew - 1 and not span.once and span.cause == LOST.format(drew=drew, draws=draws)
+        assert ("lost" if draws > drew + 1 else "handed over again") in span.text()

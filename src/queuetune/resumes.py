@@ -182,7 +182,9 @@ class Span:
     run stopped before it did); ``cause`` in words where they are not all once;
     ``assumed`` where the loader did not say that it resumed; ``dropped``: the
     batches the resumed run took and dropped at once, first (see :func:`dropped`),
-    left out of ``after``."""
+    left out of ``after``; ``lost``: where the restart came between epochs, the
+    epochs between the one the stopped run ended and the one the resumed run
+    began, as their samplers drew them (negative: begun again)."""
 
     loader: str
     epoch: int
@@ -196,10 +198,11 @@ class Span:
     cause: str | None = None
     assumed: bool = False
     dropped: int = 0
+    lost: int = 0
 
     @property
     def once(self) -> bool:
-        return not self.twice and not self.never
+        return not self.twice and not self.never and not self.lost
 
     def text(self) -> str:
         """The finding in one line.
@@ -208,6 +211,10 @@ class Span:
         'epoch 0 spans runs 1 and 2: every sample once'
         """
         where = f"epoch {self.epoch} spans runs {self.runs[0]} and {self.runs[1]}"
+        if self.lost:
+            n, last = abs(self.lost), f"run {self.runs[0]} ended its epoch {self.epoch}"
+            what = f"{n} epoch{'s' if n > 1 else ''} {'lost' if self.lost > 0 else 'handed over again'}"
+            return f"{last}, and run {self.runs[1]} began the next with {what}: {self.cause}"
         if self.once:
             text = f"{where}: every sample once"
             if self.not_reached:
@@ -238,6 +245,10 @@ REORDERED = (
 )
 REPEATED = "batches handed over before the restart were handed over again"
 SKIPPED = "batches were skipped, or an epoch lost"
+LOST = (
+    "the sampler drew epoch {drew} before the restart and epoch {draws} after it: resume from the epoch "
+    "the state says (the sampler's set_epoch, a Prefetcher's state), not a number kept apart"
+)
 UNSET = (
     "the resumed run's sampler drew its epoch {draws}, the stopped run's its epoch {drew}: "
     "call sampler.set_epoch({drew}) before the resumed epoch"
@@ -294,8 +305,15 @@ def _span(
         return None  # nothing of the epoch kept (its state taken before it began): the resumed run begins it anew
     whole = resumed.batches or stopped.batches
     total = resumed.samples or stopped.samples
+    drew, draws = stopped.sampler_epochs.get(last), resumed.sampler_epochs.get(first)
     if whole is not None and len(taken) >= whole and last not in stopped.cut_short:
-        return None  # the restart came between epochs
+        # The restart came between epochs: the epoch begun next should be the one after.
+        if drew is None or draws is None or draws == drew + 1:
+            return None
+        span = Span(loader, last[1], (number, number + 1), len(taken), len(then), total or 0, 0, 0)
+        span.lost = draws - drew - 1
+        span.cause = LOST.format(drew=drew, draws=draws)
+        return span, []
     if total is None or any(batch.samples is None for batch in taken + then):
         return None
     skipped = dropped(then)
@@ -308,7 +326,6 @@ def _span(
     never, not_reached = (missing, 0) if reached else (0, missing)
     span = Span(loader, last[1], (number, number + 1), len(taken), len(then), total, twice, never, not_reached)
     span.dropped = skipped
-    drew, draws = stopped.sampler_epochs.get(last), resumed.sampler_epochs.get(first)
     # Known to continue where the loader said it resumed, or its sampler draws the same epoch again.
     span.assumed = first not in resumed.resumed and (drew is None or drew != draws)
     if drew is not None and draws is not None and drew != draws:

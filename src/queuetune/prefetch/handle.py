@@ -317,8 +317,9 @@ class Prefetcher:
         self._progress = progress
         self._next_epoch = progress.epoch + 1
         left = progress.remaining()
+        # The recorder's epoch this one will be (it begins with its first batch), and this prefetcher's.
+        self.recorder.mark("sampler_epoch", {"epoch": self.recorder.epoch + 1, "sampler": progress.epoch})
         if progress.done or progress.also:
-            # The recorder's epoch this one will be (it begins with its first batch).
             self.recorder.mark("resumed", {"epoch": self.recorder.epoch + 1, "batches": len(plan) - len(left)})
         return [plan[i] for i in left], Handed(progress, left)
 
