@@ -37,29 +37,31 @@ class Batch(NamedTuple):
     samples: list[int] | None
 
 
-#: A step shorter than this (seconds from a batch handed over to the next asked
-#: for) is a batch dropped unused, where the steps after it take ten times longer.
-FAST = 1e-3
+#: The shortest step of a loop whose batches can be told dropped: a batch dropped
+#: unused is one whose next was asked for within a tenth of the steps after it.
+STEP = 0.01
 
 
 def dropped(batches: list[Batch]) -> int:
     """How many of ``batches`` (an epoch's, in order) the program took first and
     dropped unused, as ``itertools.islice(loader, k, None)`` does to skip the
-    batches taken before a restart: each one's next asked for within
-    :data:`FAST`, where the steps after them took at least ten times longer
-    (a loop whose every step is that short drops none, and one step at least
-    must follow them: a run that takes one batch after them drops none).
+    batches taken before a restart: those before the first step of
+    :data:`STEP` or longer, each one's next asked for within a tenth of the
+    median step after them (a loop whose steps are all shorter drops none, and
+    one step at least must follow them: a run that takes one batch after them
+    drops none).
 
     >>> dropped([Batch(0, 0.1, None), Batch(0.1001, 0.2, None), Batch(0.2001, 0.3, None),
     ...          Batch(0.35, 0.4, None), Batch(0.45, 0.5, None)])
     2
     """
     gaps = [after.asked - batch.got for batch, after in itertools.pairwise(batches)]
-    first = next((i for i, gap in enumerate(gaps) if gap >= FAST), len(gaps))
+    first = next((i for i, gap in enumerate(gaps) if gap >= STEP), len(gaps))
     rest = gaps[first:]
-    if not first or not rest or statistics.median(rest) < 10 * FAST:
+    if not first or not rest:
         return 0
-    return first
+    step = statistics.median(rest)
+    return first if all(gap < step / 10 for gap in gaps[:first]) else 0
 
 
 def epoch_samples(meta: TraceMeta) -> int | None:
