@@ -4,6 +4,7 @@ agrees with the verdict, the same in the terminal, the HTML and the JSON."""
 from __future__ import annotations
 
 import json
+import platform
 
 import pytest
 from tests.helpers import assert_nothing_left_running
@@ -260,3 +261,33 @@ def test_copy_on_read_comes_before_the_hand_overs_own_advice():
         assert line.bottleneck == "the hand-over"
         assert line.next_step.startswith("lower the hand-over (") and "pin_memory=True" in line.next_step
         assert "(copy-on-read), which slows" not in line.text()
+
+
+def keras_trace(multiprocessing: bool) -> Trace:
+    """:func:`loader_trace`'s model-bound run as a Keras PyDataset of 4 workers and a queue of 10 records it."""
+    trace = loader_trace(*CASES["model-bound"], workers=4)
+    settings = {"workers": 4, "max_queue_size": 10, "use_multiprocessing": multiprocessing}
+    trace.meta = TraceMeta(framework="keras", loader="PyDataset", settings=settings, depth=11)
+    return trace
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the heap a thread keeps is glibc's")
+def test_memory_advice_counts_the_heap_each_worker_thread_keeps():
+    trace = keras_trace(multiprocessing=False)
+    recommendation, line = advise(trace, analyze(trace))
+    assert recommendation.thread_bytes == MiB  # a batch a thread
+    threads = recommendation.settings["workers"]
+    assert threads < 4 and recommendation.changes
+    assert recommendation.held_bytes == pytest.approx(recommendation.peak_bytes + threads * MiB)
+    assert recommendation.current_held_bytes == pytest.approx(recommendation.current_peak_bytes + 4 * MiB)
+    saved = format_bytes(int(recommendation.saved_bytes))
+    assert f"is predicted to hold {saved} less (the 1.0 MiB heap each worker thread keeps counted) at " in line.text()
+
+
+def test_no_thread_heap_is_counted_for_worker_processes_or_a_loader_without_workers():
+    recommendation, _ = advise(keras_trace(multiprocessing=True))
+    assert recommendation.thread_bytes is None
+    trace = loader_trace(*CASES["model-bound"], workers=2)
+    assert trace.meta.settings is not None
+    trace.meta.settings["num_workers"] = 0
+    assert advise(trace)[0].thread_bytes is None

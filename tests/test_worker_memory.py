@@ -5,6 +5,8 @@ each copy more, and a worker fewer saves less than one worker as measured."""
 from __future__ import annotations
 
 import json
+import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -22,8 +24,9 @@ from tests.helpers import assert_nothing_left_running  # noqa: E402
 import queuetune  # noqa: E402
 from queuetune import real_memory  # noqa: E402
 from queuetune.analysis import analyze  # noqa: E402
+from queuetune.trace import Produced, Trace  # noqa: E402
 from queuetune.tune.recommend import recommend  # noqa: E402
-from queuetune.tune.worker_memory import WorkerMemory, worker_memory  # noqa: E402
+from queuetune.tune.worker_memory import MMAP_THRESHOLD_MAX, WorkerMemory, thread_memory, worker_memory  # noqa: E402
 
 MiB = 2**20
 
@@ -52,6 +55,75 @@ def test_fewer_copying_workers_each_hold_more_and_together_hold_less(memory, wor
 @given(st.floats(0, 500 * MiB), st.integers(0, 256))
 def test_workers_that_copy_nothing_hold_their_measured_memory_each(each, workers):
     assert WorkerMemory(each).total(workers) == pytest.approx(workers * each)
+
+
+batch_sizes = st.lists(st.integers(1, 64 * MiB), min_size=1, max_size=30)
+
+
+@given(batch_sizes, st.sampled_from(["glibc", "musl", ""]), st.integers(0, 64))
+def test_worker_threads_keep_a_batch_each_where_glibc_serves_it_from_their_heap(sizes, libc, threads):
+    trace = Trace(produced=[Produced(0.0, 0.1, n) for n in sizes])
+    memory = thread_memory(trace, libc)
+    batch = statistics.median(sizes)
+    if libc != "glibc" or batch >= MMAP_THRESHOLD_MAX:
+        assert memory is None
+    else:
+        assert memory is not None and memory.threads
+        assert memory.total(threads) == pytest.approx(threads * batch)
+
+
+HEAP_PROBE = """
+import queue, sys, threading, numpy as np
+threads, batches = int(sys.argv[1]), 120
+def pss():
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+q, stop = queue.Queue(1), threading.Event()
+def build(k):
+    while not stop.is_set():
+        a = np.random.default_rng(k).random((32, 96, 96, 3), dtype=np.float32)
+        k += threads
+        while not stop.is_set():
+            try:
+                q.put(a, timeout=0.05)
+                break
+            except queue.Full:
+                pass
+workers = [threading.Thread(target=build, args=(i,)) for i in range(threads)]
+base = pss()
+for w in workers:
+    w.start()
+peak = 0
+for _ in range(batches):
+    b = q.get()
+    stop.wait(0.005)
+    del b
+    peak = max(peak, pss())
+stop.set()
+for w in workers:
+    w.join()
+print(peak - base)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="glibc's arenas")
+def test_worker_threads_hold_about_a_batch_each_beyond_those_in_flight():
+    """The premise of :func:`thread_memory`, as a user then measures it: threads
+    building 3.4 MiB batches through a queue of one hold more than the batches
+    in flight (the queue's, one a thread, the consumer's) by about one a thread."""
+    batch = 32 * 96 * 96 * 3 * 4
+
+    def beyond(threads: int) -> float:
+        command = [sys.executable, "-c", HEAP_PROBE, str(threads)]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=100)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout) / batch - (1 + threads + 1)
+
+    two, eight = beyond(2), beyond(8)
+    assert 1 <= two <= 4 and 4 <= eight <= 12
+    assert eight - two >= 3
+    assert_nothing_left_running()
 
 
 torch = pytest.importorskip("torch")

@@ -187,6 +187,8 @@ def _leaner(rec: Recommendation) -> tuple[str, dict[str, Any] | None]:
         if saved is None or saved <= 0:
             return f"{_shown(rec.settings)}: predicted at {_share(rec.share)} of the best throughput", rec.settings
         workers = " (the workers' own memory counted)" if rec.worker_bytes is not None else ""
+        if rec.thread_bytes is not None:
+            workers = f" (the {format_bytes(int(rec.thread_bytes))} heap each worker thread keeps counted)"
         if rec.copying:
             workers = " (the workers' own memory counted, each copying the pages of what it reads)"
         return (

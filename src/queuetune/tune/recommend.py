@@ -15,7 +15,7 @@ from ..trace import Trace
 from .machine import machine_limits
 from .measures import after_warmup
 from .predict import Predicted, predict, search_workers
-from .worker_memory import worker_memory
+from .worker_memory import thread_memory, worker_memory
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ class Recommendation:
     held_bytes: float = 0.0
     current_held_bytes: float | None = None
     copying: bool = False
+    #: The heap each worker thread keeps beyond the batches in flight, counted
+    #: in ``held_bytes`` (None: processes, or none kept; see :func:`.thread_memory`).
+    thread_bytes: float | None = None
     #: ``"cores"`` where its predicted throughput is what the machine's ``cores``
     #: (those this process may run on) give, ``others`` of them kept busy by other programs.
     limit: str | None = None
@@ -147,6 +150,9 @@ def recommend(
     best = max(p.throughput for p in rows)
     per_worker = limits.worker_bytes
     own = worker_memory(trace, report)
+    if own is None and framework.workers_knob and current.get(framework.workers_knob):
+        # Worker threads (a torch DataLoader of num_workers=0 builds in the consumer's).
+        own = None if framework.rules(current).processes else thread_memory(trace)
     count = functools.partial(_workers_of, framework, current)
 
     def held(p: Predicted) -> float:
@@ -176,6 +182,7 @@ def recommend(
         held_bytes=held(chosen),
         current_held_bytes=held(now) if now is not None else None,
         copying=own is not None and own.copying,
+        thread_bytes=own.each if own is not None and own.threads else None,
         limit=chosen.limit,
         cores=machine.cores if machine is not None else None,
         others=machine.others if machine is not None else None,
