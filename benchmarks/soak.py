@@ -230,7 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     peak_total = max((m.rss + m.children for m in trace.memory), default=0)
     peak_rss = max((m.rss for m in trace.memory), default=0)
     left = {
-        "shm_files": len(list(shm.ROOT.glob(f"queuetune-{os.getpid()}-*"))),
+        "shm_files": len(list(shm.files.ROOT.glob(f"queuetune-{os.getpid()}-*"))),
         "children": len([c for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]),
         "threads": len([t for t in threading.enumerate() if t.name.startswith("queuetune")]),
     }

@@ -119,7 +119,7 @@ def make(kind, n, **faults):
 
 def shm_files():
     """Shared-memory files the prefetcher's workers made for this process."""
-    return sorted(p.name for p in shm.ROOT.glob(f"queuetune-{os.getpid()}-*"))
+    return sorted(p.name for p in shm.files.ROOT.glob(f"queuetune-{os.getpid()}-*"))
 
 
 def wait_until(condition, timeout=10.0):
@@ -599,7 +599,7 @@ def test_a_worker_killed_while_sending_its_result_leaves_no_thread_waiting_for_e
     import concurrent.futures as cf
     import multiprocessing
 
-    from queuetune.prefetch.workers import _shutdown
+    from queuetune.prefetch.workers.processes import _shutdown
 
     global _POOL
     _POOL = pool = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
@@ -656,13 +656,13 @@ def test_a_forked_child_that_reads_an_inherited_iterator_gets_a_clear_error_at_o
 def test_a_start_of_worker_processes_that_fails_leaves_no_file(tmp_path):
     """With spawn, a source holding a lambda cannot be sent: a TypeError, and the pool's
     files (its lock file too) are gone."""
-    before = set(shm.ROOT.glob(f"queuetune-{os.getpid()}-*"))
+    before = set(shm.files.ROOT.glob(f"queuetune-{os.getpid()}-*"))
     source = Batches(4)
     source.transform = lambda x: x  # not picklable
     with Prefetcher(source, max_bytes="1MiB", mode="process", multiprocessing_context="spawn") as p:
         with pytest.raises(TypeError, match="could not be sent to a worker process started with 'spawn'"):
             iter(p)
-    assert set(shm.ROOT.glob(f"queuetune-{os.getpid()}-*")) == before
+    assert set(shm.files.ROOT.glob(f"queuetune-{os.getpid()}-*")) == before
     assert_nothing_left_running()
 
 

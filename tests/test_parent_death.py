@@ -131,7 +131,7 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 
 def owned_files(pid: int) -> list[str]:
-    return sorted(p.name for p in shm.ROOT.glob(f"queuetune-{pid}-*"))
+    return sorted(p.name for p in shm.files.ROOT.glob(f"queuetune-{pid}-*"))
 
 
 def wardens(processes: list[psutil.Process]) -> list[psutil.Process]:
@@ -280,7 +280,7 @@ def test_the_next_pool_sweeps_the_files_of_a_pool_whose_processes_all_died(tmp_p
         with Prefetcher(list(range(4)), max_bytes="1MiB", mode="process", workers=1) as p:
             assert list(p) == [0, 1, 2, 3]
         assert owned_files(victim.pid) == []
-        assert (shm.ROOT / f"{other.prefix}lock").exists()
+        assert (shm.files.ROOT / f"{other.prefix}lock").exists()
     finally:
         other.close()
     assert_nothing_left_running()
@@ -300,9 +300,9 @@ def test_doctor_shm_lists_and_removes_orphaned_files_only(tmp_path, capsys):
         out = capsys.readouterr().out
         assert f"pid {victim.pid} (queuetune-{victim.pid}-" in out and "orphaned: removed" in out
         assert owned_files(victim.pid) == []
-        assert (shm.ROOT / f"{live.prefix}lock").exists()
+        assert (shm.files.ROOT / f"{live.prefix}lock").exists()
         assert main(["doctor", "--shm"]) == 0
         assert "no orphaned" in capsys.readouterr().out
     finally:
         live.close()
-    assert not list(shm.ROOT.glob(f"{live.prefix}*"))
+    assert not list(shm.files.ROOT.glob(f"{live.prefix}*"))

@@ -160,12 +160,12 @@ def tmpfs(tmp_path_factory) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def pools_in(folder: Path) -> Iterator[None]:
-    saved = shm.ROOT
-    shm.ROOT = folder
+    saved = shm.files.ROOT
+    shm.files.ROOT = folder
     try:
         yield
     finally:
-        shm.ROOT = saved
+        shm.files.ROOT = saved
 
 
 # --- the promises together ---------------------------------------------------------------
@@ -345,7 +345,7 @@ def test_the_consumer_killed_at_any_batch_leaves_no_worker_and_no_file(tmp_path_
         victim.wait(timeout=30)
         _, alive = psutil.wait_procs(family, timeout=10)
         assert alive == [], f"left running after the consumer's death: {[p.pid for p in alive]}"
-        assert sorted(shm.ROOT.glob(f"queuetune-{victim.pid}-*")) == []
+        assert sorted(shm.files.ROOT.glob(f"queuetune-{victim.pid}-*")) == []
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(victim.pid, signal.SIGKILL)

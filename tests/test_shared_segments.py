@@ -31,7 +31,7 @@ SAMPLE = 32 * 1024  # float32 values: 128 KiB a sample, above shm.MIN_BYTES
 
 
 def files(prefix: str = "") -> list[str]:
-    return sorted(p.name for p in shm.ROOT.glob(f"{prefix or f'queuetune-{os.getpid()}-'}*"))
+    return sorted(p.name for p in shm.files.ROOT.glob(f"{prefix or f'queuetune-{os.getpid()}-'}*"))
 
 
 def segments(prefix: str) -> list[str]:
@@ -191,7 +191,7 @@ def test_a_pool_keeps_a_second_spare_only_while_its_workers_miss_it():
 
 
 def test_every_segment_and_every_grant_count_against_the_budget():
-    size = shm._round(200_000)
+    size = shm.segments.rounded(200_000)
     pool = shm.Pool(os.getpid(), budget=3 * size, least=shm.SPARE)
     try:
         assert pool.room(200_000) and pool.lend(200_000).grant == size and pool.committed == size
@@ -287,7 +287,7 @@ class SlowSecond(Samples):
 
 def allocated(prefix: str) -> int:
     """The bytes of memory the pool's files take (blocks allocated, not their sizes)."""
-    return sum(path.stat().st_blocks * 512 for path in shm.ROOT.glob(f"{prefix}*"))
+    return sum(path.stat().st_blocks * 512 for path in shm.files.ROOT.glob(f"{prefix}*"))
 
 
 @pytest.mark.timeout(120)
@@ -312,7 +312,7 @@ def test_a_batch_takes_memory_as_its_samples_are_joined_in_not_as_its_build_star
                 pool = p._epoch.workers.segments
                 building = p._epoch.schedule.building
                 assert building == 4 and len(segments(pool.prefix)) == 1 + building
-                assert allocated(pool.prefix) <= size + building * (SAMPLE * 4 + 2 * shm._PAGE)
+                assert allocated(pool.prefix) <= size + building * (SAMPLE * 4 + 2 * shm.segments.PAGE)
             got.append([int(v) for v in y])
             del x, y
     assert got == [list(range(b * batch, (b + 1) * batch)) for b in range(6)]
@@ -344,7 +344,7 @@ def test_the_first_batch_is_collated_in_shared_memory_as_the_others_are(kind, mo
 
 
 def test_a_batch_prepared_as_it_settles_is_handed_over_as_those_views():
-    size = shm._round(200_000)
+    size = shm.segments.rounded(200_000)
     pool = shm.Pool(os.getpid(), budget=2 * size)
     try:
         shipped = built(pool, 7)
@@ -385,7 +385,7 @@ def test_a_batch_that_cannot_be_prepared_gives_nothing_back_and_is_opened_at_the
     try:
         shipped = built(pool, 3, 400_000)
         shipped.batch = (shipped.batch, shipped.batch)  # two views of one segment
-        laid_out = shm._laid_out
+        laid_out = shm.packing.laid_out
         calls = []
 
         def second_fails(buffer, piece):
@@ -394,12 +394,12 @@ def test_a_batch_that_cannot_be_prepared_gives_nothing_back_and_is_opened_at_the
                 raise ValueError("cannot view")
             return laid_out(buffer, piece)
 
-        monkeypatch.setattr(shm, "_laid_out", second_fails)
+        monkeypatch.setattr(shm.packing, "laid_out", second_fails)
         pool.prepare(shipped)
         gc.collect()
         assert shipped.views is None and len(calls) == 2
         assert pool.held() == 1 and pool.shelf.names() == set()  # the first view's holder gave nothing back
-        monkeypatch.setattr(shm, "_laid_out", laid_out)
+        monkeypatch.setattr(shm.packing, "laid_out", laid_out)
         x, y = pool.open(shipped)
         assert float(x.sum()) == float(y.sum()) == 3 * 100_000
     finally:
@@ -802,7 +802,7 @@ def test_unshared_names_only_memory_that_nothing_but_the_batch_reaches():
         refs = sys.getrefcount(batch)
         found = shm.unshared(batch, refs)
         leaves = []
-        shm._replace(batch, lambda leaf: leaves.append(leaf) or leaf)
+        shm.packing.replace(batch, lambda leaf: leaves.append(leaf) or leaf)
         return [id(leaf) in found for leaf in leaves if isinstance(leaf, np.ndarray) or hasattr(leaf, "numel")]
 
     assert ids(lambda: np.ones(10)) == [True]

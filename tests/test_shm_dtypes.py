@@ -225,7 +225,7 @@ def over_shared_memory(array: np.ndarray) -> bool:
 
 
 def files() -> list[str]:
-    return sorted(p.name for p in shm.ROOT.glob(f"queuetune-{os.getpid()}-*"))
+    return sorted(p.name for p in shm.files.ROOT.glob(f"queuetune-{os.getpid()}-*"))
 
 
 # --- in this process: random arrays and containers -------------------------------------------
@@ -293,7 +293,7 @@ def test_any_array_and_container_round_trips_through_shared_memory(batch, reserv
     assert_same(got, batch, layout=reserve != 300_000 or len(shipped) == len(large))
     if reserve == 300_000:
         assert len(shipped) <= len(large)
-        assert sum(int(np.prod(p.shape)) * p.dtype.itemsize for p in shipped) <= shm._round(reserve)
+        assert sum(int(np.prod(p.shape)) * p.dtype.itemsize for p in shipped) <= shm.segments.rounded(reserve)
     else:
         assert len(shipped) == len(large)
     assert all(piece.order is None for piece, leaf in zip(shipped, large) if leaf.flags.c_contiguous)

@@ -32,7 +32,7 @@ def small_shm(tmp_path, monkeypatch):
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(where)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    monkeypatch.setattr(shm, "ROOT", where)
+    monkeypatch.setattr(shm.files, "ROOT", where)
     try:
         yield where
     finally:

@@ -200,14 +200,14 @@ def test_in_process_mode_a_batch_let_go_of_returns_its_segment_on_the_starter_th
 @pytest.mark.timeout(60)
 def test_process_workers_drop_what_their_starter_was_asked_and_had_not_begun_at_shutdown(monkeypatch):
     drained = threading.Event()
-    drain = workers_module._drain
+    drain = workers_module.threads.drain
 
     def drain_and_tell(jobs):
         taken = drain(jobs)
         drained.set()
         return taken
 
-    monkeypatch.setattr(workers_module, "_drain", drain_and_tell)
+    monkeypatch.setattr(workers_module.threads, "drain", drain_and_tell)
     channel = Channel(list().append, processes=True)
     workers = ProcessWorkers(1, [np.zeros(10)], None, None, channel, multiprocessing.get_context("fork"))
     ran = []

@@ -28,7 +28,7 @@ class Numbered:
 
 
 def files() -> list[str]:
-    return sorted(p.name for p in shm.ROOT.glob(f"queuetune-{os.getpid()}-*")) if shm.available() else []
+    return sorted(p.name for p in shm.files.ROOT.glob(f"queuetune-{os.getpid()}-*")) if shm.available() else []
 
 
 @pytest.mark.timeout(120)

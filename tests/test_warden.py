@@ -114,13 +114,13 @@ OWNER = textwrap.dedent(
     import os, sys, time
     from queuetune.prefetch import shm, warden
 
-    prefix = f"{shm._PREFIX}{os.getpid()}-0123abcd-"
+    prefix = f"{shm.files.PREFIX}{os.getpid()}-0123abcd-"
     for name in ("segment", "lock"):
-        open(shm.ROOT / f"{prefix}{name}", "w").close()
+        open(shm.files.ROOT / f"{prefix}{name}", "w").close()
     worker, stranger = int(sys.argv[1]), int(sys.argv[2])
     if len(sys.argv) > 3:  # another program for the warden
         warden.__file__ = sys.argv[3]
-    warden.guard(prefix, shm.ROOT)
+    warden.guard(prefix, shm.files.ROOT)
     warden.watch(prefix, [worker])
     with warden._lock:
         warden._say(warden._worker_line(prefix, stranger, warden.start_time(stranger) + 1))
@@ -157,15 +157,15 @@ def test_at_its_owners_death_the_warden_kills_the_workers_it_was_told_of_and_no_
     owner = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=tmp_path)
     try:
         watcher = psutil.Process(int(owner.stdout.readline()))  # type: ignore[union-attr]
-        assert sorted(p.name for p in shm.ROOT.glob(f"{shm._PREFIX}{owner.pid}-*")) == [
-            f"{shm._PREFIX}{owner.pid}-0123abcd-lock",
-            f"{shm._PREFIX}{owner.pid}-0123abcd-segment",
+        assert sorted(p.name for p in shm.files.ROOT.glob(f"{shm.files.PREFIX}{owner.pid}-*")) == [
+            f"{shm.files.PREFIX}{owner.pid}-0123abcd-lock",
+            f"{shm.files.PREFIX}{owner.pid}-0123abcd-segment",
         ]
         owner.kill()
         owner.wait(timeout=30)
         assert worker.wait(timeout=10) == -signal.SIGKILL
         watcher.wait(timeout=10)
-        assert list(shm.ROOT.glob(f"{shm._PREFIX}{owner.pid}-*")) == []
+        assert list(shm.files.ROOT.glob(f"{shm.files.PREFIX}{owner.pid}-*")) == []
         assert stranger.poll() is None  # not the process it was told of
     finally:
         for process in (owner, worker, stranger):

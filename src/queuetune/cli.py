@@ -603,7 +603,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
     from queuetune.render.text import shm_lines
 
     if not shm.available():
-        print(f"no shared memory to check: {shm.ROOT} is not a writable folder")
+        print(f"no shared memory to check: {shm.files.ROOT} is not a writable folder")
         return 0
     found = shm.pools()
     removed = [] if args.dry_run else shm.sweep_orphans()

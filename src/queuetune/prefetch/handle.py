@@ -458,7 +458,7 @@ class Prefetcher:
         )
 
     def _new_workers(self) -> Workers:
-        """This epoch's workers, started now (see :func:`.workers._start_workers` for why)."""
+        """This epoch's workers, started now (see :func:`.workers.processes._start_workers` for why)."""
         channel = self.recorder.channel
         if not self._indexable:
             return ThreadWorkers(1, Pull(iter(self._source), channel))

@@ -377,7 +377,7 @@ def _start() -> _Link | None:
     # A frozen application's executable is the application, not a Python to run the program with.
     if _failures >= FAILURES or not sys.executable or getattr(sys, "frozen", False) or not os.path.isfile(program):
         return None
-    argv = [str(os.getpid()), shm._PREFIX, shm._LOCK]
+    argv = [str(os.getpid()), shm.files.PREFIX, shm.files.LOCK]
     read, write = os.pipe()
     try:
         process = subprocess.Popen(

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..memory import BatchSpec, Footprint
-from ..prefetch.shm import PoolFiles
+from ..prefetch.shm.files import PoolFiles
 from ..units import format_bytes, format_number, format_seconds
 from .explain import explain
 
