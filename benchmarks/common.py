@@ -84,7 +84,7 @@ def machine() -> str:
 def tree_memory(pid: int | None = None, shm: str | Path = "/dev/shm") -> dict[str, int]:
     """The real memory of process ``pid`` (this one by default) and all its
     descendants, in bytes, read from /proc (Linux) by what queuetune's own
-    reports use (:func:`queuetune.real_memory.read_tree`):
+    reports use (:func:`queuetune.record.real_memory.read_tree`):
 
     - ``pss``: the sum of each process's proportional set size
       (``psutil.Process.memory_full_info().pss``): its private pages, and each
@@ -110,7 +110,7 @@ def tree_memory(pid: int | None = None, shm: str | Path = "/dev/shm") -> dict[st
     """
     import psutil
 
-    from queuetune.real_memory import read_tree
+    from queuetune.record.real_memory import read_tree
 
     tree = read_tree(psutil.Process(pid), shm=shm)
     if tree is None:
@@ -191,7 +191,7 @@ def children() -> list[Any]:
     resource tracker, which stay until it exits (the fork server's workers count)."""
     import psutil
 
-    from queuetune.recorder import multiprocessing_helpers
+    from queuetune.record.recorder import multiprocessing_helpers
 
     helpers = multiprocessing_helpers()
     return [child for child in psutil.Process().children(recursive=True) if child.pid not in helpers]

@@ -1,4 +1,4 @@
-"""What a sample's fingerprint costs: queuetune.fingerprint.fingerprint on
+"""What a sample's fingerprint costs: queuetune.record.fingerprint.fingerprint on
 samples of several sizes (numpy arrays and torch tensors), against one copy of
 the same bytes (numpy's copyto into a reused buffer) on the same machine.
 
@@ -25,7 +25,7 @@ import numpy as np
 from common import machine, package_versions, preamble, publish
 
 sys.path.insert(0, "src")
-from queuetune.fingerprint import fingerprint
+from queuetune.record.fingerprint import fingerprint
 
 
 def samples() -> dict[str, tuple[Any, int]]:
@@ -86,7 +86,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": time.perf_counter() - began,
     }
-    lines = preamble("queuetune.fingerprint.fingerprint against one copy of the same bytes", result)
+    lines = preamble("queuetune.record.fingerprint.fingerprint against one copy of the same bytes", result)
     lines.append(f"{'sample':50} {'fingerprint':>12} {'MiB/s':>8} {'ms per MiB':>10} {'copy':>10} {'x copy':>7}")
     for row in rows:
         mib = row["bytes"] / 2**20

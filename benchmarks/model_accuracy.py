@@ -109,9 +109,9 @@ import numpy as np
 import queuetune
 from common import machine, rotated
 from queuetune import frameworks
-from queuetune.matching import match
 from queuetune.model import Distribution, fit, fit_unbuffered, kept_by_consumer, simulate, transit_time
-from queuetune.trace import Trace
+from queuetune.record.matching import match
+from queuetune.record.trace import Trace
 from queuetune.tune import after_warmup, run_trial
 
 ITEM_FLOATS = 16_384  # 64 KiB of float32 per batch

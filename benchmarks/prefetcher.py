@@ -59,7 +59,7 @@ for ``--rounds`` rounds of each workload):
   "peak started": the most batches (and bytes) started, being built or built,
   and not yet released by the consumer, from the trace (``Produced.start`` to
   the consumer's next request, batches matched with
-  ``queuetune.analysis.match``); "peak built": the probe's peak of batches
+  ``queuetune.analysis.report.match``); "peak built": the probe's peak of batches
   built and not yet released, and its time mean; peak resident
   memory of the process plus its worker processes, and its rise within the
   run (peak minus the first sample: the process carries the earlier runs'
@@ -114,7 +114,7 @@ import numpy as np
 
 import queuetune
 from common import Counted, ceiling, machine, publish, stop_nodes
-from queuetune.matching import match
+from queuetune.record.matching import match
 from queuetune.tune import throughput
 
 ROWS, COLS = 512, 1024

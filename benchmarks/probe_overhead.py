@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import queuetune
-from queuetune.recorder import Recorder, clock
+from queuetune.record.recorder import Recorder, clock
 
 
 def consume(iterable) -> int:

@@ -65,8 +65,8 @@ import queuetune
 from common import machine, mib, publish
 from queuetune import Prefetcher
 from queuetune.prefetch import shm
-from queuetune.recorder import key_of
-from queuetune.trace import Consumed, Trace
+from queuetune.record.recorder import key_of
+from queuetune.record.trace import Consumed, Trace
 
 MiB = 1024 * 1024
 

@@ -40,7 +40,7 @@ from typing import Any
 import prefetcher as pf
 import queuetune
 from common import machine, preamble, publish, rotated, target_lines
-from queuetune import cores
+from queuetune.common import cores
 from queuetune.prefetch.handle import default_max_workers
 
 TARGET = 0.98

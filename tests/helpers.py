@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from queuetune.prefetch import warden
-from queuetune.recorder import multiprocessing_helpers
+from queuetune.record.recorder import multiprocessing_helpers
 
 #: pytest's own outcomes (a test's timeout is a Failed raised inside the test): a
 #: helper that returns what the code under test raised must raise these instead.

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from queuetune.analysis import analyze, verdict
-from queuetune.matching import match
-from queuetune.trace import Consumed, Mark, MemorySample, Produced, Trace
+from queuetune.analysis.report import analyze, verdict
+from queuetune.record.matching import match
+from queuetune.record.trace import Consumed, Mark, MemorySample, Produced, Trace
 
 
 def run_marks(begin, end, run=0):
@@ -312,8 +312,8 @@ def test_batches_a_pass_never_handed_over_leave_with_it():
 
 
 def test_consumed_by_block_gives_each_block_the_batch_that_took_its_first_row():
-    from queuetune.analysis import consumed_by_block
-    from queuetune.trace import Consumed, Produced
+    from queuetune.analysis.report import consumed_by_block
+    from queuetune.record.trace import Consumed, Produced
 
     # blocks of 3 rows, batches of 2: batch 1 takes the last row of block 0 and the first of block 1
     produced = [Produced(0, 1 + i, 30 + i, rows=3) for i in range(3)]
@@ -323,7 +323,7 @@ def test_consumed_by_block_gives_each_block_the_batch_that_took_its_first_row():
     assert [(c.requested, c.rows, c.nbytes) for c in blocks.consumed] == [(10, 3, 30), (11, 3, 31), (13, 3, 32)]
     assert blocks.produced == produced and trace.consumed == consumed  # the original is left alone
     # the releases of the same walk: each block with the batch that took its last row
-    from queuetune.analysis import row_releases
+    from queuetune.analysis.report import row_releases
 
     assert row_releases(trace, [c.consumed for c in consumed]) == [11.5, 12.5, 14.5]
     # a trace matched by batches comes back as it is
@@ -336,8 +336,8 @@ def _copying_worker(held_mib: list[int], objects_mib: float, warming_mib: int | 
     readings after batches 1, 2, ..., of a dataset of 10,000 samples whose
     Python objects take ``objects_mib``; with ``warming_mib``, read once more
     before its first batch was built."""
-    from queuetune.memory_use import _growing
-    from queuetune.trace import TraceMeta
+    from queuetune.analysis.memory import _growing
+    from queuetune.record.trace import TraceMeta
 
     mib = 2**20
     trace = Trace(

@@ -293,7 +293,7 @@ def test_estimate_ray_json_schema():
 
 
 def test_estimate_ray_default_concurrency_is_this_machines_cpus():
-    from queuetune import cores
+    from queuetune.common import cores
 
     fp = estimate_json("--framework", "ray", "--object-store-memory", "2GiB")["footprint"]
     assert fp["settings"]["concurrency"] == cores.available()

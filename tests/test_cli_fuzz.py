@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_nothing_left_running, queuetune_process, run_cli
-from queuetune.units import BYTES_LIMIT, UNITS, parse_bytes, parse_shape
+from queuetune.common.units import BYTES_LIMIT, UNITS, parse_bytes, parse_shape
 
 ERROR_PREFIX = "queuetune: error: "
 MISSING_FACTORY = "missing-factory.py:make"
@@ -561,7 +561,7 @@ def trace_dir(tmp_path_factory) -> Path:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(record=trace_records(), as_json=st.booleans())
 def test_report_trace_content_fuzz(trace_dir, record, as_json):
-    from queuetune.trace import Trace
+    from queuetune.record.trace import Trace
 
     path = trace_dir / "trace.json"
     path.write_text(json.dumps(record))
@@ -737,8 +737,8 @@ def test_console_script_exit_codes(argv, tmp_path):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(record=trace_records())
 def test_trace_loads_or_fails_clearly_and_what_loads_analyses(record):
-    from queuetune.analysis import analyze
-    from queuetune.trace import Trace
+    from queuetune.analysis.report import analyze
+    from queuetune.record.trace import Trace
 
     try:
         trace = Trace.from_dict(json.loads(json.dumps(record)))

@@ -21,9 +21,9 @@ if __name__ == "__main__":
 from tests.helpers import assert_nothing_left_running, busy_cores  # noqa: E402
 
 import queuetune  # noqa: E402
-from queuetune import real_memory  # noqa: E402
-from queuetune.memory_use import COPY_ON_READ_FIX  # noqa: E402
-from queuetune.trace import Trace  # noqa: E402
+from queuetune.analysis.memory import COPY_ON_READ_FIX  # noqa: E402
+from queuetune.record import real_memory  # noqa: E402
+from queuetune.record.trace import Trace  # noqa: E402
 from queuetune.tune.headline import headline  # noqa: E402
 from queuetune.tune.recommend import Recommendation  # noqa: E402
 

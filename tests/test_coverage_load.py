@@ -13,12 +13,12 @@ import pytest
 
 import queuetune
 from helpers import assert_nothing_left_running, busy
-from queuetune import recorder as recorder_module
-from queuetune.analysis import Report, analyze
-from queuetune.fingerprint import BUDGET_SHARE, KeyBudget, SampleKey, fingerprint, fingerprint_priced
-from queuetune.recorder import Recorder, built_here, clock
+from queuetune.analysis.report import Report, analyze
+from queuetune.record import recorder as recorder_module
+from queuetune.record.fingerprint import BUDGET_SHARE, KeyBudget, SampleKey, fingerprint, fingerprint_priced
+from queuetune.record.recorder import Recorder, built_here, clock
+from queuetune.record.trace import Consumed, Mark, Produced, Trace, TraceMeta
 from queuetune.render.text import report_rows
-from queuetune.trace import Consumed, Mark, Produced, Trace, TraceMeta
 
 RUNS = 20
 SAMPLES = 64

@@ -19,7 +19,7 @@ import pytest
 from helpers import assert_nothing_left_running, peak_held
 from queuetune import BudgetExceeded, Prefetcher, PrefetcherClosed, Trace, WorkerDied
 from queuetune.prefetch import shm
-from queuetune.recorder import key_of, multiprocessing_helpers
+from queuetune.record.recorder import key_of, multiprocessing_helpers
 
 pytestmark = pytest.mark.faults
 

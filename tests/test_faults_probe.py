@@ -225,7 +225,7 @@ def worker_pids() -> list[int]:
     tracker an earlier test's spawn context started outlives that test)."""
     import psutil
 
-    from queuetune.recorder import multiprocessing_helpers
+    from queuetune.record.recorder import multiprocessing_helpers
 
     helpers = multiprocessing_helpers()
     return [c.pid for c in psutil.Process().children(recursive=True) if c.pid not in helpers]

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queuetune.analysis import analyze
+from queuetune.analysis.report import analyze
+from queuetune.common.units import format_seconds
+from queuetune.record.trace import Consumed, Mark, Produced, Trace
 from queuetune.render.text import report_rows
-from queuetune.trace import Consumed, Mark, Produced, Trace
-from queuetune.units import format_seconds
 
 
 @pytest.mark.parametrize(

@@ -9,15 +9,15 @@ import platform
 import pytest
 from tests.helpers import assert_nothing_left_running
 
-from queuetune import cores
-from queuetune.analysis import Report, analyze
+from queuetune.analysis.memory import COPY_ON_READ_FIX, Growth, MemoryUse
+from queuetune.analysis.report import Report, analyze
 from queuetune.cli import main
-from queuetune.memory_use import COPY_ON_READ_FIX, Growth, MemoryUse
+from queuetune.common import cores
+from queuetune.common.units import format_bytes
+from queuetune.record.trace import Consumed, Mark, Produced, Trace, TraceMeta
 from queuetune.render.html import Section, html_report
-from queuetune.trace import Consumed, Mark, Produced, Trace, TraceMeta
 from queuetune.tune.headline import Headline, advise, headline
 from queuetune.tune.recommend import Recommendation
-from queuetune.units import format_bytes
 
 MiB = 2**20
 
@@ -183,7 +183,7 @@ def test_a_plain_loop_that_waits_is_told_to_build_ahead():
 
 def with_worker_memory(trace: Trace, per_worker: int) -> Trace:
     """``trace`` with readings of the tree in which each worker holds ``per_worker`` bytes of its own."""
-    from queuetune.trace import MemorySample
+    from queuetune.record.trace import MemorySample
 
     pids = sorted({int(p.worker) for p in trace.produced})
     times = [trace.end * k / 10 for k in range(1, 10)]

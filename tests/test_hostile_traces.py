@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from helpers import run_cli
-from queuetune import trace as trace_module
-from queuetune.trace import FORMAT, VERSION, Trace
+from queuetune.record import trace as trace_module
+from queuetune.record.trace import FORMAT, VERSION, Trace
 
 REAL = Path(__file__).parent / "data" / "real"
 ERROR = "queuetune: error: "

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from helpers import block_import
-from queuetune.analysis import analyze
+from queuetune.analysis.report import analyze
 from queuetune.cli import main
+from queuetune.record.trace import Consumed, Mark, MemorySample, Produced, Trace, TraceMeta
 from queuetune.render.html import Section, html_report
-from queuetune.trace import Consumed, Mark, MemorySample, Produced, Trace, TraceMeta
 
 
 def sample_trace(name: str = "loader <1>") -> Trace:

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import assert_nothing_left_running
 
-from queuetune.recorder import Recorder, clock
-from queuetune.resumes import Part
-from queuetune.session import Session
+from queuetune.analysis.resumes import Part
+from queuetune.probing.session import Session
+from queuetune.record.recorder import Recorder, clock
+from queuetune.record.trace import TraceMeta
 from queuetune.sinks.journal import journaling
-from queuetune.trace import TraceMeta
 
 
 def lines(path: Path) -> list[dict]:

@@ -15,8 +15,8 @@ import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune.prefetch.read_ahead import read_ahead
-from queuetune.recorder import Recorder, recorded
-from queuetune.trace import TraceMeta
+from queuetune.record.recorder import Recorder, recorded
+from queuetune.record.trace import TraceMeta
 
 
 def arrays(n: int) -> Iterator[np.ndarray]:

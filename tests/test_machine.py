@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_nothing_left_running
-from queuetune.analysis import analyze
-from queuetune.trace import MemorySample, Trace
+from queuetune.analysis.report import analyze
+from queuetune.record.trace import MemorySample, Trace
 from queuetune.tune import machine
 from queuetune.tune.headline import advise
 from queuetune.tune.machine import machine_of

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import ARTICLE_ROWS, FOOTPRINT_KEYS
-from queuetune import cores
-from queuetune.frameworks.ray.spec import ray_object_store_bytes
-from queuetune.memory import (
+from queuetune.common import cores
+from queuetune.common.units import format_number
+from queuetune.estimate.memory import (
     ARTICLE_BATCHES,
     ARTICLE_SIZES,
     FRAMEWORKS,
@@ -26,7 +26,7 @@ from queuetune.memory import (
     label_spec,
     seed_table,
 )
-from queuetune.units import format_number
+from queuetune.frameworks.ray.spec import ray_object_store_bytes
 
 MiB = 2**20
 
@@ -454,7 +454,7 @@ def test_ray_rejects_bad_settings(kwargs, error, match):
 
 def test_ray_estimate_does_not_import_ray():
     code = (
-        "import sys, queuetune, queuetune.memory as m\n"
+        "import sys, queuetune, queuetune.estimate.memory as m\n"
         "m.footprint(100, 'ray', concurrency=1, object_store_memory=1000)\n"
         "print('ray' in sys.modules)"
     )
@@ -549,7 +549,7 @@ def test_batch_bytes_is_the_product_or_refuses(shape, batch, dtype):
 
 def test_import_queuetune_loads_no_framework():
     code = (
-        "import sys, queuetune, queuetune.memory, queuetune.units, queuetune.cli\n"
+        "import sys, queuetune, queuetune.estimate.memory, queuetune.common.units, queuetune.cli\n"
         "heavy = {'torch', 'tensorflow', 'keras', 'jax', 'matplotlib'} & set(sys.modules)\n"
         "print(sorted(heavy))\n"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from queuetune.nbytes import nbytes
+from queuetune.record.nbytes import nbytes
 
 
 def test_nested_numpy_structures_are_summed():

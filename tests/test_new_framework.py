@@ -59,9 +59,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ...nbytes import nbytes
-from ...recorder import Recorder, clock
-from ...trace import TraceMeta
+from ...record.nbytes import nbytes
+from ...record.recorder import Recorder, clock
+from ...record.trace import TraceMeta
 from ..base import Adapter
 
 

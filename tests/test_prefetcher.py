@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from helpers import assert_nothing_left_running
 from queuetune import BudgetExceeded, Prefetcher
-from queuetune.nbytes import nbytes
-from queuetune.recorder import multiprocessing_helpers
+from queuetune.record.nbytes import nbytes
+from queuetune.record.recorder import multiprocessing_helpers
 
 
 class Recorded:
@@ -569,8 +569,8 @@ def test_a_batch_is_freed_as_soon_as_the_consumer_lets_go_of_it(mode):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_the_trace_keeps_the_latest_epochs_only(mode):
-    from queuetune.analysis import analyze
-    from queuetune.trace import Trace
+    from queuetune.analysis.report import analyze
+    from queuetune.record.trace import Trace
 
     batches = [np.full(1000, i, dtype=np.float32) for i in range(7)]
     with Prefetcher(batches, max_bytes="1MiB", workers=2, mode=mode, trace_epochs=2) as p:

@@ -165,7 +165,7 @@ def test_import_queuetune_does_not_import_frameworks():
     import sys
 
     code = (
-        "import sys, queuetune, queuetune.cli, queuetune.memory, queuetune.analysis;"
+        "import sys, queuetune, queuetune.cli, queuetune.estimate.memory, queuetune.analysis.report;"
         "print(sorted(m for m in ('torch', 'keras', 'tensorflow', 'matplotlib', 'jax') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -206,9 +206,9 @@ def test_a_recorder_sampling_across_runs_reads_no_child_in_the_consumers_thread(
     sampler: an epoch's start and end cost the consumer no reading of the
     workers' memory (milliseconds each at a dozen workers); the sampler's
     thread makes them, until close()."""
-    from queuetune.real_memory import ProcessMemory, TreeMemory
-    from queuetune.recorder import MemorySampler, Recorder
-    from queuetune.trace import TraceMeta
+    from queuetune.record.real_memory import ProcessMemory, TreeMemory
+    from queuetune.record.recorder import MemorySampler, Recorder
+    from queuetune.record.trace import TraceMeta
 
     readers = []
     monkeypatch.setattr(

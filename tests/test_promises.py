@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 
 from helpers import assert_nothing_left_running, busy_cores, peak_held
 from queuetune import BudgetExceeded, Prefetcher, WorkerDied
-from queuetune.nbytes import nbytes
 from queuetune.prefetch import shm
-from queuetune.recorder import multiprocessing_helpers
+from queuetune.record.nbytes import nbytes
+from queuetune.record.recorder import multiprocessing_helpers
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
 

@@ -91,7 +91,7 @@ def _flags(parser: argparse.ArgumentParser) -> list[str]:
 
 def listing() -> str:
     import queuetune
-    from queuetune import trace
+    from queuetune.record import trace
 
     lines = [f"trace format {trace.FORMAT!r} version {trace.VERSION}"]
     for name in sorted(queuetune.__all__):

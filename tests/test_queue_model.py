@@ -28,7 +28,7 @@ from queuetune.model import (
     transit_time,
 )
 from queuetune.model.simulate import WARMUP
-from queuetune.trace import Consumed, Produced, Trace
+from queuetune.record.trace import Consumed, Produced, Trace
 
 
 def fitted(trace, ordered=True):

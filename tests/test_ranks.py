@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from queuetune.analysis.ranks import analyze_ranks
 from queuetune.cli import main
-from queuetune.launch import Launch
-from queuetune.ranks import analyze_ranks
-from queuetune.trace import Consumed, Mark, Produced, Trace, TraceMeta
+from queuetune.common.launch import Launch
+from queuetune.record.trace import Consumed, Mark, Produced, Trace, TraceMeta
 
 
 def rank_trace(

@@ -16,8 +16,8 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 import queuetune  # noqa: E402
-from queuetune.analysis import analyze  # noqa: E402
-from queuetune.trace import Trace  # noqa: E402
+from queuetune.analysis.report import analyze  # noqa: E402
+from queuetune.record.trace import Trace  # noqa: E402
 from queuetune.tune import (  # noqa: E402
     Job,
     machine,

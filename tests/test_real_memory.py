@@ -16,8 +16,9 @@ import pytest
 from tests.helpers import assert_nothing_left_running
 
 import queuetune
-from queuetune import memory_use, real_memory
-from queuetune.recorder import MemorySampler, clock, multiprocessing_helpers
+from queuetune.analysis.report import memory as memory_use
+from queuetune.record import real_memory
+from queuetune.record.recorder import MemorySampler, clock, multiprocessing_helpers
 from queuetune.tune.headline import headline
 from queuetune.tune.recommend import Recommendation
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from tests.helpers import assert_nothing_left_running
 
-from queuetune.resumes import LOST, REORDERED, RESTARTED, UNSET
+from queuetune.analysis.resumes import LOST, REORDERED, RESTARTED, UNSET
 
 pytest.importorskip("torch")
 

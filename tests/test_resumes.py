@@ -1,4 +1,4 @@
-"""What :func:`queuetune.resumes.spans` finds of an epoch split by a restart, over
+"""What :func:`queuetune.analysis.resumes.spans` finds of an epoch split by a restart, over
 sizes, batch sizes, stop points, checkpoints and ways to resume nobody chose:
 a resume that continues the order reads every sample once; one that begins the
 epoch again, doubles what was taken; one that skips batches of another order,
@@ -11,7 +11,7 @@ import random
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from queuetune.resumes import LOST, REORDERED, RESTARTED, UNSET, Batch, Part, spans
+from queuetune.analysis.resumes import LOST, REORDERED, RESTARTED, UNSET, Batch, Part, spans
 
 
 def batches_of(order: list[int], size: int, start: float = 0.0, step: float = 0.05) -> list[Batch]:

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from helpers import assert_nothing_left_running
-from queuetune.analysis import analyze
+from queuetune.analysis.report import analyze
 from queuetune.cli import main
-from queuetune.imports import ImportHooks
+from queuetune.common.imports import ImportHooks
+from queuetune.probing.session import Session
 from queuetune.program import run_program
-from queuetune.runner import Target
-from queuetune.session import Session
-from queuetune.trace import Trace
+from queuetune.record.trace import Trace
+from queuetune.run.runner import Target
 
 TORCH_SCRIPT = """
 import sys

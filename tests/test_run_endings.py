@@ -15,7 +15,7 @@ import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune.program import run_program
-from queuetune.runner import Target
+from queuetune.run.runner import Target
 
 LOADER = """
 import queuetune

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from helpers import assert_nothing_left_running
-from queuetune import recorder as recorder_module
-from queuetune.analysis import analyze
-from queuetune.fingerprint import SampleKey, fingerprint
-from queuetune.recorder import Channel, Recorder, built_here, clock
-from queuetune.trace import Trace, TraceMeta
+from queuetune.analysis.report import analyze
+from queuetune.record import recorder as recorder_module
+from queuetune.record.fingerprint import SampleKey, fingerprint
+from queuetune.record.recorder import Channel, Recorder, built_here, clock
+from queuetune.record.trace import Trace, TraceMeta
 
 
 def test_fingerprints_tell_content_apart_and_agree_on_equal_content():

@@ -17,13 +17,13 @@ import pytest
 
 from helpers import assert_nothing_left_running
 from queuetune import Prefetcher
-from queuetune.analysis import analyze
+from queuetune.analysis.report import analyze
+from queuetune.common.units import format_bytes
 from queuetune.prefetch import shm, workers
 from queuetune.prefetch.errors import PrefetcherClosed, WorkerDied
-from queuetune.recorder import Channel
+from queuetune.record.recorder import Channel
+from queuetune.record.trace import Trace
 from queuetune.render.text import report_rows
-from queuetune.trace import Trace
-from queuetune.units import format_bytes
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
 

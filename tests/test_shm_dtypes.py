@@ -490,7 +490,7 @@ def test_conjugate_and_negative_views_arrive_with_the_values_they_stand_for(mode
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_sparse_tensors_cross_intact_and_count_their_parts(mode):
     torch = pytest.importorskip("torch")
-    from queuetune.nbytes import nbytes
+    from queuetune.record.nbytes import nbytes
 
     coo = torch.sparse_coo_tensor([[0, 3, 7]], [1.0, 2.0, 3.0], (10,))
     csr = torch.eye(4).to_sparse_csr()

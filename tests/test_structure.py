@@ -17,24 +17,30 @@ from queuetune.frameworks import FRAMEWORKS
 SRC = Path(os.environ.get("QUEUETUNE_SRC") or Path(__file__).resolve().parents[1] / "src")
 PACKAGE = "queuetune"
 
-#: The layers, lowest first: a module imports modules of its own layer or lower ones.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("units", "nbytes", "jsonio", "cores", "imports", "launch", "trace", "fingerprint", "real_memory")),
-    ("recording", ("recorder",)),
-    ("matching", ("matching", "memory_use")),
-    ("model", ("model", "model.*")),
-    ("specs", ("frameworks", "frameworks.base", "frameworks.*.spec", "frameworks.*.tensors", "frameworks.?*[!.]")),
-    ("analysis", ("analysis", "ranks", "resumes")),
-    ("estimate", ("memory", "experiment")),
-    ("adapters", ("frameworks.adapters", "frameworks.*.watch", "frameworks.*.stateful")),
-    ("prefetch", ("prefetch", "prefetch.*")),
-    ("probing", ("probe", "session")),
-    ("tuning", ("tune", "tune.*")),
-    ("running", ("runner", "program_result", "endings")),
-    ("presentation", ("render", "render.*")),
-    ("sinks", ("sinks", "sinks.*")),
-    ("api", ("", "__main__", "api", "terminal", "cli", "demo", "program")),
+#: The layers, lowest first, each a folder of the package: a module imports
+#: modules of its own layer or lower ones. The modules at the package's top are
+#: its face (:data:`FACE`), the highest layer. A framework's folder holds two:
+#: what queuetune knows of it (its spec, its tensors) with the specs, and how it
+#: is watched (``watch.py``, ``stateful.py``) with the adapters.
+FOLDERS: list[str] = [
+    "common",  # units, JSON, cores, import hooks, what a launcher says
+    "record",  # the trace and the recorder that fills it; bytes, fingerprints, /proc, matching
+    "model",  # the queue model
+    "frameworks",  # what queuetune knows of each framework (spec.py, tensors.py)
+    "analysis",  # what a trace says: the report, memory by cause, ranks, resumes
+    "estimate",  # estimates before anything runs
+    "frameworks:watch",  # how each framework's loaders are watched (watch.py, stateful.py)
+    "prefetch",  # queuetune's own prefetcher
+    "probing",  # the probe of a watched loader, the session of a program
+    "tune",  # recommendations and the tuner
+    "run",  # queuetune run below its presentation: running, endings, its result
+    "render",  # presentation: each format's output, returned
+    "sinks",  # what writes as a program runs
+    "",  # the face: the API, the command line, the demo, the program runner
 ]
+FACE = ("", "__main__", "api", "terminal", "cli", "demo", "program")
+#: The framework modules in the adapters' layer.
+WATCHING = ("adapters", "watch", "stateful")
 #: Imports the source names only as strings: the adapter registry imports each
 #: framework's ``watch.py`` by name.
 DYNAMIC = {"queuetune.frameworks.adapters": "queuetune.frameworks.*.watch"}
@@ -55,19 +61,17 @@ def is_package(name: str) -> bool:
 
 
 def layer_of(name: str) -> int:
-    """The index in :data:`LAYERS` of the first layer whose patterns match ``name``."""
+    """The index in :data:`FOLDERS` of the folder ``name`` lies in (its layer)."""
     local = name.removeprefix(PACKAGE).removeprefix(".")
-    for index, (_, patterns) in enumerate(LAYERS):
-        if any(_matches(local, pattern) for pattern in patterns):
-            return index
-    raise LookupError(f"{name} is in no layer")
-
-
-def _matches(local: str, pattern: str) -> bool:
-    if pattern == "frameworks.?*[!.]":  # a framework's folder itself (its package __init__)
-        parts = local.split(".")
-        return len(parts) == 2 and parts[0] == "frameworks" and is_package(f"{PACKAGE}.{local}")
-    return local == pattern or ("*" in pattern and fnmatch.fnmatchcase(local, pattern))
+    parts = local.split(".")
+    if local in FACE:
+        return FOLDERS.index("")
+    if parts[0] == "frameworks" and parts[-1] in WATCHING:
+        return FOLDERS.index("frameworks:watch")
+    if len(parts) > 1 or is_package(name):
+        if parts[0] in FOLDERS:
+            return FOLDERS.index(parts[0])
+    raise LookupError(f"{name} is in no layer: at the package's top but not its face, or in an unknown folder")
 
 
 def imports_of(name: str) -> set[str]:
@@ -137,7 +141,7 @@ def cycles() -> list[list[str]]:
 
 def test_the_import_graph_sees_the_package():
     assert len(MODULES) > 30
-    assert "queuetune.frameworks" in GRAPH["queuetune.memory"]
+    assert "queuetune.frameworks" in GRAPH["queuetune.estimate.memory"]
     assert "queuetune.terminal" in GRAPH["queuetune.api"]  # imported inside a method
     # `from ..prefetch.shm.files import PoolFiles` runs the packages' __init__ first
     assert {"queuetune.prefetch", "queuetune.prefetch.shm", "queuetune.prefetch.shm.files"} <= GRAPH[
@@ -147,16 +151,16 @@ def test_the_import_graph_sees_the_package():
     shm = [name for name in MODULES if name.startswith("queuetune.prefetch.shm")]
     assert len(shm) > 1
     assert not [m for name in shm for m in GRAPH[name] if m.startswith("queuetune.frameworks.")]
-    assert "queuetune.analysis" in GRAPH["queuetune.probe"]  # for the type checker alone
+    assert "queuetune.analysis.report" in GRAPH["queuetune.probing.probe"]  # for the type checker alone
     assert "queuetune.frameworks.keras.watch" in GRAPH["queuetune.frameworks.adapters"]  # by name
 
 
 def test_a_cycle_would_be_found():
-    GRAPH["queuetune.trace"].add("queuetune.analysis")
+    GRAPH["queuetune.record.trace"].add("queuetune.analysis.report")
     try:
-        assert any(c[0] == "queuetune.trace" for c in cycles())
+        assert any(c[0] == "queuetune.record.trace" for c in cycles())
     finally:
-        GRAPH["queuetune.trace"].discard("queuetune.analysis")
+        GRAPH["queuetune.record.trace"].discard("queuetune.analysis.report")
 
 
 def test_no_import_cycles():
@@ -165,14 +169,17 @@ def test_no_import_cycles():
 
 def test_nothing_below_presentation_imports_it():
     presentation = layer_of("queuetune.render")
+    assert presentation == FOLDERS.index("render")
     below = [m for m in MODULES if layer_of(m) < presentation]
     assert [m for m in below if any(i.startswith("queuetune.render") for i in GRAPH[m])] == []
 
 
 def test_every_module_has_one_layer():
     assert {name: layer_of(name) for name in MODULES}  # LookupError names one in none
+    top = [m for m in MODULES if m.count(".") == 1 and not is_package(m)]
+    assert top == [f"{PACKAGE}.{m}" for m in sorted(FACE[1:])]  # the rest lies in the layers' folders
     assert layer_of("queuetune.frameworks.keras") == layer_of("queuetune.frameworks.keras.spec")
-    assert layer_of("queuetune.frameworks.keras.watch") > layer_of("queuetune.recorder")
+    assert layer_of("queuetune.frameworks.keras.watch") > layer_of("queuetune.record.recorder")
 
 
 def upward_imports(name: str) -> list[str]:
@@ -180,11 +187,11 @@ def upward_imports(name: str) -> list[str]:
 
 
 def test_an_upward_import_would_be_found():
-    GRAPH["queuetune.probe"].add("queuetune.render.text")
+    GRAPH["queuetune.probing.probe"].add("queuetune.render.text")
     try:
-        assert upward_imports("queuetune.probe") == ["queuetune.render.text"]
+        assert upward_imports("queuetune.probing.probe") == ["queuetune.render.text"]
     finally:
-        GRAPH["queuetune.probe"].discard("queuetune.render.text")
+        GRAPH["queuetune.probing.probe"].discard("queuetune.render.text")
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -251,7 +258,7 @@ def strings_in(name: str) -> list[tuple[int, str]]:
 #: frameworks' shared helpers, and the demo, which runs the article's Keras
 #: experiment and prints it (its JSON keys are Keras's settings).
 OWN_WORDS = {"workers"}
-ANY_SETTING = ("queuetune.frameworks.base", "queuetune.demo", "queuetune.experiment", "queuetune.render.text")
+ANY_SETTING = ("queuetune.frameworks.base", "queuetune.demo", "queuetune.estimate.experiment", "queuetune.render.text")
 
 
 def settings_outside_their_folders(homes: dict[str, set[str]]) -> list[str]:

@@ -113,7 +113,7 @@ def test_scalars_are_written_without_importing_tensorflow(tmp_path):
     code = textwrap.dedent(
         f"""
         import sys
-        from queuetune.recorder import Live
+        from queuetune.record.recorder import Live
         from queuetune.sinks.tensorboard import ScalarWriter
         writer = ScalarWriter({str(tmp_path / "logs")!r})
         writer.write("dataloader 1", Live(20.0, 0.25, 2, 2048, None, batches=40))

@@ -16,7 +16,7 @@ from queuetune import Prefetcher
 from queuetune.prefetch import shm
 from queuetune.prefetch import workers as workers_module
 from queuetune.prefetch.workers import ProcessWorkers, ThreadWorkers
-from queuetune.recorder import Channel, MemorySampler
+from queuetune.record.recorder import Channel, MemorySampler
 
 
 def test_each_build_runs_in_a_worker_thread_and_a_failure_reaches_the_future():

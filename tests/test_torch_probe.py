@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 import queuetune  # noqa: E402
 from helpers import assert_nothing_left_running  # noqa: E402
 from queuetune import Trace  # noqa: E402
-from queuetune.analysis import analyze  # noqa: E402
-from queuetune.matching import match  # noqa: E402
+from queuetune.analysis.report import analyze  # noqa: E402
+from queuetune.record.matching import match  # noqa: E402
 
 N, WIDTH = 40, 4
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from queuetune.trace import FORMAT, VERSION, Consumed, Mark, MemorySample, Produced, Trace
+from queuetune.record.trace import FORMAT, VERSION, Consumed, Mark, MemorySample, Produced, Trace
 
 
 def sample_trace() -> Trace:

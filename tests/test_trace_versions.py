@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from queuetune.analysis import analyze
+from queuetune.analysis.report import analyze
 from queuetune.cli import main
-from queuetune.trace import FORMAT, VERSION, Trace
+from queuetune.record.trace import FORMAT, VERSION, Trace
 
 TRACES = Path(__file__).parent / "data" / "traces"
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from tests.helpers import assert_nothing_left_running
 
-from queuetune import cores
 from queuetune.cli import main
+from queuetune.common import cores
 from queuetune.frameworks import KERAS, PYTHON, RAY, TFDATA, TORCH, reachable_depths
 from queuetune.render.explain import explain
 from queuetune.tune import (
@@ -568,7 +568,7 @@ def test_paired_rounds_decide_over_round_to_round_noise():
 
 
 def test_the_startup_backlog_is_what_was_built_before_the_first_request():
-    from queuetune.trace import Consumed, Produced, Trace
+    from queuetune.record.trace import Consumed, Produced, Trace
     from queuetune.tune import startup_backlog, throughput
 
     # Three batches built before the first request, taken at once; then one every 0.2 s.

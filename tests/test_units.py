@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queuetune.units import (
+from queuetune.common.units import (
     UNITS,
     check_bytes,
     dtype_itemsize,

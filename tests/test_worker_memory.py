@@ -22,9 +22,9 @@ if __name__ == "__main__":
 from tests.helpers import assert_nothing_left_running  # noqa: E402
 
 import queuetune  # noqa: E402
-from queuetune import real_memory  # noqa: E402
-from queuetune.analysis import analyze  # noqa: E402
-from queuetune.trace import Produced, Trace  # noqa: E402
+from queuetune.analysis.report import analyze  # noqa: E402
+from queuetune.record import real_memory  # noqa: E402
+from queuetune.record.trace import Produced, Trace  # noqa: E402
 from queuetune.tune.recommend import recommend  # noqa: E402
 from queuetune.tune.worker_memory import MMAP_THRESHOLD_MAX, WorkerMemory, thread_memory, worker_memory  # noqa: E402
 

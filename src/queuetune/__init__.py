@@ -12,7 +12,7 @@ from .prefetch import (
     WorkerDied,
     WorkerError,
 )
-from .trace import Trace
+from .record.trace import Trace
 
 __all__ = [
     "BudgetExceeded",

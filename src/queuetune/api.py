@@ -1,17 +1,17 @@
 """The API a user holds: :func:`watch` and the :class:`Probe` it gives, with its
 conveniences: the report printed as a table, a Keras callback, TensorBoard
-scalars. Probing itself is :mod:`queuetune.probe`; presentation, :mod:`queuetune.render`."""
+scalars. Probing itself is :mod:`queuetune.probing.probe`; presentation, :mod:`queuetune.render`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import probe as probing
+from .probing import probe as probing
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .analysis import Report
+    from .analysis.report import Report
 
 __all__ = ["Probe", "print_report", "probe_of", "report", "watch"]
 
@@ -33,7 +33,7 @@ class Probe(probing.Probe):
     def print_report(self, console: Console | None = None) -> None:
         """Print the report's headline (see :mod:`queuetune.tune.headline`) and the
         report as a table on the terminal (on ``console``, a rich Console, if given)."""
-        from .analysis import analyze
+        from .analysis.report import analyze
         from .terminal import print_report
         from .tune.headline import advise
 
@@ -67,7 +67,7 @@ class Probe(probing.Probe):
 
 def watch(loader: Any, *, name: str | None = None, sample_memory: bool = True, key: Any = None) -> Any:
     """Wrap ``loader`` so that it records every batch it builds and hands over
-    (see :func:`queuetune.probe.watch`); its probe is a :class:`Probe`.
+    (see :func:`queuetune.probing.probe.watch`); its probe is a :class:`Probe`.
 
     >>> import numpy as np, queuetune
     >>> gen = queuetune.watch(np.ones((8, 8)) for _ in range(3))

@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from queuetune import __version__
+from queuetune.common.jsonio import dumps
+from queuetune.common.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
+from queuetune.estimate.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
 from queuetune.frameworks import ESTIMATED, TUNED, get
 from queuetune.frameworks.base import Setting
-from queuetune.jsonio import dumps
-from queuetune.memory import ARTICLE_BATCHES, ARTICLE_SIZES, FRAMEWORKS, BatchSpec, footprint, seed_table
-from queuetune.trace import Trace
-from queuetune.units import _shown, nonnegative_int, parse_bytes, positive_int, unit_factor
+from queuetune.record.trace import Trace
 
 if TYPE_CHECKING:
-    from queuetune.program_result import ProgramResult
+    from queuetune.run.result import ProgramResult
     from queuetune.tune.headline import Headline
     from queuetune.tune.recommend import Recommendation
 
@@ -291,8 +291,8 @@ def _load_trace(path: str | Path) -> Trace:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from queuetune.analysis import analyze
-    from queuetune.ranks import analyze_ranks, check_one_launch, ranked
+    from queuetune.analysis.ranks import analyze_ranks, check_one_launch, ranked
+    from queuetune.analysis.report import analyze
     from queuetune.terminal import print_report
     from queuetune.tune.headline import advise
 
@@ -542,7 +542,7 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
 
 def _run_run(args: argparse.Namespace) -> int:
     from queuetune.program import run_program
-    from queuetune.runner import Target
+    from queuetune.run.runner import Target
     from queuetune.sinks.live_line import live_line
     from queuetune.terminal import print_program
 
@@ -577,7 +577,7 @@ def _run_run(args: argparse.Namespace) -> int:
         target, args.out, while_running=_together(contexts), html=args.html, show=show, resume=args.resume
     )
     if result.terminated:  # as SIGTERM would: no wait for the program's threads, no exit handlers
-        from queuetune.endings import TERMINATED
+        from queuetune.run.endings import TERMINATED
 
         sys.stdout.flush()
         sys.stderr.flush()

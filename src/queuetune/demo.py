@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .analysis import Report
+from .analysis.report import Report
 from .api import probe_of, watch
-from .experiment import ARTICLE, DemoResult, RunResult, advice
-from .memory import footprint
+from .estimate.experiment import ARTICLE, DemoResult, RunResult, advice
+from .estimate.memory import footprint
 
 
 @dataclass(frozen=True)

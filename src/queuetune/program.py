@@ -1,4 +1,4 @@
-"""``queuetune run``: a program run under a :class:`~queuetune.session.Session`,
+"""``queuetune run``: a program run under a :class:`~queuetune.probing.session.Session`,
 each loader's trace saved, analysed and given a recommendation."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Any
 
-from .analysis import analyze
-from .endings import TERMINATED, Endings, Terminated
-from .jsonio import dumps
-from .launch import Launch
-from .program_result import LoaderResult, ProgramResult
-from .resumes import JOURNAL_SUFFIX, Part, Span, spans
-from .runner import Target, run
-from .session import Session
+from .analysis.report import analyze
+from .analysis.resumes import JOURNAL_SUFFIX, Part, Span, spans
+from .common.jsonio import dumps
+from .common.launch import Launch
+from .probing.session import Session
+from .record.trace import Trace
+from .run.endings import TERMINATED, Endings, Terminated
+from .run.result import LoaderResult, ProgramResult
+from .run.runner import Target, run
 from .sinks.journal import journaling
-from .trace import Trace
 from .tune.headline import advise
 
 
@@ -83,13 +83,13 @@ def run_program(
     ``resume``: the folder of a run this one resumes (stopped, or killed: each
     loader's journal there, written as it ran, stands in for its trace); this
     run writes into a new ``resume-<K>`` folder inside it, and each epoch that
-    spans a restart is counted across the runs (:mod:`queuetune.resumes`):
+    spans a restart is counted across the runs (:mod:`queuetune.analysis.resumes`):
     the loader's ``resumes`` and its headline say whether it handed over every
     sample once. ``out`` is then not given.
 
     However the program ends, the report is written: by returning, raising,
     ``sys.exit``, Ctrl-C, ``os._exit(n)`` (then the process exits with ``n``
-    after ``show``) or SIGTERM (see :mod:`queuetune.endings`;
+    after ``show``) or SIGTERM (see :mod:`queuetune.run.endings`;
     ``result.terminated`` says so). A process the program forks saves the
     loaders it iterates itself as ``NN-<kind>.pid<PID>.json`` as it ends; the
     summary, page and result list those of every such process that ended before

@@ -18,10 +18,10 @@ from rich.text import Text
 from .render.text import demo_text, program_text, ranks_text, report_table, tune_text
 
 if TYPE_CHECKING:
-    from .analysis import Report
-    from .experiment import DemoResult
-    from .program_result import ProgramResult
-    from .ranks import RanksReport
+    from .analysis.ranks import RanksReport
+    from .analysis.report import Report
+    from .estimate.experiment import DemoResult
+    from .run.result import ProgramResult
     from .tune import TuneResult
     from .tune.headline import Headline
 
@@ -144,7 +144,7 @@ def print_ranks(report: RanksReport, console: Console | None = None) -> None:
     """The table of several ranks and their findings, on the terminal.
 
     >>> import io
-    >>> from queuetune.ranks import RanksReport
+    >>> from queuetune.analysis.ranks import RanksReport
     >>> out = io.StringIO()
     >>> print_ranks(RanksReport("j", 2, [1], [], []), Console(file=out, width=100))
     >>> out.getvalue().splitlines()[-1]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.rules import LoaderRules
-from ..trace import TraceMeta
+from ..record.trace import TraceMeta
 from .base import Framework, Tensors, reachable_depths, require
 from .keras.spec import GENERATOR, KERAS
 from .python.spec import NONE, PYTHON
@@ -48,7 +48,7 @@ __all__ = [
 
 #: Every framework by name; :func:`detect` asks them in this order.
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (KERAS, GENERATOR, TORCH, TFDATA, RAY, NONE, PYTHON, QUEUETUNE)}
-#: The names :func:`queuetune.memory.footprint` takes, with their settings.
+#: The names :func:`queuetune.estimate.memory.footprint` takes, with their settings.
 ESTIMATED: dict[str, tuple[str, ...]] = {
     name: f.estimate_settings for name, f in FRAMEWORKS.items() if f.estimate_settings is not None
 }

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ..common.units import nonnegative_int
 from ..model.rules import LoaderRules
-from ..units import nonnegative_int
 
 if TYPE_CHECKING:
-    from ..recorder import Live, Recorder
-    from ..trace import Trace, TraceMeta
+    from ..record.recorder import Live, Recorder
+    from ..record.trace import Trace, TraceMeta
 
 #: A footprint's read-ahead lines: (label, batches, why).
 Lines = list[tuple[str, int, str]]
@@ -101,7 +101,7 @@ class Framework:
     0 is no read-ahead at all (the consumer builds each batch when it asks).
     ``depth_knob``/``workers_knob``: the settings the tuner varies for depth and
     for workers; ``tuned_knobs``: every setting the tuner passes to a factory;
-    ``settings``: the settings :func:`queuetune.memory.footprint` takes (and
+    ``settings``: the settings :func:`queuetune.estimate.memory.footprint` takes (and
     ``queuetune estimate``'s flags), or None where it makes no estimate;
     ``extra``: the pip extra that installs the framework.
 
@@ -183,7 +183,7 @@ class Framework:
     # --- the estimate -----------------------------------------------------------------
 
     def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
-        """For :func:`queuetune.memory.footprint`: the settings resolved to their
+        """For :func:`queuetune.estimate.memory.footprint`: the settings resolved to their
         values, the read-ahead lines, and the depth they give."""
         raise ValueError(f"{self.name} has no estimate")
 
@@ -212,7 +212,7 @@ class Framework:
 
 
 class Watching(Protocol):
-    """What an adapter's hooks need of a :class:`~queuetune.session.Session`."""
+    """What an adapter's hooks need of a :class:`~queuetune.probing.session.Session`."""
 
     active: bool
 

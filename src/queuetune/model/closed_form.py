@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..units import nonnegative_int, positive_int
+from ..common.units import nonnegative_int, positive_int
 from .distribution import Distribution, _duration
 from .pipeline import PipelineModel
 from .simulate import _simulate

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..units import nonnegative_int
+from ..common.units import nonnegative_int
 
 __all__ = ["Distribution"]
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from ..matching import match
-from ..trace import Trace
+from ..record.matching import match
+from ..record.trace import Trace
 from .distribution import Distribution
 from .pipeline import PipelineModel
 from .rules import LoaderRules
@@ -31,7 +31,7 @@ def fit(trace: Trace, rules: LoaderRules, ordered: bool = True) -> PipelineModel
     :func:`queuetune.frameworks.rules_of` its meta), the transit :func:`transit_time`,
     the hand-over :func:`handover_time`, the dispatch :func:`dispatch_time`.
 
-    >>> from queuetune.trace import Consumed, Produced
+    >>> from queuetune.record.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(i, i + 0.5, 100, worker="w") for i in range(6)],
     ...           consumed=[Consumed(i + 0.5, i + 0.5) for i in range(6)])
     >>> m = fit(t, LoaderRules())
@@ -84,7 +84,7 @@ def fit_unbuffered(unbuffered: Trace, buffered: Trace, rules: LoaderRules) -> Pi
     place it held frees as the request takes the batch, before that part (the
     buffer's head is popped first), so the model's ``handover`` stays 0.
 
-    >>> from queuetune.trace import Consumed, Produced
+    >>> from queuetune.record.trace import Consumed, Produced
     >>> bare = Trace(produced=[Produced(2 * i, 2 * i + 1.2, 1) for i in range(8)],
     ...              consumed=[Consumed(2 * i, 2 * i + 1.2) for i in range(8)])
     >>> ahead = Trace(consumed=[Consumed(i, i + 0.2) for i in range(8)])
@@ -117,7 +117,7 @@ def kept_by_consumer(unbuffered: Trace, buffered: Trace) -> float:
     predict the same at the depth measured; the smaller is taken, as the more
     likely (a hand-over costs less than a build).
 
-    >>> from queuetune.trace import Consumed
+    >>> from queuetune.record.trace import Consumed
     >>> bare = Trace(consumed=[Consumed(3 * i, 3 * i + 2.0) for i in range(6)])
     >>> waited = Trace(consumed=[Consumed(1.8 * i, 1.8 * i + 1.0) for i in range(6)])
     >>> round(kept_by_consumer(bare, waited), 6)  # 2.0 a request bare, a batch every 1.8 read ahead
@@ -174,7 +174,7 @@ def handover_time(trace: Trace) -> float:
     consumer pays every one of them), 0 when there are fewer
     than 3 such batches. It stays whatever the depth, so it belongs to the step.
 
-    >>> from queuetune.trace import Consumed, Produced
+    >>> from queuetune.record.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(0, 0.1, 1) for _ in range(4)],
     ...           consumed=[Consumed(r, r + 0.01) for r in (1.0, 2.0, 3.0, 4.0)])
     >>> round(handover_time(t), 6)
@@ -189,7 +189,7 @@ def transit_time(trace: Trace, rules: LoaderRules) -> float:
     waited for (at least 3), else, when batches come from worker processes, the
     hand-over time again (sending costs about what receiving does), else 0.
 
-    >>> from queuetune.trace import Consumed, Produced
+    >>> from queuetune.record.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(r - 0.5, r + 0.1, 1) for r in (1.0, 2.0, 3.0)],
     ...           consumed=[Consumed(r, r + 0.13) for r in (1.0, 2.0, 3.0)])
     >>> round(transit_time(t, LoaderRules()), 6)
@@ -209,7 +209,7 @@ def dispatch_time(trace: Trace, rules: LoaderRules) -> float:
     such batches. The latest such event is at or after the one that really
     started the batch, so this errs low, never high.
 
-    >>> from queuetune.trace import Consumed, Produced
+    >>> from queuetune.record.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(i + 0.001, i + 0.5, 1, worker="w") for i in range(6)],
     ...           consumed=[Consumed(i + 0.6, i + 1.0) for i in range(6)])
     >>> round(dispatch_time(t, LoaderRules()), 6)

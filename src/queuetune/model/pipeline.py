@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..units import positive_int
+from ..common.units import positive_int
 from .distribution import Distribution, _duration
 from .rules import ASSIGNMENTS, RELEASES, Assignment, Release
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..units import nonnegative_int, positive_int
+from ..common.units import nonnegative_int, positive_int
 from .distribution import Distribution
 from .pipeline import PipelineModel
 
@@ -414,7 +414,7 @@ def simulate(
     - **queued**: built and not yet taken, at most ``depth`` (``depth + 1``
       with release at the request).
     - **built**: built and not yet released (in transit, queued or held); this
-      is what :func:`queuetune.analysis.analyze` measures as
+      is what :func:`queuetune.analysis.report.analyze` measures as
       ``peak_in_flight_batches`` from a trace, where a batch counts from the
       end of its build.
 

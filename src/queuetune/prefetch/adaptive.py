@@ -7,7 +7,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..units import nonnegative_int, positive_int
+from ..common.units import nonnegative_int, positive_int
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..frameworks import tensors_of
-from ..nbytes import nbytes
+from ..record.nbytes import nbytes
 from .shm import allocate
 
 

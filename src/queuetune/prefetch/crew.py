@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..units import positive_int
+from ..common.units import positive_int
 
 # Standard errors of its waits by which a window's rate may be read higher or lower.
 ERRORS = 2.0

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..cores import IdleCores
-from ..recorder import Recorder, clock
+from ..common.cores import IdleCores
+from ..record.recorder import Recorder, clock
 from . import faults
 from .adaptive import DepthController
 from .config import STEP_WINDOW, BatchSizes, EpochConfig
@@ -46,7 +46,7 @@ class Epoch:
 
     >>> import functools
     >>> from queuetune.prefetch.workers import ThreadWorkers, build
-    >>> from queuetune.trace import TraceMeta
+    >>> from queuetune.record.trace import TraceMeta
     >>> recorder = Recorder(TraceMeta(loader="demo"), sample_memory=False)
     >>> workers = ThreadWorkers(2, functools.partial(build, "abc", None, None, recorder.channel))
     >>> config = EpochConfig(max_bytes=100, depth=1, max_depth=4, ordered=True, timeout=None)

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import cores
+from ..common import cores
+from ..common.units import _shown, parse_bytes, positive_int
 from ..frameworks import detect
 from ..frameworks.adapters import adapter_of
-from ..real_memory import dataset_facts
-from ..recorder import Recorder
-from ..trace import Trace, TraceMeta
-from ..units import _shown, parse_bytes, positive_int
+from ..record.real_memory import dataset_facts
+from ..record.recorder import Recorder
+from ..record.trace import Trace, TraceMeta
 from . import faults, shm
 from .adaptive import DepthController
 from .batch import make_batch
@@ -35,7 +35,7 @@ from .schedule import depth_controller
 from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
 
 if TYPE_CHECKING:
-    from ..analysis import Report
+    from ..analysis.report import Report
 
 MODES = ("thread", "process")
 
@@ -523,7 +523,7 @@ class Prefetcher:
 
     def report(self) -> Report:
         """The probe's report of everything recorded so far."""
-        from ..analysis import analyze
+        from ..analysis.report import analyze
 
         return analyze(self.trace())
 

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..units import positive_int
+from ..common.units import positive_int
 
 _DONE = object()
 

@@ -12,8 +12,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from ..recorder import clock
-from ..units import format_bytes
+from ..common.units import format_bytes
+from ..record.recorder import clock
 from .adaptive import DepthController
 from .config import STEP_WINDOW, BatchSizes, EpochConfig
 from .errors import BudgetExceeded

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analysis import MODERATE
-from ..units import format_bytes
+from ..analysis.report import MODERATE
+from ..common.units import format_bytes
 
 if TYPE_CHECKING:
     from ..tune import TuneResult

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..analysis import MODERATE
-from ..matching import Span, match, releases_of, runs_of
-from ..units import format_bytes
+from ..analysis.report import MODERATE
+from ..common.units import format_bytes
+from ..record.matching import Span, match, releases_of, runs_of
 from .text import findings, report_rows, rows
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from ..analysis import Report
-    from ..ranks import RanksReport
-    from ..trace import Trace
+    from ..analysis.ranks import RanksReport
+    from ..analysis.report import Report
+    from ..record.trace import Trace
 
 #: Lanes drawn one per worker; the workers after these share the last lane.
 MAX_LANES = 16
@@ -63,8 +63,8 @@ class Section:
 def html_report(sections: list[Section], title: str = "queuetune report", ranks: RanksReport | None = None) -> str:
     """The report as one HTML document (UTF-8, no external resources).
 
-    >>> from queuetune.analysis import analyze
-    >>> from queuetune.trace import Consumed, Produced, Trace
+    >>> from queuetune.analysis.report import analyze
+    >>> from queuetune.record.trace import Consumed, Produced, Trace
     >>> trace = Trace(produced=[Produced(0.0, 0.1, 8, worker="thread-1")], consumed=[Consumed(0.0, 0.1)], end=0.2)
     >>> page = html_report([Section("loader 1", trace, analyze(trace))])
     >>> page.startswith("<!DOCTYPE html>") and "loader 1" in page and "http" not in page.split("<svg")[0]
@@ -233,7 +233,7 @@ def consumer_shares(trace: Trace, edges: Any) -> dict[str, Any]:
     exact time averages, so a run that waits 0.2 % of its time has 0.2 % of its
     lane red however thin each wait is.
 
-    >>> from queuetune.trace import Consumed, Mark, Produced, Trace
+    >>> from queuetune.record.trace import Consumed, Mark, Produced, Trace
     >>> t = Trace(produced=[Produced(0.0, 0.5, 1, key=0)], consumed=[Consumed(0.0, 1.0, key=0)],
     ...           marks=[Mark(0.0, "run_begin", 0), Mark(2.0, "run_end", 0)], end=2.0)
     >>> [share.round(2).tolist() for share in consumer_shares(t, [0.0, 0.5, 1.0, 2.0]).values()]
@@ -281,7 +281,7 @@ def worker_lanes(trace: Trace) -> dict[str, str]:
     every run is the same lane, so two workers started afresh each epoch are two
     lanes, not four. A worker's pid or thread id names none of them.
 
-    >>> from queuetune.trace import Mark, Produced, Trace
+    >>> from queuetune.record.trace import Mark, Produced, Trace
     >>> marks = [Mark(0.0, "run_begin", 0), Mark(1.0, "run_end", 0), Mark(2.0, "run_begin", 1)]
     >>> pids = ["901", "902", "901", "944", "943"]
     >>> trace = Trace(produced=[Produced(t, t + 0.1, 8, worker=w) for t, w in zip([0, 0.1, 0.5, 2, 2.1], pids)],

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from .text import worker_name
 
 if TYPE_CHECKING:
-    from ..analysis import Report
-    from ..trace import Trace
+    from ..analysis.report import Report
+    from ..record.trace import Trace
 
 #: The marks shown as instant events on the consumer's track.
 MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end", "pause_begin", "pause_end", "error", "depth", "workers")
@@ -21,8 +21,8 @@ def chrome_trace(loaders: list[tuple[str, Trace, Report]]) -> dict[str, Any]:
     """The trace-event document of ``loaders`` (label, trace, report), times in
     microseconds from the earliest trace's start; loader ``n`` is process ``n``.
 
-    >>> from queuetune.analysis import analyze
-    >>> from queuetune.trace import Consumed, Produced, Trace
+    >>> from queuetune.analysis.report import analyze
+    >>> from queuetune.record.trace import Consumed, Produced, Trace
     >>> t = Trace(produced=[Produced(0.0, 0.5, 8, worker="thread-1")], consumed=[Consumed(0.0, 0.5)], end=1.0)
     >>> doc = chrome_trace([("loader 1", t, analyze(t))])
     >>> sorted({e["ph"] for e in doc["traceEvents"]})

@@ -7,25 +7,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from queuetune.units import format_number
+from queuetune.common.units import format_number
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from queuetune.analysis import Report
+    from queuetune.analysis.report import Report
     from queuetune.tune import TuneResult
 
 __all__ = ["plot_in_flight", "plot_table", "plot_tune"]
 
 
 def plot_table(table: dict[str, Any]) -> Figure:
-    """``table`` (from :func:`queuetune.memory.seed_table`) as a heatmap.
+    """``table`` (from :func:`queuetune.estimate.memory.seed_table`) as a heatmap.
 
     The colour scale is logarithmic because the values span several orders of
     magnitude. Needs matplotlib: ``pip install 'queuetune[plot]'``.
 
     >>> import tempfile, pathlib
-    >>> from queuetune.memory import seed_table
+    >>> from queuetune.estimate.memory import seed_table
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "table.png"
     >>> plot_table(seed_table()).savefig(out)
     >>> out.read_bytes()[:4]
@@ -59,8 +59,8 @@ def plot_in_flight(report: Report) -> Figure:
     """A report's batches (left axis) and MiB (right axis) in flight over time.
 
     >>> import tempfile, pathlib
-    >>> from queuetune.analysis import analyze
-    >>> from queuetune.trace import Trace, Produced, Consumed
+    >>> from queuetune.analysis.report import analyze
+    >>> from queuetune.record.trace import Trace, Produced, Consumed
     >>> r = analyze(Trace(produced=[Produced(0, 1, 2**20)], consumed=[Consumed(0, 1)], end=2))
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "flight.png"
     >>> plot_in_flight(r).savefig(out)

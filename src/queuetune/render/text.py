@@ -12,18 +12,18 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..memory import BatchSpec, Footprint
+from ..common.units import format_bytes, format_number, format_seconds
+from ..estimate.memory import BatchSpec, Footprint
 from ..prefetch.shm.files import PoolFiles
-from ..units import format_bytes, format_number, format_seconds
 from .explain import explain
 
 if TYPE_CHECKING:
-    from ..analysis import Coverage, Report, Start, Timing
-    from ..experiment import DemoResult
-    from ..memory_use import Causes
-    from ..program_result import ProgramResult
-    from ..ranks import RanksReport
-    from ..trace import TraceMeta
+    from ..analysis.memory import Causes
+    from ..analysis.ranks import RanksReport
+    from ..analysis.report import Coverage, Report, Start, Timing
+    from ..estimate.experiment import DemoResult
+    from ..record.trace import TraceMeta
+    from ..run.result import ProgramResult
     from ..tune import TuneResult
 
 
@@ -159,7 +159,7 @@ def _waits(report: Report) -> str:
 
 
 def _seconds(seconds: float | None) -> str:
-    """A duration in the unit that fits it (:func:`~queuetune.units.format_seconds`); ``-`` for none."""
+    """A duration in the unit that fits it (:func:`~queuetune.common.units.format_seconds`); ``-`` for none."""
     return "-" if seconds is None else format_seconds(seconds)
 
 
@@ -227,9 +227,9 @@ def _listing(items: list[int]) -> str:
 
 
 def seed_table_view(table: dict[str, Any]) -> Table:
-    """The table of :func:`queuetune.memory.seed_table`, values as the article prints them.
+    """The table of :func:`queuetune.estimate.memory.seed_table`, values as the article prints them.
 
-    >>> from queuetune.memory import seed_table
+    >>> from queuetune.estimate.memory import seed_table
     >>> seed_table_view(seed_table()).row_count
     12
     """
@@ -273,7 +273,7 @@ def batch_table(spec: BatchSpec) -> Table:
 def footprint_table(fp: Footprint) -> Table:
     """One row per line of a footprint (batches, bytes, why) and a total row.
 
-    >>> from queuetune.memory import footprint
+    >>> from queuetune.estimate.memory import footprint
     >>> footprint_table(footprint(100, "tfdata", buffer=2)).row_count
     3
     """

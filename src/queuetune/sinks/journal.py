@@ -1,7 +1,7 @@
 """Each loader's journal, appended as the run goes: what ``queuetune run``
 needs of a run that was killed before it wrote its traces (a preempted job,
 SIGKILL) to count its samples in the job's coverage (see
-:mod:`queuetune.resumes`). One JSON line a batch handed over (its run, epoch
+:mod:`queuetune.analysis.resumes`). One JSON line a batch handed over (its run, epoch
 and samples), one a ``resumed``, ``cut_short`` or ``checkpoint`` mark, after a
 first line of the epoch's size; written each ``every`` seconds, and as the
 loader's state is taken (a Prefetcher's or a ``StatefulDataLoader``'s
@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..resumes import journal_entries, journal_meta
+from ..analysis.resumes import journal_entries, journal_meta
 
 if TYPE_CHECKING:
-    from ..session import Session, Watched
+    from ..probing.session import Session, Watched
 
 #: Seconds between two writes of the journals.
 EVERY = 1.0
@@ -79,7 +79,7 @@ def journaling(session: Session, path_of: Callable[[int, str], Path], every: flo
     each ``every`` seconds, and once more as it ends.
 
     >>> import tempfile
-    >>> from queuetune.session import Session
+    >>> from queuetune.probing.session import Session
     >>> with tempfile.TemporaryDirectory() as folder, Session(sample_memory=False) as session:
     ...     with journaling(session, lambda n, kind: Path(folder) / f"{n}.jsonl"):
     ...         pass

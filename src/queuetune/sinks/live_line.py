@@ -11,17 +11,17 @@ from rich.console import Console
 from rich.live import Live as RichLive
 from rich.text import Text
 
-from ..units import format_bytes
+from ..common.units import format_bytes
 
 if TYPE_CHECKING:
-    from ..recorder import Live
-    from ..session import Session
+    from ..probing.session import Session
+    from ..record.recorder import Live
 
 
 def live_text(rows: list[tuple[str, Live]]) -> Text:
     """One line per loader.
 
-    >>> from queuetune.recorder import Live
+    >>> from queuetune.record.recorder import Live
     >>> print(live_text([("dataloader 1", Live(12.5, 0.25, 3, 3 * 2**20, 2**30))]))
     queuetune: dataloader 1: 12.5 batches/s, in flight 3 (3.0 MiB), input wait 25%, RSS 1.0 GiB
     """

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..recorder import Live
-    from ..session import Session
+    from ..probing.session import Session
+    from ..record.recorder import Live
 
 #: The scalars written for each loader, under ``queuetune/<loader>/``.
 SCALARS: dict[str, Callable[[Live], float]] = {
@@ -68,7 +68,7 @@ class ScalarWriter:
     file of its own, flushed at each :meth:`write`.
 
     >>> import tempfile
-    >>> from queuetune.recorder import Live
+    >>> from queuetune.record.recorder import Live
     >>> writer = ScalarWriter(tempfile.mkdtemp())  # doctest: +SKIP
     >>> writer.write("dataloader 1", Live(20.0, 0.1, 2, 2048, None, batches=40))  # doctest: +SKIP
     >>> writer.close()  # doctest: +SKIP

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis import Report
+from ..analysis.report import Report
 from ..frameworks import Framework
 from .predict import Predicted
 

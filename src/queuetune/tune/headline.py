@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from .. import cores
-from ..analysis import MODERATE, Report, analyze
+from ..analysis.memory import COPY_ON_READ_FIX
+from ..analysis.report import MODERATE, Report, analyze
+from ..common import cores
+from ..common.units import format_bytes, format_seconds
 from ..frameworks import FRAMEWORKS
-from ..memory_use import COPY_ON_READ_FIX
-from ..trace import Trace
-from ..units import format_bytes, format_seconds
+from ..record.trace import Trace
 from .recommend import Recommendation, recommend
 from .tuner import WAITING_BUILDS
 
@@ -45,11 +45,11 @@ class Headline:
     next_step: str
     settings: dict[str, Any] | None = None
     partial_coverage: bool = False
-    #: The memory finding in a few words (see :meth:`queuetune.memory_use.MemoryUse.short`).
+    #: The memory finding in a few words (see :meth:`queuetune.analysis.memory.MemoryUse.short`).
     memory: str | None = None
     #: Items an epoch consumed more than once, with their cause or fix (see :func:`repeated`).
     coverage: str | None = None
-    #: The epoch that spans a restart of the job, counted across both runs (see :mod:`queuetune.resumes`).
+    #: The epoch that spans a restart of the job, counted across both runs (see :mod:`queuetune.analysis.resumes`).
     resume: str | None = None
 
     def text(self) -> str:
@@ -83,8 +83,8 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
     """The headline of ``report``, with ``recommendation`` (made from the same
     run) as its next step where it has one.
 
-    >>> from queuetune.analysis import analyze
-    >>> from queuetune.trace import Trace
+    >>> from queuetune.analysis.report import analyze
+    >>> from queuetune.record.trace import Trace
     >>> headline(analyze(Trace()), Recommendation(None, why="no batches")).text()
     'Bottleneck: unknown (no batch reached the consumer). No batches.'
     """
@@ -118,7 +118,7 @@ def repeated(report: Report) -> str | None:
     """The epochs that consumed items more than once, in a few words, with the
     cause the pattern tells or the framework's advice (None where none did).
 
-    >>> from queuetune.analysis import Coverage
+    >>> from queuetune.analysis.report import Coverage
     >>> r = analyze(Trace())
     >>> r.coverage = [Coverage(0, 0, "batch", 40, 40, duplicates=[25, 29, 32], extra=3)]
     >>> repeated(r)
@@ -222,7 +222,7 @@ def advise(trace: Trace, report: Report | None = None) -> tuple[Recommendation, 
     """The recommendation for ``trace`` and the headline of its report (made here
     where not given): what ``queuetune run`` and ``queuetune report`` show.
 
-    >>> from queuetune.trace import Trace
+    >>> from queuetune.record.trace import Trace
     >>> advise(Trace())[1].bottleneck
     'unknown'
     """

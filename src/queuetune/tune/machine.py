@@ -4,7 +4,7 @@ The queue model (:mod:`queuetune.model`) scales the builds with the workers as
 if each had a core of its own. A machine has so many: the builds, the training
 step, the framework's own threads (torch's pin-memory thread, its intra-op
 pool) and any other program share them. The tree's CPU seconds and the cores'
-idle seconds, read with its memory (:class:`~queuetune.trace.MemorySample`),
+idle seconds, read with its memory (:class:`~queuetune.record.trace.MemorySample`),
 tell over the steady state what a batch costs the machine, how many cores the
 run used and how many other programs took: a setting gets what the kernel's
 share of the cores gives it (:meth:`Machine.bound`), and no setting takes more
@@ -22,9 +22,9 @@ import resource
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .. import cores as machine_cores
-from ..analysis import Report
-from ..trace import Trace
+from ..analysis.report import Report
+from ..common import cores as machine_cores
+from ..record.trace import Trace
 
 #: The share of the cores a loader and its consumer keep busy between them at
 #: most: a step waits for its batch and a worker for its place now and then,
@@ -118,7 +118,7 @@ def machine_of(trace: Trace) -> Machine | None:
     such readings lie :data:`MIN_SECONDS` apart with batches taken between. The
     CPU of the probe's own readings (``MemorySample.probe``) is left out.
 
-    >>> from queuetune.trace import Consumed, MemorySample
+    >>> from queuetune.record.trace import Consumed, MemorySample
     >>> samples = [MemorySample(t, 1, cpu=2.0 * t, idle=6.0 * t) for t in (1.0, 3.0)]
     >>> trace = Trace(consumed=[Consumed(t / 10, t / 10) for t in range(5, 40)], memory=samples)
     >>> trace.meta.extra["cores"] = 8
@@ -179,7 +179,7 @@ def most_workers(worker_bytes: float | None, rest_bytes: float | None, host_byte
     >>> most_workers(2**30, 0, 4 * 2**30)
     (3, "the machine's memory (1.0 GiB a worker, 4.0 GiB in all)")
     """
-    from ..units import format_bytes
+    from ..common.units import format_bytes
 
     bounds = [(MOST_WORKERS, f"the most queuetune considers ({MOST_WORKERS})")]
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -210,7 +210,7 @@ def machine_limits(trace: Trace, report: Report) -> Limits:
     """The :class:`Limits` of the run ``trace`` (its steady state) of which
     ``report`` is the analysis.
 
-    >>> from queuetune.analysis import analyze
+    >>> from queuetune.analysis.report import analyze
     >>> limits = machine_limits(Trace(), analyze(Trace()))
     >>> limits.ceiling is None, limits.most == MOST_WORKERS or "open files" in limits.bound
     (True, True)
@@ -234,7 +234,7 @@ def worker_baseline(report: Report) -> float | None:
     read; workers that copy what they read hold more each as they are fewer:
     see :mod:`.worker_memory`.)
 
-    >>> from queuetune.analysis import analyze
+    >>> from queuetune.analysis.report import analyze
     >>> worker_baseline(analyze(Trace())) is None
     True
     """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..analysis import built_before_asked
-from ..matching import match
-from ..trace import Trace
+from ..analysis.report import built_before_asked
+from ..record.matching import match
+from ..record.trace import Trace
 
 
 def after_warmup(trace: Trace, warmup: int) -> Trace:
@@ -15,7 +15,7 @@ def after_warmup(trace: Trace, warmup: int) -> Trace:
     matched on the whole trace first, so batches finished out of order keep
     their partners.
 
-    >>> from queuetune.trace import Consumed, Produced
+    >>> from queuetune.record.trace import Consumed, Produced
     >>> t = Trace(produced=[Produced(i, i, 1) for i in range(8)], consumed=[Consumed(i, i) for i in range(8)])
     >>> len(after_warmup(t, 2).consumed), len(after_warmup(t, 2).produced)
     (6, 6)
@@ -42,7 +42,7 @@ def startup_backlog(trace: Trace) -> int:
     consumer has taken them: they cost the timed window nothing, so a deeper
     queue would look faster in a short run than it is.
 
-    >>> from queuetune.trace import Consumed, Produced
+    >>> from queuetune.record.trace import Consumed, Produced
     >>> startup_backlog(Trace(produced=[Produced(0, t, 1) for t in (0.5, 0.8, 1.5)],
     ...                       consumed=[Consumed(1.0, 1.0)]))
     2
@@ -53,7 +53,7 @@ def startup_backlog(trace: Trace) -> int:
 def throughput(trace: Trace, warmup: int = 0) -> float:
     """Batches per second the consumer took, after the first ``warmup`` batches.
 
-    >>> from queuetune.trace import Consumed
+    >>> from queuetune.record.trace import Consumed
     >>> throughput(Trace(consumed=[Consumed(0, t) for t in (0.0, 1.0, 1.5, 2.0)]), warmup=1)
     2.0
     """

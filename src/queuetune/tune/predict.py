@@ -7,7 +7,7 @@ from typing import Any
 
 from ..frameworks import Framework, reachable_depths, rules_of
 from ..model import PipelineModel, Prediction, fit, fit_unbuffered, predict_curve
-from ..trace import Trace
+from ..record.trace import Trace
 from .machine import Machine
 
 

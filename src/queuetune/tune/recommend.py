@@ -9,9 +9,9 @@ import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..analysis import MODERATE, Report, analyze, consumed_by_block
+from ..analysis.report import MODERATE, Report, analyze, consumed_by_block
 from ..frameworks import FRAMEWORKS
-from ..trace import Trace
+from ..record.trace import Trace
 from .machine import machine_limits
 from .measures import after_warmup
 from .predict import Predicted, predict, search_workers
@@ -89,7 +89,7 @@ class Recommendation:
 
     def text(self) -> str:
         """The recommendation in one sentence."""
-        from ..units import format_bytes
+        from ..common.units import format_bytes
 
         if self.settings is None:
             return f"no recommendation: {self.why}"
@@ -121,7 +121,7 @@ def recommend(
     keeps its settings; a run that did not is offered only one that holds
     less, else it keeps them.
 
-    >>> from queuetune.trace import Trace, TraceMeta
+    >>> from queuetune.record.trace import Trace, TraceMeta
     >>> recommend(Trace(meta=TraceMeta(framework="queuetune"))).why
     'the Prefetcher sizes its own queue (max_bytes, adaptive)'
     """

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import Report, analyze
+from ..analysis.report import Report, analyze
 from ..frameworks import Framework, get, model_framework
 from ..frameworks.adapters import adapter_of
-from ..nbytes import nbytes
 from ..prefetch.read_ahead import read_ahead
-from ..probe import Probe, probe_of, watch
-from ..recorder import clock
-from ..trace import Trace
+from ..probing.probe import Probe, probe_of, watch
+from ..record.nbytes import nbytes
+from ..record.recorder import clock
+from ..record.trace import Trace
 from .job import Factory, Job, build
 from .measures import startup_backlog, throughput
 

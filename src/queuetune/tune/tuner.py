@@ -10,12 +10,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis import Report, consumed_by_block
+from ..analysis.report import Report, consumed_by_block
+from ..common.jsonio import dumps
+from ..common.units import parse_bytes, positive_int
 from ..frameworks import get
 from ..frameworks.adapters import adapter_of
-from ..jsonio import dumps
 from ..prefetch.read_ahead import read_ahead
-from ..units import parse_bytes, positive_int
 from .decide import (
     Candidate,
     Trial,

@@ -3,7 +3,7 @@
 A worker holds a baseline of its own (its imports, its state: about 30 MiB
 for a torch worker, 10 MiB for one forked). One that copies what it reads
 (copy-on-read: forked workers reading a dataset of Python objects at random,
-see :mod:`queuetune.memory_use`) holds besides the pages of the objects it has
+see :mod:`queuetune.analysis.memory`) holds besides the pages of the objects it has
 read, and an epoch's samples are shared among the workers: with fewer workers
 each reads more of them and copies more, so a worker fewer saves less than
 one worker's memory as measured. In ``benchmarks/advice.py``'s copy-on-read
@@ -27,9 +27,9 @@ import platform
 import statistics
 from dataclasses import dataclass
 
-from ..analysis import Report
-from ..memory_use import copied_share, samples_per_batch
-from ..trace import Trace
+from ..analysis.memory import copied_share, samples_per_batch
+from ..analysis.report import Report
+from ..record.trace import Trace
 from .machine import worker_baseline
 
 
@@ -80,7 +80,7 @@ def worker_memory(trace: Trace, report: Report) -> WorkerMemory | None:
     of its unique memory at its first reading and what it held at the memory
     peak less the pages of the samples it had read by then.
 
-    >>> from queuetune.analysis import analyze
+    >>> from queuetune.analysis.report import analyze
     >>> worker_memory(Trace(), analyze(Trace())) is None
     True
     """
@@ -120,7 +120,7 @@ def thread_memory(trace: Trace, libc: str | None = None) -> WorkerMemory | None:
     the C library (``libc``, this process's where None) is glibc; None where
     none is kept or no batch was built.
 
-    >>> from queuetune.trace import Produced
+    >>> from queuetune.record.trace import Produced
     >>> trace = Trace(produced=[Produced(0.0, 0.1, 3 * 2**20) for _ in range(3)])
     >>> thread_memory(trace, "glibc").total(4) / 2**20
     12.0

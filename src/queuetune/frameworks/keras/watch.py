@@ -19,15 +19,15 @@ require("keras", "keras")
 
 import keras  # noqa: E402
 
-from ...nbytes import nbytes  # noqa: E402
-from ...real_memory import dataset_facts  # noqa: E402
-from ...recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
-from ...trace import Trace, TraceMeta  # noqa: E402
+from ...record.nbytes import nbytes  # noqa: E402
+from ...record.real_memory import dataset_facts  # noqa: E402
+from ...record.recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
+from ...record.trace import Trace, TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Probed, Watching  # noqa: E402
 from .spec import run_model  # noqa: E402
 
 if TYPE_CHECKING:
-    from ...analysis import Report
+    from ...analysis.report import Report
 
 
 class WatchedPyDataset(keras.utils.PyDataset):  # type: ignore[misc]  # keras ships no types: its base is Any

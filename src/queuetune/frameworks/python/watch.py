@@ -7,10 +7,10 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ...fingerprint import KeyBudget, SampleKey
-from ...nbytes import nbytes
-from ...recorder import Recorder, clock, recorded
-from ...trace import TraceMeta
+from ...record.fingerprint import KeyBudget, SampleKey
+from ...record.nbytes import nbytes
+from ...record.recorder import Recorder, clock, recorded
+from ...record.trace import TraceMeta
 from ..base import Adapter
 
 
@@ -28,8 +28,8 @@ def _loader_meta(meta: TraceMeta, loader: Any) -> TraceMeta:
 def watched_generator(source: Iterator[Any], recorder: Recorder, keyer: SampleKey | None = None) -> Iterator[Any]:
     """A generator over ``source`` that records each batch as built and, unless a
     callback records consumption, as consumed when it is handed over; with a
-    ``keyer``, the keys of the batch's rows (see :func:`~queuetune.fingerprint.row_keys`),
-    while their :class:`~queuetune.fingerprint.KeyBudget` allows.
+    ``keyer``, the keys of the batch's rows (see :func:`~queuetune.record.fingerprint.row_keys`),
+    while their :class:`~queuetune.record.fingerprint.KeyBudget` allows.
 
     >>> rec = Recorder(TraceMeta(), sample_memory=False)
     >>> list(watched_generator(iter([b"ab", b"c"]), rec)), len(rec.trace().consumed)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from ... import cores
-from ...units import format_bytes, nonnegative_int, parse_bytes, positive_int
+from ...common import cores
+from ...common.units import format_bytes, nonnegative_int, parse_bytes, positive_int
 from ..base import Framework, Lines, Setting, has_base
 
 # Ray 2.60 constants, read from its source (paths under site-packages/ray/).
@@ -40,7 +40,7 @@ def ray_object_store_bytes(ram_bytes: int | str) -> int:
     30% of ``ram_bytes`` (Ray takes the memory *available* when the node
     starts, total minus used), capped at 200 GB. On Linux Ray also caps it at
     95% of the free space in ``/dev/shm`` (never below 10 GB), which is not
-    known here; pass ``object_store_bytes`` to :func:`~queuetune.memory.footprint`
+    known here; pass ``object_store_bytes`` to :func:`~queuetune.estimate.memory.footprint`
     when that cap applies.
 
     >>> ray_object_store_bytes("16GiB")

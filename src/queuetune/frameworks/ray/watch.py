@@ -18,10 +18,10 @@ require("ray.data", "ray")
 import ray  # noqa: E402
 import ray.data  # noqa: E402
 
-from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
-from ...nbytes import nbytes  # noqa: E402
-from ...recorder import Recorder, clock, recorded  # noqa: E402
-from ...trace import Produced, Trace, TraceMeta  # noqa: E402
+from ...record.fingerprint import KeyBudget, SampleKey  # noqa: E402
+from ...record.nbytes import nbytes  # noqa: E402
+from ...record.recorder import Recorder, clock, recorded  # noqa: E402
+from ...record.trace import Produced, Trace, TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching, parameter_default  # noqa: E402
 from .spec import RAY_METHODS, Ray  # noqa: E402
 

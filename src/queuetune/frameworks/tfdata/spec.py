@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...units import nonnegative_int
+from ...common.units import nonnegative_int
 from ..base import Framework, Lines, Setting, has_base
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...common.units import nonnegative_int, positive_int
 from ...model.rules import LoaderRules
-from ...units import nonnegative_int, positive_int
 from ..base import Framework, Lines, Setting, count_setting, flag, has_base
 from .tensors import TENSORS
 

@@ -24,12 +24,12 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 from torch.utils.data import _utils as torch_utils  # noqa: E402
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter  # noqa: E402
 
-from ...fingerprint import KeyBudget, SampleKey  # noqa: E402
-from ...imports import ImportHooks  # noqa: E402
-from ...nbytes import nbytes  # noqa: E402
-from ...real_memory import dataset_facts  # noqa: E402
-from ...recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
-from ...trace import TraceMeta  # noqa: E402
+from ...common.imports import ImportHooks  # noqa: E402
+from ...record.fingerprint import KeyBudget, SampleKey  # noqa: E402
+from ...record.nbytes import nbytes  # noqa: E402
+from ...record.real_memory import dataset_facts  # noqa: E402
+from ...record.recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
+from ...record.trace import TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching, has_base  # noqa: E402
 
 # Per thread (a worker process's fetch loop, or the main thread with
@@ -40,7 +40,7 @@ _LOCAL = threading.local()
 
 
 #: What a fetch notes for :class:`WatchedCollate`: when it began (the clock, and the
-#: thread's :func:`~queuetune.recorder.busy_time`), its indices, whether they are a
+#: thread's :func:`~queuetune.record.recorder.busy_time`), its indices, whether they are a
 #: batch's, and its samples' keys.
 _Note = tuple[float, float, Any, bool, "list[int] | None"]
 
@@ -128,10 +128,10 @@ class WatchedIterableDataset(_Watched, IterableDataset[Any]):
     :class:`WatchedCollate` records the batch.
 
     Fingerprints (a keyer without a user's key) stop for the rest of a pass in
-    a worker where its :class:`~queuetune.fingerprint.KeyBudget` says their
+    a worker where its :class:`~queuetune.record.fingerprint.KeyBudget` says their
     price (what they take on a reference machine, whatever this one's load)
     is too much of the consumer's step (which the consumer notes in the
-    :class:`~queuetune.fingerprint.SampleKey`, shared with the workers).
+    :class:`~queuetune.record.fingerprint.SampleKey`, shared with the workers).
     """
 
     def __iter__(self) -> Iterator[Any]:
@@ -370,7 +370,7 @@ class WatchedDataLoader(DataLoader[Any]):
 
     Produced batches are recorded right after ``collate_fn`` returns, in whichever
     process built them; the record travels to the recorder through its
-    :class:`~queuetune.recorder.Channel`. Consumed batches are recorded by the
+    :class:`~queuetune.record.recorder.Channel`. Consumed batches are recorded by the
     iterator ``__iter__`` returns. Both sides carry the same key (the batch's
     sample indices), so the analysis matches each consumed batch to the batch
     built for it, and the consumed side's indices give the epoch's coverage.

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...frameworks import tensors_of
-from ...nbytes import nbytes
+from ...record.nbytes import nbytes
 from . import files
 from .packing import Copy, Piece, Shipped, copy, copy_into, order_of, portable, replace, shared_array
 from .segments import MIN_BYTES, OVERSIZE, aligned, map_segment, new_segment, pages, reserve_bytes, rounded

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...units import format_bytes
+from ...common.units import format_bytes
 from .. import lifeline
 
 #: Where the segments are: /dev/shm, or the folder QUEUETUNE_SHM_DIR names (a larger

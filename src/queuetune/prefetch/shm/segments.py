@@ -9,7 +9,7 @@ import mmap
 import os
 import uuid
 
-from ...units import format_bytes
+from ...common.units import format_bytes
 from ..errors import SharedMemoryFull
 from . import files
 

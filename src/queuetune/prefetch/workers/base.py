@@ -96,7 +96,7 @@ class Workers(Protocol):
     def finish(self, batch: Any, until: float | None = None) -> str | None:
         """Wait until a built batch's arrays are all in place (a worker process
         may still be copying them): None once they are; else why not, "died" (a
-        worker died first) or "late" (``until``, a :func:`~queuetune.recorder.clock`
+        worker died first) or "late" (``until``, a :func:`~queuetune.record.recorder.clock`
         time, passed first)."""
         ...
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...frameworks import TENSORS
-from ...nbytes import nbytes
-from ...recorder import Channel, built_here, busy_time, clock
+from ...record.nbytes import nbytes
+from ...record.recorder import Channel, built_here, busy_time, clock
 from .. import heap, lifeline, shm
 from ..batch import make_batch
 from ..collate import batch_bytes_guess
@@ -30,7 +30,7 @@ class Pull:
     """Builds a plain iterable's batches: its next item each call, :data:`END` after
     the last (one worker thread calls it, so the items come in order).
 
-    >>> from queuetune.recorder import Channel
+    >>> from queuetune.record.recorder import Channel
     >>> pull = Pull(iter("ab"), Channel(list().append, processes=False))
     >>> pull(None), pull(None), pull(None)
     ('a', 'b', <end of iterable>)
@@ -57,7 +57,7 @@ def build(
 ) -> Any:
     """Make the batch of ``source`` at ``indices`` (see :func:`.make_batch`) and record it to ``channel``.
 
-    >>> from queuetune.recorder import Channel
+    >>> from queuetune.record.recorder import Channel
     >>> records = []
     >>> build(["x", "y"], None, None, Channel(records.append, processes=False), 1), records[0].batch_index
     ('y', 1)

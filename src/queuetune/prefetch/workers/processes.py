@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from ...recorder import OWN_HELPERS, Channel, clock
-from ...units import format_bytes
+from ...common.units import format_bytes
+from ...record.recorder import OWN_HELPERS, Channel, clock
 from .. import heap, shm, warden
 from ..errors import SharedMemoryWarning
 from . import threads
@@ -55,7 +55,7 @@ class ProcessWorkers:
 
     >>> import multiprocessing
     >>> import numpy as np
-    >>> from queuetune.recorder import Channel
+    >>> from queuetune.record.recorder import Channel
     >>> source = [np.full(100_000, i) for i in range(3)]
     >>> channel = Channel(list().append, processes=True)
     >>> workers = ProcessWorkers(1, source, None, None, channel, multiprocessing.get_context())

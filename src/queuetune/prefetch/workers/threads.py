@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ...nbytes import nbytes
+from ...record.nbytes import nbytes
 from .base import Job
 
 

@@ -3,7 +3,7 @@ rank's throughput, input wait and verdict; the straggler whose input wait holds
 the others at every collective step; and coverage across ranks (samples more
 than one rank read in an epoch, and epochs that came in the same order).
 
-Pure functions from traces to a :class:`RanksReport`, like :mod:`queuetune.analysis`.
+Pure functions from traces to a :class:`RanksReport`, like :mod:`queuetune.analysis.report`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .analysis import MODERATE, EpochItems, Report, analyze, epoch_items
-from .jsonio import dumps
-from .matching import match
-from .trace import Trace
+from ..common.jsonio import dumps
+from ..record.matching import match
+from ..record.trace import Trace
+from .report import MODERATE, EpochItems, Report, analyze, epoch_items
 
 
 @dataclass
@@ -102,7 +102,7 @@ class RanksReport:
 def ranked(traces: list[Trace]) -> bool:
     """Whether these traces come from ranks of a launch (their meta has a rank).
 
-    >>> from queuetune.trace import Trace, TraceMeta
+    >>> from queuetune.record.trace import Trace, TraceMeta
     >>> ranked([Trace(meta=TraceMeta(rank=0, world_size=2, job="j"))]), ranked([Trace()])
     (True, False)
     """
@@ -124,7 +124,7 @@ def check_one_launch(traces: list[Trace], names: list[str]) -> None:
 def analyze_ranks(traces: list[Trace], reports: list[Report] | None = None) -> RanksReport:
     """Merge the traces of one launch's ranks (see :func:`check_one_launch`).
 
-    >>> from queuetune.trace import Trace, TraceMeta, Consumed, Produced
+    >>> from queuetune.record.trace import Trace, TraceMeta, Consumed, Produced
     >>> def rank(r, samples):
     ...     meta = TraceMeta(name="loader", rank=r, world_size=2, job="j")
     ...     return Trace(meta=meta, produced=[Produced(0, 1, 8)], consumed=[Consumed(0, 1, samples=samples)], end=1)

@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .frameworks import FRAMEWORKS, PYTHON, Framework
-from .jsonio import dumps
-from .matching import Span, match, releases_of, run_floors, runs_of
-from .memory_use import MemoryUse, memory_use
-from .trace import Consumed, Produced, Trace, TraceMeta
+from ..common.jsonio import dumps
+from ..frameworks import FRAMEWORKS, PYTHON, Framework
+from ..record.matching import Span, match, releases_of, run_floors, runs_of
+from ..record.trace import Consumed, Produced, Trace, TraceMeta
+from .memory import MemoryUse, memory_use
 
 MODERATE, HIGH = 0.05, 0.20
 #: The TensorFlow Profiler's words for an input-wait fraction (see :func:`verdict`).
@@ -137,7 +137,7 @@ class Report:
     """What a traced run did (all bytes in bytes, times in seconds); the words are
     those of docs/index.md's "Words used": produced, consumed, read-ahead, in flight, input wait.
 
-    >>> from queuetune.trace import Trace, Produced, Consumed, Mark
+    >>> from queuetune.record.trace import Trace, Produced, Consumed, Mark
     >>> t = Trace(produced=[Produced(0.0, 1.0, 10)], consumed=[Consumed(0.0, 1.0)],
     ...           marks=[Mark(0.0, "run_begin", 0), Mark(2.0, "run_end", 0)])
     >>> r = analyze(t)
@@ -205,7 +205,7 @@ class Report:
     #: and more workers than cores can help. None where it was not measured.
     build_busy_share: float | None = None
     #: The tree's real memory by cause, and the workers that copy what they read
-    #: (see :mod:`queuetune.memory_use`); None where the tree was not read.
+    #: (see :mod:`queuetune.analysis.memory`); None where the tree was not read.
     memory: MemoryUse | None = None
     #: Some epoch's coverage is partial: batches left without sample keys (their
     #: fingerprints stopped for their cost, or over the keys a run keeps), which
@@ -231,7 +231,7 @@ class Report:
     def from_dict(cls, data: dict[str, Any]) -> Report:
         """The report :meth:`to_dict` made (its time series empty where it was left out).
 
-        >>> from queuetune.trace import Trace, Produced
+        >>> from queuetune.record.trace import Trace, Produced
         >>> r = analyze(Trace(produced=[Produced(0.0, 1.0, 10)]))
         >>> Report.from_dict(r.to_dict(series=False)) == replace(r, series={})
         True
@@ -547,7 +547,7 @@ def row_releases(trace: Trace, releases: list[float | None]) -> list[float | Non
     (``None`` if no consumed batch did). A produced or consumed batch without
     ``rows`` counts as one row.
 
-    >>> from queuetune.trace import Produced, Consumed
+    >>> from queuetune.record.trace import Produced, Consumed
     >>> t = Trace(produced=[Produced(0, 1, 8, rows=4), Produced(0, 2, 8, rows=4)],
     ...           consumed=[Consumed(2, 2, rows=2), Consumed(3, 3, rows=2), Consumed(4, 4, rows=2)])
     >>> row_releases(t, [3.0, 4.0, 5.0])
@@ -567,7 +567,7 @@ def consumed_by_block(trace: Trace) -> Trace:
     consumed batch that takes its first row, with its own rows and bytes. The
     queue model then times the trainer per block. Other traces come back as they are.
 
-    >>> from queuetune.trace import Produced, Consumed
+    >>> from queuetune.record.trace import Produced, Consumed
     >>> t = Trace(meta={"match": "rows"}, produced=[Produced(0, 1, 8, rows=4), Produced(0, 2, 8, rows=4)],
     ...           consumed=[Consumed(i, i, rows=2) for i in range(2, 6)])
     >>> [(c.requested, c.rows, c.nbytes) for c in consumed_by_block(t).consumed]
@@ -629,7 +629,7 @@ def held_by_node(produced: list[Produced], freed: list[float | None]) -> dict[st
     there, and the most and the last of them held (built, not yet released).
     Empty when no worker names a node.
 
-    >>> from queuetune.trace import Produced
+    >>> from queuetune.record.trace import Produced
     >>> nodes = held_by_node([Produced(0, 1, 5, worker="a:1"), Produced(0, 2, 5, worker="a:2")], [3.0, None])
     >>> nodes["a"].peak_held_batches, nodes["a"].read_ahead_bytes
     (2, 5)
@@ -701,7 +701,7 @@ class EpochItems:
 def epoch_items(trace: Trace, matches: list[int | None]) -> EpochItems:
     """The items of each run and epoch, in the order they were consumed.
 
-    >>> from queuetune.trace import Trace, Produced, Consumed
+    >>> from queuetune.record.trace import Trace, Produced, Consumed
     >>> t = Trace(produced=[Produced(0, 1, 8, samples=[5, 6])], consumed=[Consumed(0, 1)])
     >>> found = epoch_items(t, [0])
     >>> found.unit, found.items
@@ -810,7 +810,7 @@ def resumed_epochs(trace: Trace) -> dict[int, int]:
     """The epochs that resumed one another process began: epoch, the batches
     handed over there (from ``resumed`` marks).
 
-    >>> from queuetune.trace import Mark
+    >>> from queuetune.record.trace import Mark
     >>> resumed_epochs(Trace(marks=[Mark(1.0, "resumed", {"epoch": 0, "batches": 7})]))
     {0: 7}
     """
@@ -827,7 +827,7 @@ def cut_short_epochs(trace: Trace) -> set[int]:
     """The epochs that ended before their loader was exhausted: those a
     ``cut_short`` mark names (a watcher that can tell marks them; torch's does).
 
-    >>> from queuetune.trace import Mark
+    >>> from queuetune.record.trace import Mark
     >>> cut_short_epochs(Trace(marks=[Mark(1.0, "epoch_end", 0), Mark(2.0, "cut_short", 1)]))
     {1}
     """

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .trace import Trace, TraceMeta
+from ..record.trace import Trace, TraceMeta
 
 #: A run's journal beside its trace: ``NN-<kind>.journal.jsonl``.
 JOURNAL_SUFFIX = ".journal.jsonl"
@@ -99,7 +99,7 @@ class Part:
     def of_trace(cls, trace: Trace) -> Part:
         """The part of a run's trace: what its journal would hold, the run ended.
 
-        >>> from queuetune.trace import Consumed, TraceMeta
+        >>> from queuetune.record.trace import Consumed, TraceMeta
         >>> part = Part.of_trace(Trace(meta=TraceMeta(num_samples=4), consumed=[Consumed(0, 1, samples=[0, 1])]))
         >>> part.epochs, part.samples, part.ended
         ({(0, 0): [Batch(asked=0, got=1, samples=[0, 1])]}, 4, True)
@@ -157,7 +157,7 @@ def journal_entries(trace_consumed: list[Any], marks: list[Any], run_of: dict[in
     run and epoch (``run_of``: each epoch's run, as far as known); a
     ``checkpoint``'s time.
 
-    >>> from queuetune.trace import Consumed, Mark
+    >>> from queuetune.record.trace import Consumed, Mark
     >>> journal_entries([Consumed(0, 1, run=0, epoch=2, samples=[3])], [Mark(1.0, "cut_short", 2)], {2: 0})
     [{'c': [0, 2, [3], 0, 1]}, {'m': 'cut_short', 'run': 0, 'epoch': 2}]
     """

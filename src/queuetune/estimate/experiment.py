@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .analysis import MODERATE, Verdict
+from ..analysis.report import MODERATE, Verdict
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Recording: the events a probe collects, from worker threads, worker processes
-and the consumer, turned into a :class:`~queuetune.trace.Trace` on demand."""
+and the consumer, turned into a :class:`~queuetune.record.trace.Trace` on demand."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import psutil
 
-from . import cores, real_memory
+from ..common import cores
+from . import real_memory
 from .trace import Consumed, Mark, MarkKind, MemorySample, Produced, Trace, TraceMeta
 
 clock = time.monotonic
@@ -363,7 +364,7 @@ def multiprocessing_helpers() -> set[int]:
 class MemorySampler:
     """Samples resident memory of this process and, with ``children=True``, the
     memory of its child processes: the whole tree as the kernel counts it
-    (:func:`queuetune.real_memory.read_tree`: each process's PSS and USS, and
+    (:func:`queuetune.record.real_memory.read_tree`: each process's PSS and USS, and
     the tree's shared-memory files).
 
     Reading the tree means reading every process's entry in /proc, a process's
@@ -374,7 +375,7 @@ class MemorySampler:
     repeat the children's last unique bytes and carry no tree), but in its first
     ``EARLY_SECONDS``, where it may take ``EARLY_SHARE``: a forked worker that
     reads a shuffled dataset of Python objects copies most of it over its first
-    batches, then holds (see :mod:`queuetune.memory_use`), and readings a
+    batches, then holds (see :mod:`queuetune.analysis.memory`), and readings a
     second apart saw that rise only across the first batch. This process's
     own RSS is read at every sample (microseconds). Where /proc gives no PSS
     (not Linux), only RSS and the children's unique memory are read. The first reading is made in the sampler's

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analysis import Report
-from .resumes import Span
-from .tune.headline import Headline
-from .tune.recommend import Recommendation
+from ..analysis.report import Report
+from ..analysis.resumes import Span
+from ..tune.headline import Headline
+from ..tune.recommend import Recommendation
 
 
 @dataclass
@@ -24,7 +24,7 @@ class LoaderResult:
     report: Report
     recommendation: Recommendation
     headline: Headline
-    #: Where the run resumed a stopped one: each epoch that spans a restart (see :mod:`queuetune.resumes`).
+    #: Where the run resumed a stopped one: each epoch that spans a restart (see :mod:`queuetune.analysis.resumes`).
     resumes: list[Span] = field(default_factory=list)
 
 
@@ -41,7 +41,7 @@ class ProgramResult:
     #: The JSON summary (each loader's headline, recommendation and report), when one was written.
     summary: Path | None = None
     #: SIGTERM came while the program ran or its report was written: the process is to end
-    #: with status 143 (:data:`queuetune.endings.TERMINATED`).
+    #: with status 143 (:data:`queuetune.run.endings.TERMINATED`).
     terminated: bool = False
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from .frameworks import PYTHON, detect
-from .frameworks.adapters import adapter_of
-from .launch import Launch
-from .recorder import Recorder
-from .trace import Trace, TraceMeta
+from ..common.launch import Launch
+from ..frameworks import PYTHON, detect
+from ..frameworks.adapters import adapter_of
+from ..record.recorder import Recorder
+from ..record.trace import Trace, TraceMeta
 
 if TYPE_CHECKING:
-    from .analysis import Report
+    from ..analysis.report import Report
 
 _PROBES: weakref.WeakKeyDictionary[Any, Probe] = weakref.WeakKeyDictionary()
 
@@ -38,7 +38,7 @@ class Probe:
 
     def report(self) -> Report:
         """Analyse the trace: read-ahead, in flight, waits, memory, coverage."""
-        from .analysis import analyze
+        from ..analysis.report import analyze
 
         return analyze(self.trace())
 
@@ -92,7 +92,7 @@ def watch(
     ``key`` says how samples are told apart for the coverage check where
     batches carry no index (a torch ``IterableDataset``): by default (None) a
     fingerprint of each sample's content, taken where it is built
-    (:func:`queuetune.fingerprint.fingerprint`; a worker stops taking them
+    (:func:`queuetune.record.fingerprint.fingerprint`; a worker stops taking them
     where they would cost more than 2 % of a step); a function of one sample
     gives its key instead (an id, a file name); False takes none.
 

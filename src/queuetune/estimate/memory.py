@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from .frameworks import ESTIMATED, get
-from .units import (
+from ..common.units import (
     check_bytes,
     dtype_itemsize,
     dtype_name,
@@ -18,6 +17,7 @@ from .units import (
     product,
     unit_factor,
 )
+from ..frameworks import ESTIMATED, get
 
 __all__ = [
     "ARTICLE_BATCHES",

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import psutil
 
-from . import units
-from .units import _is_int
+from ..common import units
+from ..common.units import _is_int
 
 _shown = functools.partial(units._shown, limit=40)
 
@@ -111,7 +111,7 @@ class Mark:
 class MemorySample:
     """Resident memory of the process and the unique memory of its children
     (``children``, of ``n_children`` processes). Where the whole tree was read
-    at that moment (version 2; see :mod:`queuetune.real_memory`), also the
+    at that moment (version 2; see :mod:`queuetune.record.real_memory`), also the
     process's ``pss`` and ``uss``, each child's ``[pid, pss, uss, shm]``
     (``workers``; its ``shm``: the bytes of shared-memory files it maps), the
     bytes of the tree's shared-memory files that none of it maps (``shm``) and
@@ -469,7 +469,7 @@ _SIZES = (
 )
 
 # What each entry of ``meta`` must hold when present; ``extra`` entries that
-# :mod:`queuetune.memory_use` reads are checked as well.
+# :mod:`queuetune.analysis.memory` reads are checked as well.
 _META = {
     "name": "str",
     "type": "str",

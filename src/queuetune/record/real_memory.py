@@ -138,7 +138,7 @@ def objects_bytes(obj: Any, least: int = MANY_OBJECTS) -> int:
 
 
 def dataset_facts(dataset: Any, forked: bool) -> dict[str, Any]:
-    """What :mod:`queuetune.memory_use` needs to know of a dataset read by worker
+    """What :mod:`queuetune.analysis.memory` needs to know of a dataset read by worker
     processes, for a trace's ``meta.extra``: whether the workers are ``forked``
     (copy-on-read happens only then), the dataset's large ``containers`` of
     Python objects and about how many bytes those take (``objects_bytes``).

@@ -1,9 +1,9 @@
 """Where the loader's memory went: the tree's real memory (see
-:mod:`queuetune.real_memory`) at each reading split by cause, and the workers
+:mod:`queuetune.record.real_memory`) at each reading split by cause, and the workers
 whose unique memory grows with the samples they read (copy-on-read).
 
-Pure functions of a :class:`~queuetune.trace.Trace` and its in-flight series;
-:func:`queuetune.analysis.analyze` calls :func:`memory_use`.
+Pure functions of a :class:`~queuetune.record.trace.Trace` and its in-flight series;
+:func:`queuetune.analysis.report.analyze` calls :func:`memory_use`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .trace import MemorySample, Trace
+from ..record.trace import MemorySample, Trace
 
 MiB = 2**20
 #: A worker's unique memory must grow at least this much, and at least this share
@@ -199,7 +199,7 @@ def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int])
     step function ``flight_times``/``flight_bytes``; None where the trace has no
     reading of the tree (version 1, memory sampling off, not Linux).
 
-    >>> from queuetune.trace import Produced
+    >>> from queuetune.record.trace import Produced
     >>> t = Trace(memory=[MemorySample(1.0, 50, 0, 0, pss=40, uss=30, shm=0, shared=0, workers=[[7, 20, 10, 0]])])
     >>> use = memory_use(t, [0.5], [5])
     >>> (use.peak.total, use.peak.in_flight, use.peak.worker_baseline, use.peak.consumer)
@@ -255,7 +255,7 @@ def _shared_growth(trace: Trace, series: list[Causes]) -> int:
     shared memory on their way to the consumer, which are not yet built or
     already taken as the trace counts them).
 
-    >>> from queuetune.trace import Produced, TraceMeta
+    >>> from queuetune.record.trace import Produced, TraceMeta
     >>> t = Trace(meta=TraceMeta(depth=2), produced=[Produced(i, i + 0.5, MiB) for i in range(12)])
     >>> grow = [Causes(i + 1.0, 0, 0, 0, 0, i * 16 * MiB, 0, workers=2) for i in range(9)]
     >>> _shared_growth(t, grow) // MiB
@@ -425,7 +425,7 @@ def samples_per_batch(trace: Trace) -> int | None:
     """The samples a batch of ``trace``'s loader holds (its ``batch_size``), None
     where not known.
 
-    >>> from queuetune.trace import TraceMeta
+    >>> from queuetune.record.trace import TraceMeta
     >>> samples_per_batch(Trace(meta=TraceMeta(settings={"batch_size": 32}))), samples_per_batch(Trace())
     (32, None)
     """

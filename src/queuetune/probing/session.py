@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .imports import ImportHooks
+from ..common.imports import ImportHooks
+from ..record.recorder import Live, Recorder
+from ..record.trace import Trace
 from .probe import Probe
-from .recorder import Live, Recorder
-from .trace import Trace
 
 if TYPE_CHECKING:
-    from .frameworks.base import Framework
+    from ..frameworks.base import Framework
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
@@ -76,7 +76,7 @@ class Session:
 
     def start(self) -> Session:
         """Hook into every framework, now or when it is imported."""
-        from .frameworks import FRAMEWORKS
+        from ..frameworks import FRAMEWORKS
 
         self.active = True
         _ACTIVE.add(self)
@@ -137,7 +137,7 @@ class Session:
         return label
 
     def live(self) -> list[tuple[str, Live]]:
-        """Each loader's :class:`~queuetune.recorder.Live` reading now."""
+        """Each loader's :class:`~queuetune.record.recorder.Live` reading now."""
         with self._lock:
             loaders = list(self.loaders)
         return [(w.label, w.live()) for w in loaders if w.live is not None]
@@ -145,7 +145,7 @@ class Session:
     def watch(self, loader: Any, kind: str, **meta: Any) -> Any:
         """``queuetune.watch(loader)``, kept; or None, said once per type, when
         queuetune cannot watch it. ``meta``: entries of its trace's
-        :class:`~queuetune.trace.TraceMeta` to set."""
+        :class:`~queuetune.record.trace.TraceMeta` to set."""
         from .probe import probe_of, watch
 
         try:
@@ -161,7 +161,7 @@ class Session:
         return watched
 
     def probe(self, watched: Any) -> Probe:
-        """The :class:`~queuetune.probe.Probe` of a loader :meth:`watch` returned."""
+        """The :class:`~queuetune.probing.probe.Probe` of a loader :meth:`watch` returned."""
         from .probe import probe_of
 
         return probe_of(watched)
@@ -203,7 +203,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _autowatch(spec: Framework, session: Session, module: ModuleType) -> Callable[[], None] | None:
     """``spec``'s adapter hooked into ``module`` for ``session`` (the adapter
     imported now: its framework is)."""
-    from .frameworks.adapters import adapter_of
+    from ..frameworks.adapters import adapter_of
 
     return adapter_of(spec).autowatch(session, module)
 

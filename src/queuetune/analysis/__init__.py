@@ -1,0 +1,16 @@
+"""Analysis: what a trace says. The report (:mod:`.report`: counts, waits, the
+verdict, coverage), memory by cause (:mod:`.memory`), ranks side by side
+(:mod:`.ranks`) and resumes across restarts (:mod:`.resumes`). Pure functions
+of the trace: no clock, no process, nothing printed.
+
+>>> from queuetune.analysis import analyze
+>>> from queuetune.record.trace import Trace
+>>> analyze(Trace()).verdict.label
+'unknown'
+"""
+
+from __future__ import annotations
+
+from .report import Report, analyze
+
+__all__ = ["Report", "analyze"]
