@@ -60,7 +60,6 @@ KNOWN: dict[str, int] = {
     "module:queuetune.frameworks.torch.watch": 714,
     "module:queuetune.prefetch.handle": 671,
     "module:queuetune.prefetch.schedule": 643,
-    "module:queuetune.record.recorder": 886,
     "module:queuetune.render.html": 562,
     "module:queuetune.record.trace": 584,
 }

@@ -16,7 +16,7 @@ import pytest
 from tests.helpers import assert_nothing_left_running
 
 import queuetune
-from queuetune.analysis.report import memory as memory_use
+from queuetune.analysis import memory as memory_use
 from queuetune.record import real_memory
 from queuetune.record.recorder import MemorySampler, clock, multiprocessing_helpers
 from queuetune.tune.headline import headline
