@@ -312,7 +312,7 @@ def test_batches_a_pass_never_handed_over_leave_with_it():
 
 
 def test_consumed_by_block_gives_each_block_the_batch_that_took_its_first_row():
-    from queuetune.analysis.report import consumed_by_block
+    from queuetune.analysis.in_flight import consumed_by_block
     from queuetune.record.trace import Consumed, Produced
 
     # blocks of 3 rows, batches of 2: batch 1 takes the last row of block 0 and the first of block 1
@@ -323,7 +323,7 @@ def test_consumed_by_block_gives_each_block_the_batch_that_took_its_first_row():
     assert [(c.requested, c.rows, c.nbytes) for c in blocks.consumed] == [(10, 3, 30), (11, 3, 31), (13, 3, 32)]
     assert blocks.produced == produced and trace.consumed == consumed  # the original is left alone
     # the releases of the same walk: each block with the batch that took its last row
-    from queuetune.analysis.report import row_releases
+    from queuetune.analysis.in_flight import row_releases
 
     assert row_releases(trace, [c.consumed for c in consumed]) == [11.5, 12.5, 14.5]
     # a trace matched by batches comes back as it is

@@ -1,11 +1,13 @@
-"""Analysis: what a trace says. The report (:mod:`.report`: counts, waits, the
-verdict, coverage), memory by cause (:mod:`.memory`), ranks side by side
-(:mod:`.ranks`) and resumes across restarts (:mod:`.resumes`). Pure functions
-of the trace: no clock, no process, nothing printed.
+"""Analysis: what a trace says. The report (:mod:`.report`) and the passes it is
+made of: batches in flight (:mod:`.in_flight`), the consumer's waits
+(:mod:`.waits`), coverage (:mod:`.coverage`) and memory by cause
+(:mod:`.memory`); ranks side by side (:mod:`.ranks`) and resumes across
+restarts (:mod:`.resumes`). Pure functions of the trace: no clock, no process,
+nothing printed.
 
 >>> from queuetune.analysis import analyze
 >>> from queuetune.record.trace import Trace
->>> analyze(Trace()).verdict.label
+>>> analyze(Trace()).verdict
 'unknown'
 """
 

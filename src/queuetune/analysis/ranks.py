@@ -16,7 +16,8 @@ from typing import Any
 from ..common.jsonio import dumps
 from ..record.matching import match
 from ..record.trace import Trace
-from .report import MODERATE, EpochItems, Report, analyze, epoch_items
+from .coverage import EpochItems, epoch_items
+from .report import MODERATE, Report, analyze
 
 
 @dataclass

@@ -18,9 +18,11 @@ from ..prefetch.shm.files import PoolFiles
 from .explain import explain
 
 if TYPE_CHECKING:
+    from ..analysis.coverage import Coverage
     from ..analysis.memory import Causes
     from ..analysis.ranks import RanksReport
-    from ..analysis.report import Coverage, Report, Start, Timing
+    from ..analysis.report import Report, Timing
+    from ..analysis.waits import Start
     from ..estimate.experiment import DemoResult
     from ..record.trace import TraceMeta
     from ..run.result import ProgramResult

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..analysis.report import built_before_asked
+from ..analysis.waits import built_before_asked
 from ..record.matching import match
 from ..record.trace import Trace
 

@@ -9,7 +9,8 @@ import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..analysis.report import MODERATE, Report, analyze, consumed_by_block
+from ..analysis.in_flight import consumed_by_block
+from ..analysis.report import MODERATE, Report, analyze
 from ..frameworks import FRAMEWORKS
 from ..record.trace import Trace
 from .machine import machine_limits

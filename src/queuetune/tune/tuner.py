@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.report import Report, consumed_by_block
+from ..analysis.in_flight import consumed_by_block
+from ..analysis.report import Report
 from ..common.jsonio import dumps
 from ..common.units import parse_bytes, positive_int
 from ..frameworks import get
