@@ -59,7 +59,6 @@ KNOWN: dict[str, int] = {
     "module:queuetune.prefetch.handle": 671,
     "module:queuetune.prefetch.schedule": 643,
     "module:queuetune.render.html": 562,
-    "module:queuetune.record.trace": 584,
 }
 
 

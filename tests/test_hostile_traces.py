@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from helpers import run_cli
-from queuetune.record import trace as trace_module
+from queuetune.record import reading as trace_module
 from queuetune.record.trace import FORMAT, VERSION, Trace
 
 REAL = Path(__file__).parent / "data" / "real"
