@@ -58,7 +58,6 @@ KNOWN: dict[str, int] = {
     "module:queuetune.frameworks.torch.watch": 714,
     "module:queuetune.prefetch.handle": 671,
     "module:queuetune.prefetch.schedule": 643,
-    "module:queuetune.render.html": 562,
 }
 
 

@@ -295,7 +295,7 @@ def lane_pixels(trace: Trace):
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from queuetune.render.html import timeline_figure
+    from queuetune.render.timeline import timeline_figure
 
     figure = timeline_figure(trace, analyze(trace))
     canvas = FigureCanvasAgg(figure)
@@ -337,7 +337,7 @@ def test_the_consumers_lane_tells_the_hand_over_of_built_batches_from_waiting_fo
 def test_the_consumers_shares_per_column_are_exact_time_averages():
     import numpy as np
 
-    from queuetune.render.html import consumer_shares
+    from queuetune.render.timeline import consumer_shares
 
     trace = waiting_trace(0.002)
     edges = np.linspace(0.05, 10.05, 801)
@@ -364,7 +364,7 @@ def epochs_of_fresh_workers() -> Trace:
 
 @pytest.mark.plot
 def test_workers_restarted_each_epoch_keep_their_lanes_named_by_number():
-    from queuetune.render.html import timeline_figure, worker_lanes
+    from queuetune.render.timeline import timeline_figure, worker_lanes
 
     trace = epochs_of_fresh_workers()
     assert worker_lanes(trace) == {"1001": "worker 0", "1002": "worker 1", "2002": "worker 0", "2001": "worker 1"}
@@ -377,7 +377,7 @@ def test_workers_restarted_each_epoch_keep_their_lanes_named_by_number():
 
 
 def test_threads_processes_and_ray_nodes_are_numbered_apart():
-    from queuetune.render.html import worker_lanes
+    from queuetune.render.timeline import worker_lanes
 
     workers = ["thread-77", "a:515", "913", "thread-12", "a:516", "b:515", ""]
     trace = Trace(produced=[Produced(0.1 * i, 0.1 * i + 0.05, 8, worker=w) for i, w in enumerate(workers)], end=1.0)
@@ -396,7 +396,7 @@ def test_threads_processes_and_ray_nodes_are_numbered_apart():
 def test_every_series_is_in_a_legend_clear_of_the_data_and_the_depth_is_explained():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from queuetune.render.html import timeline_figure
+    from queuetune.render.timeline import timeline_figure
 
     trace = sample_trace()
     trace.meta.settings = {"max_bytes": 8192}
