@@ -18,6 +18,7 @@ import pytest
 FRAMEWORK_MODULES = {
     Path("src/queuetune/frameworks/keras/watch.py"): "keras",
     Path("src/queuetune/frameworks/torch/watch.py"): "torch",
+    Path("src/queuetune/frameworks/torch/watched.py"): "torch",
     Path("src/queuetune/frameworks/torch/stateful.py"): "torchdata",
     Path("src/queuetune/frameworks/ray/watch.py"): "ray",
     Path("src/queuetune/render/plot.py"): "matplotlib",

@@ -55,7 +55,6 @@ KNOWN: dict[str, int] = {
     "methods:queuetune.prefetch.schedule.Schedule": 34,
     "methods:queuetune.prefetch.shm.pool.Pool": 22,
     "methods:queuetune.prefetch.workers.processes.ProcessWorkers": 27,
-    "module:queuetune.frameworks.torch.watch": 714,
     "module:queuetune.prefetch.handle": 671,
     "module:queuetune.prefetch.schedule": 643,
 }

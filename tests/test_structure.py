@@ -42,7 +42,7 @@ FACE = ("", "__main__", "api", "terminal", "cli", "demo", "program")
 #: The face's own folders: the command line, a module a group of commands.
 FACE_FOLDERS = ("cli",)
 #: The framework modules in the adapters' layer.
-WATCHING = ("adapters", "watch", "stateful")
+WATCHING = ("adapters", "watch", "watched", "stateful")
 #: Imports the source names only as strings: the adapter registry imports each
 #: framework's ``watch.py`` by name.
 DYNAMIC = {"queuetune.frameworks.adapters": "queuetune.frameworks.*.watch"}
