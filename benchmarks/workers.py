@@ -41,7 +41,7 @@ import prefetcher as pf
 import queuetune
 from common import machine, preamble, publish, rotated, target_lines
 from queuetune.common import cores
-from queuetune.prefetch.handle import default_max_workers
+from queuetune.prefetch.options import default_max_workers
 
 TARGET = 0.98
 AUTO = "auto"

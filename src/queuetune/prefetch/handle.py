@@ -4,20 +4,15 @@ epoch, and what outlives an epoch (the trace, the sizes of batches seen)."""
 from __future__ import annotations
 
 import functools
-import math
 import multiprocessing
 import multiprocessing.context
 import os
-import random
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..common import cores
-from ..common.units import _shown, parse_bytes, positive_int
 from ..frameworks import detect
 from ..frameworks.adapters import adapter_of
 from ..record.real_memory import dataset_facts
@@ -30,14 +25,13 @@ from .collate import batch_bytes_guess
 from .config import BatchSizes, EpochConfig
 from .crew import WorkerController
 from .epoch import Epoch, Handed
+from .options import PrefetchOptions, source_length
 from .resume import Progress, Shape, epoch_order, read_state, state_of
 from .schedule import depth_controller
 from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
 
 if TYPE_CHECKING:
     from ..analysis.report import Report
-
-MODES = ("thread", "process")
 
 
 class Prefetcher:
@@ -164,101 +158,48 @@ class Prefetcher:
         trace_epochs: int | None = 16,
         multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
     ) -> None:
-        self.max_bytes = parse_bytes(max_bytes, "max_bytes")
-        self.timeout = _check_timeout(timeout)
-        if trace_epochs is not None:
-            trace_epochs = positive_int(trace_epochs, "trace epochs")
-        if mode not in MODES:
-            raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
-        if mode == "process" and multiprocessing.current_process().daemon:
-            raise ValueError(
-                f"mode='process' cannot start worker processes here: {multiprocessing.current_process().name} "
-                "is a daemonic process, and multiprocessing lets those have no children; use mode='thread'"
-            )
-        self.mode = mode
+        options = PrefetchOptions.checked(
+            source,
+            max_bytes=max_bytes,
+            workers=workers,
+            max_workers=max_workers,
+            mode=mode,
+            adaptive=adaptive,
+            depth=depth,
+            max_depth=max_depth,
+            ordered=ordered,
+            batch_size=batch_size,
+            collate_fn=collate_fn,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            sample_memory=sample_memory,
+            timeout=timeout,
+            trace_epochs=trace_epochs,
+            multiprocessing_context=multiprocessing_context,
+        )
+        #: The settings, checked (see :class:`.options.PrefetchOptions`).
+        self.options = options
+        self.max_bytes, self.timeout, self.mode = options.max_bytes, options.timeout, options.mode
         self._owner = os.getpid()
-        self._indexable = _indexable(source)
-        if workers is None:
-            workers = 2 if self._indexable else 1
-        self.auto = isinstance(workers, str)
-        if self.auto and workers != "auto":
-            raise ValueError(f"workers must be a positive integer or 'auto', got {workers!r}")
+        self._indexable = options.indexable
+        self.auto = options.auto
         #: With workers="auto": the most workers building at once (else None).
-        self.max_workers = _check_max_workers(max_workers, self.auto, mode)
+        self.max_workers = options.max_workers
         # With workers="auto", an epoch starts with as many workers as the one before ended with.
-        self.num_workers = 1 if self.auto else positive_int(workers, "workers")
-        self.multiprocessing_context = _check_context(multiprocessing_context, mode)
-        self.adaptive = _flag(adaptive, "adaptive")
-        self.max_depth = positive_int(max_depth, "max depth")
-        if depth is None and self.auto and not self.adaptive:
-            raise ValueError("workers='auto' with adaptive=False needs a depth")
-        if depth is None:
-            # Every worker building from the first request, and adaptive, one
-            # more: a worker that finishes before its batch is taken starts the next.
-            depth = self.num_workers + 1 if self.adaptive and self.num_workers > 1 else self.num_workers
-            depth = min(depth, self.max_depth)
-        self.start_depth = positive_int(depth, "depth")
-        if self.start_depth > self.max_depth:
-            raise ValueError(f"depth {depth} is above max_depth {self.max_depth}")
-        self.ordered = _flag(ordered, "ordered")
-        self.batch_size = None if batch_size is None else positive_int(batch_size, "batch size")
-        self.collate_fn = _check_collate(collate_fn)
-        self.shuffle = _flag(shuffle, "shuffle")
-        self.drop_last = _flag(drop_last, "drop_last")
-        sample_memory = _flag(sample_memory, "sample_memory")
+        self.num_workers = options.workers
+        self.multiprocessing_context = options.multiprocessing_context
+        self.adaptive, self.max_depth, self.start_depth = options.adaptive, options.max_depth, options.depth
+        self.ordered, self.batch_size, self.collate_fn = options.ordered, options.batch_size, options.collate_fn
+        self.shuffle, self.drop_last = options.shuffle, options.drop_last
         # Each epoch's order is drawn from the seed and the epoch's number (see .resume).
-        self._seed = _check_seed(seed)
+        self._seed = options.seed
         self._next_epoch = 0
         # The epoch under way and what of it was handed over; one loaded to resume from.
         self._progress: Progress | None = None
         self._resumed: Progress | None = None
         self._source = source
-        if not self._indexable:
-            if source is None or not hasattr(source, "__iter__") or isinstance(source, (str, bytes, dict)):
-                raise TypeError(f"Prefetcher needs an indexable dataset or an iterable, got {type(source).__name__}")
-            if mode == "process":
-                raise ValueError("a plain iterable is read by one thread: use mode='thread'")
-            if self.auto:
-                raise ValueError("a plain iterable is read by one thread: workers='auto' needs an indexable source")
-            if self.num_workers > 1:
-                raise ValueError(
-                    f"workers={self.num_workers} with a plain iterable ({type(source).__name__}): a plain iterable "
-                    "is read by one thread; give an indexable dataset (one with __getitem__ and __len__) or workers=1"
-                )
-            if self.batch_size is not None:
-                raise ValueError("batch_size needs an indexable source")
-        if collate_fn is not None and self.batch_size is None:
-            raise ValueError("collate_fn needs batch_size")
-        self.recorder = Recorder(
-            TraceMeta(
-                loader="prefetcher",
-                framework="queuetune",
-                type=type(source).__qualname__,
-                settings={
-                    "max_bytes": self.max_bytes,
-                    "workers": "auto" if self.auto else self.num_workers,
-                    **({"max_workers": self.max_workers} if self.auto else {}),
-                    "mode": mode,
-                    **({"start_method": self._start_method()} if mode == "process" else {}),
-                    "adaptive": self.adaptive,
-                    "ordered": self.ordered,
-                },
-                depth=self.start_depth,
-                match_scope="run",
-            ),
-            processes=mode == "process",
-            sample_memory=sample_memory,
-            keep_runs=trace_epochs,
-            sample_across_runs=True,  # the workers outlive each epoch
-        )
-        self.recorder.consumer = "prefetcher"
-        if mode == "process":
-            facts = dataset_facts(source, self._start_method() == "fork")
-            self.recorder.meta.extra.update({**facts, "batch_size": self.batch_size})
-        if self._indexable:
-            self.recorder.meta.num_batches = len(self)
-            if self.batch_size is not None:
-                self.recorder.meta.num_samples = _length(source)
+        self.recorder = self._recorder()
         self._sizes = BatchSizes()
         self._epoch: Epoch | None = None
         self._closed = False
@@ -271,6 +212,41 @@ class Prefetcher:
         self._controller: DepthController | None = None
         self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid(), self._pools, self._kept)
 
+    def _recorder(self) -> Recorder:
+        """The recorder of this prefetcher's epochs, its settings in the trace's meta."""
+        options, source, mode = self.options, self._source, self.mode
+        recorder = Recorder(
+            TraceMeta(
+                loader="prefetcher",
+                framework="queuetune",
+                type=type(source).__qualname__,
+                settings={
+                    "max_bytes": self.max_bytes,
+                    "workers": "auto" if self.auto else self.num_workers,
+                    **({"max_workers": self.max_workers} if self.auto else {}),
+                    "mode": mode,
+                    **({"start_method": self.options.start_method} if mode == "process" else {}),
+                    "adaptive": self.adaptive,
+                    "ordered": self.ordered,
+                },
+                depth=self.start_depth,
+                match_scope="run",
+            ),
+            processes=mode == "process",
+            sample_memory=options.sample_memory,
+            keep_runs=options.trace_epochs,
+            sample_across_runs=True,  # the workers outlive each epoch
+        )
+        recorder.consumer = "prefetcher"
+        if mode == "process":
+            facts = dataset_facts(source, self.options.start_method == "fork")
+            recorder.meta.extra.update({**facts, "batch_size": self.batch_size})
+        if self._indexable:
+            recorder.meta.num_batches = len(self)
+            if self.batch_size is not None:
+                recorder.meta.num_samples = source_length(source)
+        return recorder
+
     # --- the epoch ---------------------------------------------------------------------
 
     @property
@@ -281,7 +257,7 @@ class Prefetcher:
     def __len__(self) -> int:
         if not self._indexable:
             return len(self._source)
-        count = _length(self._source)
+        count = source_length(self._source)
         if self.batch_size is None:
             return count
         return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
@@ -386,7 +362,7 @@ class Prefetcher:
             self._resumed = Progress(epoch=epoch, batches=batches, done=done, also=also)
 
     def _shape(self) -> Shape:
-        return Shape(_length(self._source), self.batch_size, self.drop_last, self.shuffle)
+        return Shape(source_length(self._source), self.batch_size, self.drop_last, self.shuffle)
 
     def _kept_workers(self) -> Workers | None:
         """The workers of the epochs before, if they can build this one's batches
@@ -436,7 +412,7 @@ class Prefetcher:
 
     def _plan(self, epoch: int) -> list[Any]:
         """What each batch of epoch ``epoch`` is made of: a batch index, or sample indices."""
-        count = _length(self._source)
+        count = source_length(self._source)
         order = epoch_order(count, self.shuffle, self._seed, epoch)
         if self.batch_size is None:
             return order
@@ -484,11 +460,6 @@ class Prefetcher:
             measure=guess,
         )
 
-    def _start_method(self) -> str:
-        """How worker processes start: the given context's method, or Python's default."""
-        context = self.multiprocessing_context or multiprocessing.get_context()
-        return context.get_start_method()
-
     def build_now(self, index: int) -> Any:
         """Build batch ``index`` (of the unshuffled order) in the calling thread."""
         if not self._indexable:
@@ -496,7 +467,7 @@ class Prefetcher:
         if self.batch_size is None:
             return self._source[index]
         start = index * self.batch_size
-        stop = min(start + self.batch_size, _length(self._source))
+        stop = min(start + self.batch_size, source_length(self._source))
         return make_batch(self._source, list(range(start, stop)), self.batch_size, self.collate_fn)
 
     # --- the handle ----------------------------------------------------------------------
@@ -554,92 +525,6 @@ class Prefetcher:
         self.close()
 
 
-def _check_context(value: Any, mode: str) -> multiprocessing.context.BaseContext | None:
-    if value is None:
-        return None
-    if mode != "process":
-        raise ValueError("multiprocessing_context needs mode='process': thread mode starts no process")
-    if isinstance(value, str):
-        methods = multiprocessing.get_all_start_methods()
-        if value not in methods:
-            raise ValueError(
-                f"multiprocessing_context must be one of {', '.join(map(repr, methods))} "
-                f"or a multiprocessing context, got {value!r}"
-            )
-        return multiprocessing.get_context(value)
-    if isinstance(value, multiprocessing.context.BaseContext):
-        return value
-    raise TypeError(
-        f"multiprocessing_context must be a start method name or a multiprocessing context, got {type(value).__name__}"
-    )
-
-
-def default_max_workers(mode: str) -> int:
-    """The most workers ``workers="auto"`` adds unless told: one per core in
-    process mode; in thread mode four per core, from 8 to 32 (a build that
-    waits on I/O or runs outside the GIL needs no core of its own).
-
-    >>> default_max_workers("process") == cores.available()
-    True
-    """
-    count = cores.available()
-    return count if mode == "process" else min(32, max(8, 4 * count))
-
-
-def _check_max_workers(value: Any, auto: bool, mode: str) -> int | None:
-    """The most workers for workers="auto": ``value``, or :func:`default_max_workers`."""
-    if value is None:
-        return default_max_workers(mode) if auto else None
-    if not auto:
-        raise ValueError("max_workers needs workers='auto' (a fixed count is given as workers=N)")
-    return positive_int(value, "max workers")
-
-
-def _flag(value: Any, name: str) -> bool:
-    """``value`` if it is a real boolean (``bool`` or ``numpy.bool_``): ``"no"`` is not False.
-
-    >>> _flag(np.bool_(True), "shuffle")
-    True
-    >>> _flag("no", "shuffle")
-    Traceback (most recent call last):
-    ...
-    TypeError: shuffle must be True or False, got 'no' (str)
-    """
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {_shown(value)} ({type(value).__name__})")
-    return bool(value)
-
-
-def _check_collate(collate_fn: object) -> Callable[[list[Any]], Any] | None:
-    if collate_fn is not None and not callable(collate_fn):
-        raise TypeError(
-            f"collate_fn must be a callable or None, got {_shown(collate_fn)} ({type(collate_fn).__name__})"
-        )
-    return collate_fn
-
-
-def _check_seed(seed: Any) -> int:
-    """``seed``, or one drawn now where it is None (so that a state taken later
-    holds the order this prefetcher drew)."""
-    if seed is None:
-        return random.SystemRandom().randrange(2**63)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an integer or None, got {_shown(seed)} ({type(seed).__name__})")
-    if seed < 0:
-        raise ValueError(f"seed must be a non-negative integer or None, got {seed}")
-    return int(seed)
-
-
-def _check_timeout(timeout: Any) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
-    return float(timeout)
-
-
 def _close_all(recorder: Recorder, pid: int, pools: list[str], kept: list[Workers]) -> None:
     if os.getpid() == pid:
         for workers in kept:
@@ -649,23 +534,3 @@ def _close_all(recorder: Recorder, pid: int, pools: list[str], kept: list[Worker
     if os.getpid() == pid and shm.available():
         for prefix in pools:
             shm.sweep_pool(prefix)
-
-
-def _indexable(source: Any) -> bool:
-    if not hasattr(source, "__getitem__") or isinstance(source, (str, bytes, dict)):
-        return False
-    try:
-        _length(source)
-    except TypeError:
-        return False
-    return True
-
-
-def _length(source: Any) -> int:
-    try:
-        count = detect(source).batch_count(source)
-    except TypeError:  # not iterable: a map-style dataset
-        count = None
-    if count is None:
-        count = len(source)
-    return int(count)
