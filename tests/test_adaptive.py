@@ -323,15 +323,15 @@ def test_the_schedule_adds_up_the_worker_seconds_idle_for_the_depth_alone_while_
             time.sleep(0.1)
             # batches 1 and 2 built behind batch 0, nothing more may start: two workers idle,
             # but the consumer has not asked for batch 0 yet, so they cost it nothing
-            assert schedule.idle_for_depth()[0] == 0
+            assert schedule.idle.worker_seconds()[0] == 0
             with schedule.lock:
-                schedule.consumer_waits(True)  # it asks for batch 0
+                schedule.idle.consumer_waits(True)  # it asks for batch 0
             time.sleep(0.3)
-            idle, _ = schedule.idle_for_depth()
+            idle, _ = schedule.idle.worker_seconds()
             assert idle >= 2 * 0.3  # counted for each worker, not once
             assert schedule.idle_workers() == (2 if ordered else None)
-            schedule.count_idle_anew()
-            assert schedule.idle_for_depth()[0] < idle
+            schedule.idle.anew()
+            assert schedule.idle.worker_seconds()[0] < idle
             release.set()
             assert schedule.wait_for([schedule.tasks[0]], 10) is not None
             release.clear()

@@ -708,7 +708,8 @@ def test_a_plain_iterable_is_read_anew_each_epoch():
 
 def test_a_batch_above_the_guess_or_any_before_is_held_and_no_batch_starts_until_it_fits():
     from queuetune.prefetch.config import BatchSizes, EpochConfig
-    from queuetune.prefetch.schedule import Schedule, Task
+    from queuetune.prefetch.schedule import Schedule
+    from queuetune.prefetch.task import Task
     from queuetune.prefetch.workers import ThreadWorkers
 
     workers = ThreadWorkers(1, str)

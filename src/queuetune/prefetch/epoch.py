@@ -19,7 +19,8 @@ from .config import STEP_WINDOW, BatchSizes, EpochConfig
 from .crew import Facts, WorkerController
 from .errors import PrefetcherClosed
 from .resume import Progress
-from .schedule import Schedule, Seen, Task
+from .schedule import Schedule
+from .task import Seen, Task
 from .workers import END, Workers
 
 
@@ -146,7 +147,7 @@ class Epoch:
                     if changed is not None:
                         recorder.mark("depth", changed)
                     if changed is not None or schedule.controller.starting:
-                        schedule.count_idle_anew()
+                        schedule.idle.anew()
                     self._start_more()
                 samples = task.indices if isinstance(task.indices, list) else None
                 recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
@@ -219,7 +220,7 @@ class Epoch:
     def _facts(self) -> Facts:
         assert self.idle_cores is not None
         schedule = self.schedule
-        return Facts(schedule.mean_build, schedule.cpu_share, self.idle_cores.read(clock()))
+        return Facts(schedule.build_clock.mean, schedule.build_clock.cpu_share, self.idle_cores.read(clock()))
 
     def _deepen(self, seen: Seen, asked: float, got: float, steps: deque[float]) -> int | None:
         """The depth controller's decision on a request that waited from ``asked``
@@ -239,9 +240,9 @@ class Epoch:
             limit=seen.limit,
             wait=got - asked if stalled else None,
             step=step,
-            needed=schedule.needed(step),
+            needed=schedule.build_clock.needed(step, schedule.workers.count),
             lost=held_back,
-            short=schedule.short(got - asked, step) if held_back else None,
+            short=schedule.build_clock.short(got - asked, step, schedule.workers.count) if held_back else None,
             spent=got - asked,
             now=got,
             idle=idle,
@@ -268,7 +269,7 @@ class Epoch:
                 if task.settled:
                     return task, schedule.seen(waited=False)
             seen = schedule.seen(waited=True)
-            schedule.consumer_waits(True)
+            schedule.idle.consumer_waits(True)
         return self._wait(pending, deadline), seen
 
     def _wait(self, pending: list[Task], deadline: float | None) -> Task:
@@ -353,3 +354,17 @@ class Epoch:
             schedule.clear()
         if not release:
             self.workers.rest()
+
+
+def refuse_second_reader(epoch: Epoch | None) -> None:
+    """Raise if another thread, still alive, is reading an epoch it has not finished."""
+    if epoch is None or not epoch.running or epoch.thread is None:
+        return
+    reader = epoch.thread
+    if reader is threading.current_thread() or not reader.is_alive():
+        return
+    raise RuntimeError(
+        f"this Prefetcher is already being read by thread {reader.name!r} (an epoch it has not finished): "
+        "a Prefetcher runs one epoch at a time; finish or leave that loop first, or give each thread "
+        "a Prefetcher of its own"
+    )

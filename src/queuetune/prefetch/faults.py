@@ -6,7 +6,7 @@ from __future__ import annotations
 from concurrent.futures.process import BrokenProcessPool
 
 from .errors import PrefetcherClosed, WorkerDied, WorkerError
-from .schedule import Task
+from .task import Task
 from .workers import Workers
 
 

@@ -3,6 +3,7 @@ epoch, and what outlives an epoch (the trace, the sizes of batches seen)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import multiprocessing
 import multiprocessing.context
@@ -22,11 +23,11 @@ from . import faults, shm
 from .adaptive import DepthController
 from .batch import make_batch
 from .collate import batch_bytes_guess
-from .config import BatchSizes, EpochConfig
+from .config import BatchSizes
 from .crew import WorkerController
-from .epoch import Epoch, Handed
+from .epoch import Epoch, Handed, refuse_second_reader
 from .options import PrefetchOptions, source_length
-from .resume import Progress, Shape, epoch_order, read_state, state_of
+from .resume import Progress, Shape, read_state, state_of
 from .schedule import depth_controller
 from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
 
@@ -192,8 +193,6 @@ class Prefetcher:
         self.adaptive, self.max_depth, self.start_depth = options.adaptive, options.max_depth, options.depth
         self.ordered, self.batch_size, self.collate_fn = options.ordered, options.batch_size, options.collate_fn
         self.shuffle, self.drop_last = options.shuffle, options.drop_last
-        # Each epoch's order is drawn from the seed and the epoch's number (see .resume).
-        self._seed = options.seed
         self._next_epoch = 0
         # The epoch under way and what of it was handed over; one loaded to resume from.
         self._progress: Progress | None = None
@@ -255,12 +254,7 @@ class Prefetcher:
         return self._source
 
     def __len__(self) -> int:
-        if not self._indexable:
-            return len(self._source)
-        count = source_length(self._source)
-        if self.batch_size is None:
-            return count
-        return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
+        return self.options.batches(source_length(self._source)) if self._indexable else len(self._source)
 
     def __iter__(self) -> Iterator[Any]:
         if os.getpid() != self._owner:
@@ -268,7 +262,7 @@ class Prefetcher:
         with self._lock:
             if self._closed:
                 raise ValueError("this Prefetcher is closed")
-            self._refuse_second_reader()
+            refuse_second_reader(self._epoch)
             self._end_epoch()
             plan, progress = self._plan_and_progress() if self._indexable else (None, None)
             workers = self._kept_workers() or self._new_workers()
@@ -278,7 +272,14 @@ class Prefetcher:
                 assert self.max_workers is not None
                 crew = WorkerController(workers=workers.count, max_workers=self.max_workers, cores=cores.available())
             epoch = Epoch(
-                self._config(), plan, workers, self.recorder, self._sizes, crew, self._depth_controller(), progress
+                self.options.epoch_config(),
+                plan,
+                workers,
+                self.recorder,
+                self._sizes,
+                crew,
+                self._depth_controller(),
+                progress,
             )
             self._epoch = epoch
             return epoch.run(self)
@@ -288,7 +289,7 @@ class Prefetcher:
         its progress, which its hand-overs update."""
         progress = self._resumed or Progress(epoch=self._next_epoch)
         self._resumed = None
-        plan = self._plan(progress.epoch)
+        plan = self.options.plan(source_length(self._source), progress.epoch)
         progress.batches = len(plan)
         self._progress = progress
         self._next_epoch = progress.epoch + 1
@@ -328,7 +329,7 @@ class Prefetcher:
                 "it can only read its iterator again; give an indexable dataset (__getitem__ and __len__)"
             )
         progress = self._resumed or self._progress
-        state = state_of(progress, self._next_epoch, self._seed, self._shape())
+        state = state_of(progress, self._next_epoch, self.options.seed, self._shape())
         self.recorder.checkpoint()
         return state
 
@@ -357,7 +358,8 @@ class Prefetcher:
         with self._lock:
             if self._epoch is not None and self._epoch.running:
                 raise ValueError("a state is loaded between epochs, not while one is being read: load it first")
-            self._seed = seed
+            # Each epoch's order is drawn from the seed and the epoch's number (see .resume).
+            self.options = dataclasses.replace(self.options, seed=seed)
             self._next_epoch = epoch
             self._resumed = Progress(epoch=epoch, batches=batches, done=done, also=also)
 
@@ -384,24 +386,10 @@ class Prefetcher:
     def _depth_controller(self) -> DepthController:
         """The depth controller, kept from one epoch to the next: each starts at the depth the last ended with."""
         if self._controller is None:
-            self._controller = depth_controller(self._config())
+            self._controller = depth_controller(self.options.epoch_config())
         else:
             self._controller.new_epoch()
         return self._controller
-
-    def _refuse_second_reader(self) -> None:
-        """Raise if another thread, still alive, is reading an epoch it has not finished."""
-        epoch = self._epoch
-        if epoch is None or not epoch.running or epoch.thread is None:
-            return
-        reader = epoch.thread
-        if reader is threading.current_thread() or not reader.is_alive():
-            return
-        raise RuntimeError(
-            f"this Prefetcher is already being read by thread {reader.name!r} (an epoch it has not finished): "
-            "a Prefetcher runs one epoch at a time; finish or leave that loop first, or give each thread "
-            "a Prefetcher of its own"
-        )
 
     def _end_epoch(self, reason: str = "a new epoch began", wait: bool = True, release: bool = False) -> None:
         if self._epoch is not None:
@@ -409,29 +397,6 @@ class Prefetcher:
             if self._epoch.crew is not None:
                 self.num_workers = self._epoch.crew.workers
             self._epoch = None
-
-    def _plan(self, epoch: int) -> list[Any]:
-        """What each batch of epoch ``epoch`` is made of: a batch index, or sample indices."""
-        count = source_length(self._source)
-        order = epoch_order(count, self.shuffle, self._seed, epoch)
-        if self.batch_size is None:
-            return order
-        size = self.batch_size
-        groups = [order[i : i + size] for i in range(0, count, size)]
-        if self.drop_last and groups and len(groups[-1]) < size:
-            groups.pop()
-        return groups
-
-    def _config(self) -> EpochConfig:
-        return EpochConfig(
-            max_bytes=self.max_bytes,
-            depth=self.start_depth,
-            max_depth=self.max_depth,
-            ordered=self.ordered or not self._indexable,
-            timeout=self.timeout,
-            fixed=not self.adaptive,
-            guess=self._indexable and self.batch_size is not None and self.collate_fn is None,
-        )
 
     def _new_workers(self) -> Workers:
         """This epoch's workers, started now (see :func:`.workers.processes._start_workers` for why)."""

@@ -26,6 +26,8 @@ import numpy as np
 from ..common import cores
 from ..common.units import _shown, parse_bytes, positive_int
 from ..frameworks import detect
+from .config import EpochConfig
+from .resume import epoch_order
 
 MODES = ("thread", "process")
 Mode = Literal["thread", "process"]
@@ -66,6 +68,44 @@ class PrefetchOptions:
         """How worker processes start: the given context's method, or Python's default."""
         context = self.multiprocessing_context or multiprocessing.get_context()
         return context.get_start_method()
+
+    def batches(self, count: int) -> int:
+        """The batches an epoch over ``count`` items makes.
+
+        >>> PrefetchOptions.checked(list(range(5)), max_bytes=1000, batch_size=2).batches(5)
+        3
+        """
+        if self.batch_size is None:
+            return count
+        return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
+
+    def plan(self, count: int, epoch: int) -> list[Any]:
+        """What each batch of epoch ``epoch`` over ``count`` items is made of: a
+        batch index, or sample indices.
+
+        >>> PrefetchOptions.checked(list(range(5)), max_bytes=1000, batch_size=2, drop_last=True).plan(5, 0)
+        [[0, 1], [2, 3]]
+        """
+        order = epoch_order(count, self.shuffle, self.seed, epoch)
+        if self.batch_size is None:
+            return order
+        size = self.batch_size
+        groups = [order[i : i + size] for i in range(0, count, size)]
+        if self.drop_last and groups and len(groups[-1]) < size:
+            groups.pop()
+        return groups
+
+    def epoch_config(self) -> EpochConfig:
+        """What each epoch is given of these options."""
+        return EpochConfig(
+            max_bytes=self.max_bytes,
+            depth=self.depth,
+            max_depth=self.max_depth,
+            ordered=self.ordered or not self.indexable,
+            timeout=self.timeout,
+            fixed=not self.adaptive,
+            guess=self.indexable and self.batch_size is not None and self.collate_fn is None,
+        )
 
     @classmethod
     def checked(

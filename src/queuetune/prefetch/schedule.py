@@ -6,22 +6,19 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import math
-import statistics
 import threading
-from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 from ..common.units import format_bytes
 from ..record.recorder import clock
 from .adaptive import DepthController
+from .build_clock import BuildClock
 from .config import STEP_WINDOW, BatchSizes, EpochConfig
 from .errors import BudgetExceeded
+from .idle import IdleAccount
+from .task import Seen, Task
 from .workers import END, Workers
 
-# Builds the mean build time is taken over: enough that a stall of one build in
-# twenty-five counts as often as it comes.
-BUILD_MEMORY = 128
 # A batch's size guessed from one sample is reserved this much larger, and this
 # many bytes more: room for what joining the samples adds.
 GUESS_MARGIN = 1.25
@@ -34,56 +31,6 @@ STALL_BUILDS = 4
 # Workers whose typical build is under this share of their count of consumer
 # steps outpace the consumer enough for a deeper queue to fill between stalls.
 OUTPACE = 0.75
-
-
-@dataclass(slots=True)
-class Task:
-    """One batch of the epoch: its position, what it is made of (a batch index,
-    sample indices, or None for a plain iterable's next item), the bytes reserved
-    for it, then its build and, once settled, its outcome: the batch and its
-    size, the worker's exception, or cancelled.
-
-    >>> Task(3, [6, 7], reserved=100).key
-    (6, 7)
-    """
-
-    position: int
-    indices: Any
-    reserved: int
-    future: cf.Future[Any] | None = None
-    submitted_at: float = 0.0
-    size: int | None = None
-    taken: bool = False
-    # True once the build's outcome is in the account, whatever it was.
-    settled: bool = False
-    batch: Any = None
-    failure: BaseException | None = None
-    cancelled: bool = False
-
-    @property
-    def key(self) -> Any:
-        """What the batch is matched by in the trace (its indices, hashable)."""
-        if self.indices is None:
-            return None
-        return tuple(self.indices) if isinstance(self.indices, list) else self.indices
-
-
-@dataclass(slots=True)
-class Seen:
-    """What a request found: the next batch not ready, the queue full, a worker
-    idle for the lack of depth, the deepest depth the byte budget allows (as many
-    of the largest batch so far as fit), every worker building, batches left to start.
-
-    >>> Seen(waited=True, full=False, can_grow=True, limit=8).limit
-    8
-    """
-
-    waited: bool
-    full: bool
-    can_grow: bool
-    limit: int | None
-    all_busy: bool = False
-    left: bool = True
 
 
 def depth_controller(config: EpochConfig) -> DepthController:
@@ -167,30 +114,15 @@ class Schedule:
         self.ready = 0
         self.held = 0
         self.reserved = 0
-        # Seconds from submitting a batch to its being built, of the latest batches.
-        self.builds: deque[float] = deque(maxlen=STEP_WINDOW)
-        # Their median, worked out on the first wait that asks after a build is learnt.
-        self._typical: float | None = None
-        # CPU seconds a second of the latest builds, where the workers tell them.
-        self.shares: deque[float] = deque(maxlen=STEP_WINDOW)
-        self._share: float | None = None
-        # The seconds of the latest builds in their workers (no queue, no trip back), and their sum.
-        self.walls: deque[float] = deque(maxlen=BUILD_MEMORY)
-        self._walls_sum = 0.0
+        # How long the latest builds took, and how busy they kept a CPU.
+        self.build_clock = BuildClock()
         # Since when a worker has sat idle for the depth alone (it finished a batch
         # and could start no other), or None; the next batch started ends it. And
         # the seconds of such idleness that ended since the consumer last waited.
         self.held_back_since: float | None = None
         self.held_back_seconds = 0.0
-        # The worker-seconds workers sat idle for the depth alone since ``idle_from``
-        # (see :meth:`idle_for_depth`), and how many sit so now, since ``_idle_at``.
-        self.idle_from = clock()
-        self._idle_seconds = 0.0
-        self._idle_workers = 0
-        self._idle_at = self.idle_from
-        self._idle_most = 0
-        # Whether the consumer is waiting for its next batch (see :meth:`consumer_waits`).
-        self._waiting = False
+        # Workers idle for the depth alone, and what they cost the consumer.
+        self.idle = IdleAccount()
         self.error: BaseException | None = None
         self.stopped = False
         self.exhausted = False
@@ -313,48 +245,13 @@ class Schedule:
         self._recount_idle(0)
 
     def _recount_idle(self, idle: int | None = None) -> None:
-        """Count again the workers idle for the depth alone (``idle``, else
-        worked out), adding the last count's worker-seconds to the sum."""
+        """Count again the workers idle for the depth alone (``idle``, else worked out)."""
         if idle is None:
             idle = 0
             if self.submitted - self.delivered >= self.controller.depth and self._can_start_but_for_depth():
                 left = self.workers.count if self.total is None else self.total - self.submitted
                 idle = max(0, min(self.workers.count - self.building, left))
-        if idle == self._idle_workers == 0:
-            return  # none idle before or now: nothing to add; the clock starts when one is
-        self._tick()
-        self._idle_workers = idle
-        if self._waiting:
-            self._idle_most = max(self._idle_most, idle)
-
-    def _tick(self) -> None:
-        """Add the worker-seconds idle since the last count, where the consumer waited meanwhile."""
-        now = clock()
-        if self._waiting:
-            self._idle_seconds += self._idle_workers * (now - self._idle_at)
-        self._idle_at = now
-
-    def consumer_waits(self, waiting: bool) -> None:
-        """The consumer begins (``waiting``) or ends a wait for its next batch.
-        Workers idle for the depth alone count only meanwhile: idle while it
-        takes batches already built, they start again one per batch it takes,
-        and what they build is ready as its pace asks for it (builds that end
-        together, taken a step apart); idle while it waits, they leave it
-        waiting for what they could have built."""
-        if waiting == self._waiting:
-            return  # no change: nothing to count (a hand-over's end of no wait reads no clock)
-        self._tick()
-        self._waiting = waiting
-        if waiting:
-            self._idle_most = max(self._idle_most, self._idle_workers)
-
-    def idle_for_depth(self) -> tuple[float, float]:
-        """The worker-seconds workers sat idle for the depth alone while the
-        consumer waited (see :meth:`consumer_waits`) since :attr:`idle_from`,
-        and the seconds since then."""
-        now = clock()
-        waiting = self._idle_workers * (now - self._idle_at) if self._waiting else 0.0
-        return self._idle_seconds + waiting, now - self.idle_from
+        self.idle.recount(idle)
 
     def idle_workers(self) -> int | None:
         """The most workers that sat idle for the depth alone at once while the
@@ -364,21 +261,12 @@ class Schedule:
         typical build or longer, in order; else None. Out of order a batch
         never waits behind another: a worker idle for the depth has nothing
         slow ahead of it to cover."""
-        typical = self.typical_build
-        idle, seconds = self.idle_for_depth()
+        typical = self.build_clock.typical
+        idle, seconds = self.idle.worker_seconds()
         if not self.config.ordered or typical is None or seconds < typical or seconds <= 0:
             return None
         mean = idle / seconds
-        return self._idle_most if mean > IDLE_SLACK * self.workers.count else None
-
-    def count_idle_anew(self) -> None:
-        """Start the sum of :meth:`idle_for_depth` again from now: the depth
-        changed, or the first epoch's start goes on. A later epoch counts from
-        its beginning: its workers are kept, so those idle behind its first
-        batch are throughput lost, as behind any other."""
-        self._idle_seconds = 0.0
-        self.idle_from = self._idle_at = clock()
-        self._idle_most = self._idle_workers if self._waiting else 0
+        return self.idle.most if mean > IDLE_SLACK * self.workers.count else None
 
     def held_back(self, waited: bool) -> bool:
         """On a request that ``waited``: whether, since the consumer last waited,
@@ -394,7 +282,7 @@ class Schedule:
             lost += now - self.held_back_since
             self.held_back_since = now
         self.held_back_seconds = 0.0
-        typical = self.typical_build
+        typical = self.build_clock.typical
         return typical is not None and lost >= typical / 2
 
     def _submit(self, task: Task) -> None:
@@ -427,15 +315,10 @@ class Schedule:
             task.size = 0
             task.batch = END
             return
-        self.learn_build(clock() - task.submitted_at)
+        self.build_clock.learn(clock() - task.submitted_at)
         spent = self.workers.spent(future)
         if spent is not None and spent[1] > 0:
-            self.shares.append(spent[0] / spent[1])
-            self._share = None
-            if len(self.walls) == self.walls.maxlen:
-                self._walls_sum -= self.walls[0]
-            self.walls.append(spent[1])
-            self._walls_sum += spent[1]
+            self.build_clock.learn_spent(*spent)
         if self.stopped:
             self.workers.discard(batch)
             return
@@ -486,7 +369,7 @@ class Schedule:
         del self.tasks[task.position]
         if batch is END:
             return END
-        self.consumer_waits(False)
+        self.idle.consumer_waits(False)
         self.delivered += 1
         self.ready -= 1
         self.held -= task.size or 0
@@ -530,71 +413,6 @@ class Schedule:
             left=left,
         )
 
-    @property
-    def cpu_share(self) -> float | None:
-        """The median CPU seconds a second of the latest builds (None until one is told;
-        worked out when asked after a build is learnt, as :attr:`typical_build` is)."""
-        if self._share is None and self.shares:
-            self._share = statistics.median(self.shares)
-        return self._share
-
-    @property
-    def mean_build(self) -> float | None:
-        """The mean seconds of the latest builds in their workers (stalls and all:
-        what the workers' throughput depends on); None where the workers do not tell."""
-        return self._walls_sum / len(self.walls) if self.walls else None
-
-    def learn_build(self, seconds: float) -> None:
-        """Take in the seconds from submitting a batch to its being built."""
-        self.builds.append(seconds)
-        self._typical = None
-
-    @property
-    def typical_build(self) -> float | None:
-        """The median of the latest builds' seconds, None before the first (asked
-        only on a wait, by several rules, so worked out once then rather than at
-        every build)."""
-        if self._typical is None and self.builds:
-            self._typical = statistics.median(self.builds)
-        return self._typical
-
-    def needed(self, step: float | None) -> int | None:
-        """The depth that keeps pace with a consumer taking a batch every ``step``
-        seconds: the batches built meanwhile (the typical build time over the
-        step, at most the workers) and the one it takes next; None until both
-        are known.
-
-        >>> from queuetune.prefetch.workers import ThreadWorkers
-        >>> schedule = Schedule(EpochConfig(1000, 1, 64, True, None), [], ThreadWorkers(12, str), BatchSizes())
-        >>> for seconds in (0.300, 0.400, 0.500):
-        ...     schedule.learn_build(seconds)
-        >>> schedule.needed(0.014), schedule.needed(0.200), schedule.needed(None)
-        (13, 3, None)
-        >>> schedule.workers.shutdown(wait=True, unclaimed=[])
-        """
-        typical = self.typical_build
-        if step is None or step <= 0 or typical is None:
-            return None
-        return min(self.workers.count, math.ceil(typical / step)) + 1
-
-    def short(self, spent: float, step: float | None) -> float | None:
-        """The batches a consumer taking one every ``step`` seconds went short of
-        while it waited ``spent`` seconds: what it would have taken meanwhile,
-        less what the workers built (each one per typical build); None until
-        both are known.
-
-        >>> from queuetune.prefetch.workers import ThreadWorkers
-        >>> schedule = Schedule(EpochConfig(1000, 1, 64, True, None), [], ThreadWorkers(4, str), BatchSizes())
-        >>> schedule.learn_build(0.008)
-        >>> schedule.short(0.004, step=0.001), schedule.short(0.004, step=None)
-        (2.0, None)
-        >>> schedule.workers.shutdown(wait=True, unclaimed=[])
-        """
-        typical = self.typical_build
-        if step is None or step <= 0 or not typical:
-            return None
-        return spent * (1 / step - self.workers.count / typical)
-
     def stalled(self, step: float | None) -> bool:
         """Whether the batch just handed over was a stall that more depth can cover.
 
@@ -614,7 +432,7 @@ class Schedule:
 
         >>> from queuetune.prefetch.workers import ThreadWorkers
         >>> schedule = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(8, str), BatchSizes())
-        >>> schedule.learn_build(1.0)
+        >>> schedule.build_clock.learn(1.0)
         >>> now = clock()
         >>> schedule.tasks[1] = Task(1, None, 0, submitted_at=now - 10)
         >>> schedule.building = 1
@@ -626,12 +444,12 @@ class Schedule:
         False
         >>> schedule.workers.shutdown(wait=True, unclaimed=[])
         >>> two = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(2, str), BatchSizes())
-        >>> two.learn_build(0.0045)
+        >>> two.build_clock.learn(0.0045)
         >>> two.stalled(0.0025), two.stalled(0.0040)  # the workers build 1.1 and 1.8 x what it takes
         (False, True)
         >>> two.workers.shutdown(wait=True, unclaimed=[])
         """
-        typical = self.typical_build
+        typical = self.build_clock.typical
         if not self.config.ordered or step is None or typical is None:
             return False
         count = self.workers.count
