@@ -24,7 +24,7 @@ from .probe import Probe
 if TYPE_CHECKING:
     from ..frameworks.base import Framework
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
