@@ -14,8 +14,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from helpers import ARTICLE_ROWS, FOOTPRINT_KEYS
-from queuetune import __version__, cli
-from queuetune.cli import Command, build_parser, main
+from queuetune import __version__
+from queuetune.cli import Command, build_parser, commands, main
 
 MiB = 2**20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -456,7 +456,8 @@ def test_parser_is_built_from_the_command_list(monkeypatch, capsys):
         print(f"extra {args.n}")
         return 0
 
-    monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, Command("extra", "an added command", configure, run_extra)])
+    extra = Command("extra", "an added command", configure, run_extra)
+    monkeypatch.setattr(commands, "COMMANDS", [*commands.COMMANDS, extra])
     assert main(["extra", "--n", "3"]) == 0
     assert capsys.readouterr().out == "extra 3\n"
     assert build_parser().parse_args(["table"]).command == "table"

@@ -1,9 +1,9 @@
 """The ``queuetune`` command line: parses arguments and wires them to the library
-(:mod:`.main`), one module a group of commands."""
+(:mod:`.commands`), one module a group of commands."""
 
 from __future__ import annotations
 
 from .arguments import Command
-from .main import COMMANDS, build_parser, main
+from .commands import COMMANDS, build_parser, main
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
