@@ -35,7 +35,6 @@ KNOWN: dict[str, int] = {
     "class:queuetune.prefetch.epoch.Epoch": 320,
     "class:queuetune.prefetch.handle.Prefetcher": 453,
     "class:queuetune.prefetch.schedule.Schedule": 411,
-    "class:queuetune.prefetch.shm.pool.Pool": 317,
     "class:queuetune.prefetch.workers.processes.ProcessWorkers": 326,
     "class:queuetune.record.recorder.Recorder": 259,
     "function:queuetune.analysis.report.analyze": 95,
@@ -53,7 +52,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.tune.tuner.tune": 152,
     "methods:queuetune.prefetch.handle.Prefetcher": 23,
     "methods:queuetune.prefetch.schedule.Schedule": 24,
-    "methods:queuetune.prefetch.shm.pool.Pool": 22,
     "methods:queuetune.prefetch.workers.processes.ProcessWorkers": 27,
     "module:queuetune.prefetch.handle": 501,
 }

@@ -63,14 +63,14 @@ def test_batches_come_in_reused_segments_and_a_kept_batch_is_never_overwritten(k
     batch, depth, n = 4, 3, 40
     kept = []
     made = []  # the segments the workers made, as this process adopts each
-    adopt = shm.Pool._adopt
+    adopt = shm.ledger.Ledger.adopt
 
     def adopted(self, name):
-        if name not in self._maps:
+        if name not in self.maps:
             made.append(name)
         return adopt(self, name)
 
-    monkeypatch.setattr(shm.Pool, "_adopt", adopted)
+    monkeypatch.setattr(shm.ledger.Ledger, "adopt", adopted)
     with Prefetcher(
         Samples(batch * n, kind),
         batch_size=batch,

@@ -37,9 +37,10 @@ from .files import (
     sweep_pool,
 )
 from .packing import LOCAL_REFS, Copy, Piece, Shipped, copy, portable, unshared
-from .pool import CALM, MISSED, SPARE, Pool
+from .pool import Pool
 from .segments import MIN_BYTES, OVERSIZE
 from .shelf import Lease, Shelf
+from .spares import CALM, MISSED, SPARE
 
 __all__ = [
     "CALM",
