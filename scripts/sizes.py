@@ -35,7 +35,6 @@ KNOWN: dict[str, int] = {
     "class:queuetune.prefetch.epoch.Epoch": 320,
     "class:queuetune.prefetch.handle.Prefetcher": 453,
     "class:queuetune.prefetch.schedule.Schedule": 411,
-    "class:queuetune.prefetch.workers.processes.ProcessWorkers": 326,
     "class:queuetune.record.recorder.Recorder": 259,
     "function:queuetune.analysis.report.analyze": 95,
     "function:queuetune.demo.run_demo": 96,
@@ -44,7 +43,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.prefetch.adaptive.DepthController.observe": 73,
     "function:queuetune.prefetch.epoch.Epoch.run": 80,
     "function:queuetune.prefetch.handle.Prefetcher.__init__": 73,
-    "function:queuetune.prefetch.workers.processes.ProcessWorkers.__init__": 78,
     "function:queuetune.program.run_program": 71,
     "function:queuetune.render.explain.explain": 90,
     "function:queuetune.render.text.report_rows": 66,
@@ -52,7 +50,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.tune.tuner.tune": 152,
     "methods:queuetune.prefetch.handle.Prefetcher": 23,
     "methods:queuetune.prefetch.schedule.Schedule": 24,
-    "methods:queuetune.prefetch.workers.processes.ProcessWorkers": 27,
     "module:queuetune.prefetch.handle": 501,
 }
 

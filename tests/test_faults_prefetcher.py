@@ -599,7 +599,7 @@ def test_a_worker_killed_while_sending_its_result_leaves_no_thread_waiting_for_e
     import concurrent.futures as cf
     import multiprocessing
 
-    from queuetune.prefetch.workers.processes import _shutdown
+    from queuetune.prefetch.workers.lifecycle import _shutdown
 
     global _POOL
     _POOL = pool = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))

@@ -909,10 +909,10 @@ def test_workers_give_back_what_their_allocators_keep_between_epochs():
         assert [int(b[0]) for b in p] == [0, 1, 2, 3]
         workers = p._kept[0]
         deadline = time.monotonic() + 30
-        while workers.handed_back < 32 << 20 and time.monotonic() < deadline:
+        while workers.processes.handed_back < 32 << 20 and time.monotonic() < deadline:
             time.sleep(0.05)
         # Each worker built at least one batch: 32 MiB of it given back, at the least.
-        assert workers.handed_back >= 32 << 20
+        assert workers.processes.handed_back >= 32 << 20
         assert [int(b[0]) for b in p] == [0, 1, 2, 3]  # the next epoch as before
     assert files() == []
     assert_nothing_left_running()

@@ -32,7 +32,7 @@ def prefetcher(value: float, workers: int, method: str | None = None) -> Prefetc
 
 
 def workers_of(p: Prefetcher) -> list[int]:
-    return sorted(p._kept[0]._processes)  # type: ignore[attr-defined]
+    return sorted(p._kept[0].processes.known)  # type: ignore[attr-defined]
 
 
 @pytest.mark.timeout(60)

@@ -6,7 +6,20 @@ from __future__ import annotations
 
 from .base import END, LIVENESS, Job, Workers
 from .building import BEHIND, Pull, Shipper, build
+from .options import ProcessOptions
 from .processes import ProcessWorkers
 from .threads import ThreadWorkers
 
-__all__ = ["BEHIND", "END", "LIVENESS", "Job", "ProcessWorkers", "Pull", "Shipper", "ThreadWorkers", "Workers", "build"]
+__all__ = [
+    "BEHIND",
+    "END",
+    "LIVENESS",
+    "Job",
+    "ProcessOptions",
+    "ProcessWorkers",
+    "Pull",
+    "Shipper",
+    "ThreadWorkers",
+    "Workers",
+    "build",
+]

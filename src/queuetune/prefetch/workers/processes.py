@@ -1,6 +1,8 @@
 """Worker processes (:class:`ProcessWorkers`) whose arrays come back through
 shared memory (:mod:`..shm`), started at once and shut down whatever state
-they are in."""
+they are in; made of their processes (:mod:`.lifecycle`), the copies made
+behind their builds (:mod:`.copies`), their own thread (:mod:`.starter`) and
+the pool of segments."""
 
 from __future__ import annotations
 
@@ -8,23 +10,21 @@ import concurrent.futures as cf
 import functools
 import multiprocessing.context
 import os
-import pickle
-import queue
-import signal
-import threading
-import time
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ...common.units import format_bytes
-from ...record.recorder import OWN_HELPERS, Channel, clock
-from .. import heap, shm, warden
+from ...record.recorder import OWN_HELPERS, Channel
+from .. import shm, warden
 from ..errors import SharedMemoryWarning
-from . import threads
-from .base import LIVENESS, Job
-from .building import build_in_process, guess_in_process, init_process
+from .base import LIVENESS
+from .building import build_in_process, guess_in_process
+from .copies import Copies
+from .lifecycle import Processes
+from .options import ProcessOptions
+from .starter import Starter
 
 # The warden is no loader's worker: memory readings and the checks of what is left running leave it out.
 OWN_HELPERS.append(warden.pid)
@@ -32,7 +32,7 @@ OWN_HELPERS.append(warden.pid)
 
 class ProcessWorkers:
     """``count`` worker processes, started at once, each building batches of
-    ``source`` (see :func:`_start_workers` for why at once). A batch's large
+    ``source`` (see :func:`.lifecycle._start_workers` for why at once). A batch's large
     arrays and tensors are built in (or copied to) a shared-memory segment lent
     for it from a pool of reused ones, and come back as descriptors (:mod:`.shm`),
     opened as arrays over the segment (made as the build settles, on the pool's
@@ -52,6 +52,12 @@ class ProcessWorkers:
     With ``fork`` all of them are forked at the start, since forking later, with
     threads running, is not safe; with ``spawn`` and ``forkserver`` each starts
     when first needed. A process not needed any more idles until the epoch ends.
+
+    Its arguments are checked into one :class:`.options.ProcessOptions`
+    (:attr:`options`); its parts are the processes (:attr:`processes`, a
+    :class:`.lifecycle.Processes`), the copies behind their builds
+    (:attr:`copies`), its own thread (:attr:`starter`) and the pool of
+    segments (:attr:`segments`).
 
     >>> import multiprocessing
     >>> import numpy as np
@@ -82,101 +88,38 @@ class ProcessWorkers:
         capacity: int | None = None,
         budget: int | None = None,
     ) -> None:
+        self.options = ProcessOptions.of(count, source, batch_size, collate_fn, context, capacity, budget)
         self.count = count
-        self.capacity = count if capacity is None else capacity
-        self._elastic = capacity is not None
+        self.capacity = self.options.capacity
         # What killed prefetchers left: gone before this pool's room is counted.
         shm.sweep_orphans()
-        self.budget = budget
         if budget is not None:
             _check_room(budget)
         self.segments = shm.Pool(os.getpid(), budget=budget, context=context)
-        self._shut = False
-        #: The bytes the workers gave back to the system between epochs (see :meth:`rest`).
-        self.handed_back = 0
-        # Batches dropped while a copy into their segments was under way: each
-        # goes back to the pool once its copy is made (see _take_back_copied).
-        self._limbo: list[shm.Shipped] = []
-        # Guards the limbo and the counts of releases taken: the consumer's
-        # thread and the pool's (through callbacks) both take releases.
-        self._counting = threading.Lock()
-        # The worker processes, kept to name the one that died.
-        self._processes: dict[int, Any] = {}
-        # Each worker process takes a slot as it starts; its semaphore is released
-        # once for every copy made behind a build, and ``_copied`` counts the
-        # releases taken here.
-        self._done = [context.Semaphore(0) for _ in range(self.capacity)]
-        self._copied = [0] * self.capacity
-        # The thread that runs what the consumer defers (see defer), started at the
-        # first: after a fork of every worker, so no thread of it is copied there.
-        self._deferred: queue.SimpleQueue[Job] = queue.SimpleQueue()
-        self._starter: threading.Thread | None = None
-        # Set while that thread serves: a batch let go of returns its segment there too.
-        self._serving = threading.Event()
-        self._starting = threading.Lock()
-        self.segments.later = functools.partial(threads.later, self._deferred, self._serving)
-        self._pool = cf.ProcessPoolExecutor(
-            self.capacity,
-            mp_context=context,
-            initializer=init_process,
-            initargs=(
-                source,
-                batch_size,
-                collate_fn,
-                channel,
-                os.getpid(),
-                self.segments.prefix,
-                self.segments.shelf,
-                self._done,
-                context.Value("i", 0),
-            ),
-        )
+        self.copies = Copies(context, self.capacity)
+        # The thread that runs what the consumer defers (see defer); a batch let go
+        # of returns its segment there too.
+        self.starter = Starter()
+        self.segments.later = self.starter.later
         try:
-            with channel.reader_paused():
-                _start_workers(self._pool, count)
-        except (TypeError, AttributeError, pickle.PicklingError) as exc:
-            self._abandon()
-            method = context.get_start_method()
-            raise TypeError(
-                f"the source or collate_fn could not be sent to a worker process started with {method!r} "
-                f"({type(exc).__name__}: {exc}): with 'spawn' or 'forkserver' they must be picklable "
-                "(defined at a module's top level); use multiprocessing_context='fork' or mode='thread'"
-            ) from exc
-        except BaseException:
-            self._abandon()
+            self.processes = Processes(self.options, channel, self.segments, self.copies.done)
+        except BaseException:  # after a start that failed: no process, no file left
+            self.starter.stop()
+            self.segments.close()
             raise
-        # From here on this process's death ends the workers and removes the files also where a
-        # build holds a worker's GIL and its lifeline thread cannot run (see .warden).
-        warden.guard(self.segments.prefix, shm.files.ROOT)
-        self._track()
-
-    def _abandon(self) -> None:
-        """After a start that failed: no process, no file left."""
-        self._shut = True
-        _shutdown(self._pool)
-        self.segments.close()
 
     def submit(self, indices: Any, reserve: int = 0) -> cf.Future[shm.Shipped]:
-        if self._limbo:
-            self._take_back_copied()
+        for batch in self.copies.made():
+            self.segments.discard(batch)
         lease = self.segments.lend(reserve)
         try:
-            future = self._pool.submit(build_in_process, indices, lease)
+            future = self.processes.submit(build_in_process, indices, lease)
         except BrokenProcessPool as exc:  # a worker died: this batch fails like the others
             future = cf.Future()
             future.set_exception(exc)
-        self._track()
         # First of the future's callbacks: the batch's segments are known before anything else sees it.
-        future.add_done_callback(functools.partial(self._settle, lease))
+        future.add_done_callback(functools.partial(_settle, self.segments, lease))
         return future
-
-    def _track(self) -> None:
-        """Keep the pool's processes started since the last look (with ``spawn`` and
-        ``forkserver`` a submit may start one), and tell the warden of them."""
-        known = len(self._processes)
-        self._processes.update(getattr(self._pool, "_processes", None) or {})
-        if len(self._processes) != known:
-            warden.watch(self.segments.prefix, list(self._processes))
 
     @property
     def gate(self) -> int | None:
@@ -190,44 +133,18 @@ class ProcessWorkers:
         self.count = count
 
     def defer(self, action: Callable[[], None]) -> bool:
-        with self._starting:  # no thread started, nor action queued, once shutdown has stopped it
-            if self._shut:
-                return False
-            if self._starter is None:
-                self._starter = threading.Thread(
-                    target=threads.serve,
-                    args=(self._deferred, threads.no_build, False),
-                    name="queuetune-starter",
-                    daemon=True,
-                )
-                self._starter.start()
-                self._serving.set()
-            self._deferred.put(action)
-        return True
+        return self.starter.defer(action)
 
     def guess(self, index: Any) -> cf.Future[int] | None:
         try:
-            future = self._pool.submit(guess_in_process, index)
+            return self.processes.submit(guess_in_process, index)
         except BrokenProcessPool:
             return None
-        self._track()
-        return future
 
     def spent(self, future: cf.Future[shm.Shipped]) -> tuple[float, float] | None:
-        if not self._elastic or future.cancelled() or future.exception() is not None:
+        if not self.options.elastic or future.cancelled() or future.exception() is not None:
             return None
         return future.result().spent
-
-    def _settle(self, lease: shm.Lease, future: cf.Future[shm.Shipped]) -> None:
-        failure = None if future.cancelled() else future.exception()
-        if failure is not None and self.unsendable(failure):
-            # Built, but not sent: its copy may still be under way (see Shipper), so
-            # its segment is never lent again, and shutdown removes it.
-            return
-        shipped = future.result() if not future.cancelled() and failure is None else None
-        self.segments.settle(shipped, lease)
-        if shipped is not None:
-            self.segments.prepare(shipped)
 
     def size(self, batch: shm.Shipped) -> int:
         return batch.nbytes
@@ -239,123 +156,60 @@ class ProcessWorkers:
         return self.segments.make_room(reserve)
 
     def rest(self) -> None:
-        if self._shut:
-            return
-        for _ in range(self.count):  # one each, as every one is idle and takes the next job
-            try:
-                future = self._pool.submit(heap.hand_back)
-            except (BrokenProcessPool, RuntimeError):  # dead or shut down: the epoch's end says so
-                return
-            future.add_done_callback(self._handed_back)
-        self._track()
-
-    def _handed_back(self, future: cf.Future[int]) -> None:
-        if not future.cancelled() and future.exception() is None:
-            self.handed_back += future.result()
+        if not self.starter.stopped:
+            self.processes.rest(self.count)
 
     def finish(self, batch: shm.Shipped, until: float | None = None) -> str | None:
-        if batch.pending is None:
-            return None
-        slot = batch.pending[0]
-        while self._copying(batch):
-            piece = LIVENESS if until is None else max(0.0, min(LIVENESS, until - clock()))
-            if self._done[slot].acquire(timeout=piece):
-                self._took(slot)
-            elif self.dead():
-                return "died"
-            elif until is not None and clock() >= until:
-                return "late"
-        return None
-
-    def _copying(self, batch: shm.Shipped) -> bool:
-        """Whether a copy made behind a build may still be filling ``batch``'s
-        segments: its worker's releases taken here do not yet reach its number."""
-        return batch.pending is not None and self._copied[batch.pending[0]] <= batch.pending[1]
+        return self.copies.wait(batch, until, self.dead)
 
     def adopt(self, batch: shm.Shipped) -> Any:
         return self.segments.open(batch)
 
     def discard(self, batch: shm.Shipped) -> None:
-        if self._copying(batch):
-            # Its worker may still be copying into its segments: not lent again
-            # before the copy is made (or, if never, removed by shutdown).
-            with self._counting:
-                self._limbo.append(batch)
-            return
-        self.segments.discard(batch)
-
-    def _took(self, slot: int) -> None:
-        with self._counting:
-            self._copied[slot] += 1
-
-    def _take_back_copied(self) -> None:
-        """Give the pool back the segments of dropped batches whose copies are made."""
-        with self._counting:
-            limbo, self._limbo = self._limbo, []
-        for batch in limbo:
-            slot = batch.pending[0]  # type: ignore[index]
-            while self._copying(batch) and self._done[slot].acquire(block=False):
-                self._took(slot)
-            if self._copying(batch):
-                with self._counting:
-                    self._limbo.append(batch)
-            else:
-                self.segments.discard(batch)
+        # A batch whose worker may still be copying into its segments is not lent
+        # again before the copy is made (or, if never, removed by shutdown).
+        if not self.copies.hold(batch):
+            self.segments.discard(batch)
 
     def dead(self) -> bool:
-        return any(process.exitcode is not None for process in list(self._processes.values()))
+        return self.processes.dead()
 
     def pool_bytes(self) -> int | None:
         return self.segments.bytes
 
     def usable(self) -> bool:
-        return not self._shut and not self.dead() and not getattr(self._pool, "_broken", False)
+        return not self.starter.stopped and not self.processes.dead() and not self.processes.broken()
 
     def deaths(self) -> list[str]:
-        dead = []
-        for pid, process in list(self._processes.items()):
-            process.join(timeout=1)
-            code = process.exitcode
-            # The pool's thread may be reaping it at this moment: then the code comes a moment later.
-            for _ in range(100):
-                if code is not None:
-                    break
-                time.sleep(0.01)
-                code = process.exitcode
-            if code is None or code == 0 or code == -signal.SIGTERM:  # the pool's own shutdown
-                continue
-            if code == -signal.SIGBUS:
-                how = f"killed by SIGBUS: {_out_of_room(self.budget)}"
-            elif code < 0:
-                try:
-                    how = f"killed by {signal.Signals(-code).name}"
-                except ValueError:
-                    how = f"killed by signal {-code}"
-            else:
-                how = f"exit code {code}"
-            dead.append(f"pid {pid}, {how}")
-        return dead
+        return self.processes.deaths()
 
     def unsendable(self, exc: BaseException) -> bool:
-        return "in _sendback_result" in str(exc.__cause__ or "")
+        return _unsendable(exc)
 
     def shutdown(self, wait: bool, unclaimed: Iterable[cf.Future[Any]]) -> None:
         """Stop the processes and wait for them (whatever ``wait`` says), then
         remove the shared memory of every batch not handed over."""
-        with self._starting:
-            if self._shut:
-                return
-            self._shut = True
-            starter = self._starter
-            if starter is not None:  # what it was asked to do and has not begun is dropped
-                self._serving.clear()
-                threads.drain(self._deferred)
-                self._deferred.put(None)
-        if starter is not None and starter is not threading.current_thread():
-            starter.join()
-        _shutdown(self._pool)
+        if not self.starter.stop():  # what it was asked to do and has not begun is dropped
+            return
+        self.processes.shutdown()
         self.segments.close()
         warden.forget(self.segments.prefix)
+
+
+def _settle(segments: shm.Pool, lease: shm.Lease, future: cf.Future[shm.Shipped]) -> None:
+    failure = None if future.cancelled() else future.exception()
+    if failure is not None and _unsendable(failure):
+        # Built, but not sent: its copy may still be under way (see Shipper), so
+        # its segment is never lent again, and shutdown removes it.
+        return
+    shipped = future.result() if not future.cancelled() and failure is None else None
+    segments.settle(shipped, lease)
+    if shipped is not None:
+        segments.prepare(shipped)
+
+
+def _unsendable(exc: BaseException) -> bool:
+    return "in _sendback_result" in str(exc.__cause__ or "")
 
 
 def _check_room(budget: int) -> None:
@@ -372,61 +226,3 @@ def _check_room(budget: int) -> None:
         ),
         stacklevel=4,
     )
-
-
-def _out_of_room(budget: int | None) -> str:
-    """Why a worker most likely died of SIGBUS: a page of shared memory it wrote had no room."""
-    said = "" if budget is None else f"; the prefetcher's budget is max_bytes={format_bytes(budget)}"
-    return (
-        f"shared memory exhausted, most likely ({shm.describe_space()}{said}): give the container more "
-        "(docker run --shm-size=...), point QUEUETUNE_SHM_DIR at a larger tmpfs, or lower max_bytes"
-    )
-
-
-def _start_workers(pool: cf.ProcessPoolExecutor, workers: int) -> None:
-    """Start the pool's worker processes now, while no thread of queuetune's runs.
-
-    A forked child gets a copy of every lock in the parent as it stood at the
-    fork, and a lock that another thread held then stays held in the child for
-    ever. So the workers are forked here, as the epoch is created, in the
-    consumer's own thread: before the epoch's lock is first taken, before any
-    build is submitted (so no callback of ours runs), before the recorder's
-    memory sampler starts (it runs from the epoch's first batch), with the
-    previous epoch's pool shut down and the recorder's pipe reader paused by
-    the caller. No thread of queuetune's is alive at the fork, and the child
-    writes its records with a bare ``os.write``, taking no lock. The pool forks
-    every worker at its first submit (``fork``); with ``spawn`` and
-    ``forkserver`` nothing is forked from this process, and each submit starts
-    one more worker.
-    """
-    for _ in range(workers):
-        pool.submit(os.getpid)
-
-
-def _shutdown(pool: cf.ProcessPoolExecutor) -> None:
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    # shutdown(wait=False) forgets the pool's thread and its result pipe, so a later
-    # shutdown(wait=True) neither joins the one nor closes the other.
-    manager = getattr(pool, "_executor_manager_thread", None)
-    results = getattr(pool, "_result_queue", None)
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
-        if process.is_alive():  # SIGTERM blocked or handled by the source's own code
-            process.kill()
-            process.join(timeout=5)
-    pool.shutdown(wait=True)
-    if manager is not None:
-        manager.join(timeout=5)
-        if manager.is_alive():
-            # A worker died in the middle of sending a result: the pool's thread
-            # waits for the rest of the message for ever (and Python's exit joins
-            # it), since this process holds the pipe's other end as well. With
-            # the workers gone, closing that end ends the wait.
-            writer = getattr(results, "_writer", None)
-            if writer is not None:
-                writer.close()
-            manager.join(timeout=5)
