@@ -54,9 +54,9 @@ class Pool:
     outgrows its grant sends the arrays that find no room through the pipe.
 
     At most ``spare`` segments are on the shelf, and ``least`` while the
-    workers do not miss more (a miss: a worker made a segment soon after one was
-    removed for the shelf being full; see :class:`.spares.Spares`), each of a size the
-    batches take (see :meth:`suits`). ``context``: the multiprocessing context
+    workers do not miss more (a miss: a worker made a segment soon after one
+    was removed for the shelf being full; see :class:`.spares.Spares`), each of
+    a size the batches take (see :meth:`suits`). ``context``: the multiprocessing context
     the workers are started with (the shelf's lock and memory are made with it).
     """
 
@@ -126,9 +126,8 @@ class Pool:
                 if self.committed + need <= self.budget:
                     break
                 self._recall(name)
-            self._ledger.forfeit_taken(
-                self.shelf.taken()
-            )  # a spare a worker took meanwhile forfeited its lease's grant
+            # A spare a worker took meanwhile forfeited its lease's grant.
+            self._ledger.forfeit_taken(self.shelf.taken())
             return self.committed + need <= self.budget
 
     def lend(self, reserve: int) -> Lease:
