@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.rules import LoaderRules
+from ..record.tensor_kinds import add_tensor_kind
 from ..record.trace import TraceMeta
 from .base import Framework, Tensors, reachable_depths, require
 from .keras.spec import GENERATOR, KERAS
@@ -101,6 +102,11 @@ def tensors_of(obj: Any) -> Tensors | None:
 
 
 _TENSORS_BY_TYPE: dict[type, Tensors | None] = {}
+
+# A sample's fingerprint reads each framework's tensors as arrays (the record layer names none).
+for _framework in FRAMEWORKS.values():
+    if _framework.tensor_kind is not None:
+        add_tensor_kind(_framework.tensor_kind)
 
 
 def model_framework(consumer: Any) -> Framework | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..common.units import nonnegative_int
 from ..model.rules import LoaderRules
+from ..record.tensor_kinds import TensorKind
 
 if TYPE_CHECKING:
     from ..record.recorder import Live, Recorder
@@ -131,6 +132,8 @@ class Framework:
     repeat_advice: str | None = None
     #: Its own tensors, as the Prefetcher moves them (None: it has none).
     tensors: Tensors | None = None
+    #: Its tensors as a sample's fingerprint reads them (None: it has none of its own).
+    tensor_kind: TensorKind | None = None
     #: Why one watched run of its loader gives no recommendation (None: the
     #: queue model fitted to the run gives one, see queuetune.tune.recommend).
     unmodelled: str | None = None

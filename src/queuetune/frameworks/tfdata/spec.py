@@ -13,6 +13,7 @@ from typing import Any
 
 from ...common.units import nonnegative_int
 from ..base import Framework, Lines, Setting, has_base
+from .tensors import SAMPLE_TENSORS
 
 
 def is_tf_dataset(obj: Any) -> bool:
@@ -63,6 +64,7 @@ TFDATA = TfData(
     tuned_knobs=("buffer",),
     settings=(Setting("buffer", "count", "prefetch buffer in batches (default 1)"),),
     extra="tf",
+    tensor_kind=SAMPLE_TENSORS,
     autowatch_module="tensorflow",
     unmodelled="tf.data builds its batches inside TensorFlow; `queuetune tune` measures them",
 )

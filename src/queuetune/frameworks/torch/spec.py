@@ -9,7 +9,7 @@ from typing import Any
 from ...common.units import nonnegative_int, positive_int
 from ...model.rules import LoaderRules
 from ..base import Framework, Lines, Setting, count_setting, flag, has_base
-from .tensors import TENSORS
+from .tensors import SAMPLE_TENSORS, TENSORS
 
 
 def is_dataloader(obj: Any) -> bool:
@@ -107,4 +107,5 @@ TORCH = Torch(
         'or queuetune.Prefetcher(mode="process"), which hands batches over in shared memory it reuses'
     ),
     tensors=TENSORS,
+    tensor_kind=SAMPLE_TENSORS,
 )
