@@ -61,6 +61,7 @@ from typing import Any
 
 from ...record.nbytes import nbytes
 from ...record.recorder import Recorder, clock
+from ...record.records import MetaFields
 from ...record.trace import TraceMeta
 from ..base import Adapter
 
@@ -79,9 +80,11 @@ class WatchedToy:
 
 @dataclasses.dataclass(frozen=True)
 class ToyAdapter(Adapter):
+    def describe(self, loader: Any) -> MetaFields:
+        settings = self.spec.settings_of(loader)
+        return {"framework": self.spec.name, "loader": "toy", "settings": settings, "depth": self.spec.depth(settings)}
+
     def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder]:
-        meta.framework, meta.loader, meta.settings = self.spec.name, "toy", self.spec.settings_of(loader)
-        meta.depth = self.spec.depth(meta.settings)
         recorder = Recorder(meta, sample_memory=sample_memory)
         recorder.consumer = "iterator"
         return WatchedToy(loader, recorder), recorder

@@ -17,6 +17,7 @@ from ..record.tensor_kinds import TensorKind
 
 if TYPE_CHECKING:
     from ..record.recorder import Live, Recorder
+    from ..record.records import MetaFields
     from ..record.trace import Trace, TraceMeta
 
 #: A footprint's read-ahead lines: (label, batches, why).
@@ -257,10 +258,19 @@ class Adapter:
 
     spec: Framework
 
+    def describe(self, loader: Any) -> MetaFields:
+        """What the trace of ``loader`` says of it that this adapter knows (its
+        framework, settings, depth, batches...): the caller merges it into the
+        trace's meta (:func:`queuetune.record.records.with_fields`) before
+        :meth:`watch`. Nothing by default."""
+        return {}
+
     def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder] | None:
         """A watched ``loader`` and its recorder, or None when the framework has no
-        watcher of its own. ``key``: what keys a sample where batches carry no
-        index (see :func:`queuetune.watch`), for the watchers that can see samples."""
+        watcher of its own. ``meta``: the trace's meta, what :meth:`describe` says
+        merged in (the recorder's; an adapter adds nothing to it). ``key``: what
+        keys a sample where batches carry no index (see :func:`queuetune.watch`),
+        for the watchers that can see samples."""
         return None
 
     def autowatch(self, session: Watching, module: ModuleType) -> Callable[[], None] | None:

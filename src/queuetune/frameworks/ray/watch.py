@@ -21,6 +21,7 @@ import ray.data  # noqa: E402
 from ...record.fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...record.nbytes import nbytes  # noqa: E402
 from ...record.recorder import Recorder, clock, recorded  # noqa: E402
+from ...record.records import MetaFields  # noqa: E402
 from ...record.trace import Produced, Trace, TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching, parameter_default  # noqa: E402
 from .spec import RAY_METHODS, Ray  # noqa: E402
@@ -315,10 +316,29 @@ def _is_plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
+def dataset_meta(dataset: Any) -> MetaFields:
+    """What the trace of ``dataset`` says of it: blocks and batches are matched by
+    rows (``match = "rows"``, see :func:`watch_dataset`); its settings are those of
+    its last map, where the counting step is fused, and its object store budget."""
+    fusing = fusing_arguments(dataset)
+    return {
+        "framework": "ray",
+        "loader": "ray dataset",
+        "type": type(dataset).__qualname__,
+        "match": "rows",
+        "settings": {
+            "object_store_memory": object_store_budget(dataset),
+            "concurrency": getattr(fusing.get("compute"), "size", None),
+            **{k: v for k, v in fusing.items() if k != "compute" and _is_plain(v)},
+        },
+    }
+
+
 def watch_dataset(
     dataset: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
 ) -> tuple[WatchedDataset, RayRecorder]:
-    """Append the counting step to ``dataset`` and return the watched dataset and its recorder.
+    """Append the counting step to ``dataset`` and return the watched dataset and
+    its recorder (``meta``: the trace's, :func:`dataset_meta` merged in).
 
     Batches are counted by the watched dataset's iterators (``iter_batches``,
     ``iter_torch_batches``, ``iter_rows``). Blocks and batches are matched by rows
@@ -329,25 +349,12 @@ def watch_dataset(
     """
     token = uuid.uuid4().hex
     collector = Collector.options(name=f"queuetune-{token}").remote()  # type: ignore[attr-defined]
-    fusing = fusing_arguments(dataset)
     counted = dataset.map_batches(
         CountBlocks(collector, token, None if key is False else SampleKey(key)),
         batch_size=None,
         batch_format=None,
         zero_copy_batch=True,
-        **fusing,
-    )
-    meta = dataclasses.replace(
-        meta,
-        framework="ray",
-        loader="ray dataset",
-        type=type(dataset).__qualname__,
-        match="rows",
-        settings={
-            "object_store_memory": object_store_budget(dataset),
-            "concurrency": getattr(fusing.get("compute"), "size", None),
-            **{k: v for k, v in fusing.items() if k != "compute" and _is_plain(v)},
-        },
+        **fusing_arguments(dataset),
     )
     recorder = RayRecorder(meta, collector, sample_memory=sample_memory)
     return WatchedDataset(counted, recorder), recorder
@@ -400,6 +407,9 @@ class RayAdapter(Adapter):
     them), hooks its iterators, and reads the cluster's settings for the tuner."""
 
     spec: Ray
+
+    def describe(self, loader: Any) -> MetaFields:
+        return dataset_meta(loader)
 
     def watch(
         self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
