@@ -14,15 +14,17 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..common.imports import ImportHooks
+from ..common.kinds import LoaderKind
 from ..record.recorder import Live, Recorder
 from ..record.trace import Trace
 from .probe import Probe
 
 if TYPE_CHECKING:
     from ..frameworks.base import Framework
+    from ..record.records import MetaFields
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,7 +35,7 @@ class Watched:
     program first iterated it) and how to get its trace."""
 
     label: str
-    kind: str
+    kind: LoaderKind
     trace: Callable[[], Trace]
     close: Callable[[], None] = field(default=lambda: None)
     live: Callable[[], Live] | None = None
@@ -119,7 +121,7 @@ class Session:
 
     def add(
         self,
-        kind: str,
+        kind: LoaderKind,
         trace: Callable[[], Trace],
         close: Callable[[], None] | None = None,
         live: Callable[[], Live] | None = None,
@@ -142,7 +144,7 @@ class Session:
             loaders = list(self.loaders)
         return [(w.label, w.live()) for w in loaders if w.live is not None]
 
-    def watch(self, loader: Any, kind: str, **meta: Any) -> Any:
+    def watch(self, loader: Any, kind: LoaderKind, /, **meta: Unpack[MetaFields]) -> Any:
         """``queuetune.watch(loader)``, kept; or None, said once per type, when
         queuetune cannot watch it. ``meta``: entries of its trace's
         :class:`~queuetune.record.trace.TraceMeta` to set."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict
 
 from ..common import units
+from ..common.kinds import Settings
 
 _shown = functools.partial(units._shown, limit=40)
 
@@ -196,7 +197,7 @@ class MetaFields(TypedDict, total=False):
     loader: str | None
     framework: str | None
     type: str | None
-    settings: dict[str, Any] | None
+    settings: Settings | None
     depth: int | None
     num_batches: int | None
     num_samples: int | None

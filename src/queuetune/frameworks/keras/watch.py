@@ -13,6 +13,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ...common.kinds import Settings
 from ..base import require
 
 require("keras", "keras")
@@ -109,7 +110,7 @@ def pydataset_meta(framework: Framework, dataset: Any) -> MetaFields:
     return added
 
 
-def _in_processes(knobs: dict[str, Any]) -> bool:
+def _in_processes(knobs: Settings) -> bool:
     return bool(knobs["use_multiprocessing"]) and knobs["workers"] > 0
 
 

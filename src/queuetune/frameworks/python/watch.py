@@ -7,6 +7,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ...common.kinds import Settings
 from ...record.fingerprint import KeyBudget, SampleKey
 from ...record.nbytes import nbytes
 from ...record.recorder import Recorder, clock, recorded
@@ -93,7 +94,7 @@ class PythonAdapter(Adapter):
             return watched_generator(loader, recorder, keyer), recorder
         return WatchedIterable(loader, recorder, keyer), recorder
 
-    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> Settings:
         return {"buffer": 0}
 
 

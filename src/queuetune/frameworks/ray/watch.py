@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
 
+from ...common.kinds import Settings
 from ..base import require
 
 require("ray.data", "ray")
@@ -419,7 +420,7 @@ class RayAdapter(Adapter):
     def autowatch(self, session: Watching, module: ModuleType) -> Callable[[], None]:
         return autowatch_datasets(session, module.Dataset)
 
-    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> Settings:
         """The job's ``prefetch_batches`` (Ray's 1 when not given), its dataset's
         budget (None: Ray's default) and the factory's ``concurrency`` default
         (None when it takes none: every CPU)."""
@@ -429,7 +430,7 @@ class RayAdapter(Adapter):
             "concurrency": parameter_default(factory, "concurrency"),
         }
 
-    def configure(self, job: Any, settings: dict[str, Any]) -> Any:
+    def configure(self, job: Any, settings: Settings) -> Any:
         """The budget goes into the dataset's context, ``prefetch_batches`` among the iterator's arguments."""
         if settings.get("object_store_memory") is not None:
             set_object_store_budget(job.loader, settings["object_store_memory"])
