@@ -6,7 +6,8 @@ its rules for the queue model; it never imports the framework) and ``watch.py``
 (its :class:`~.base.Adapter`: watching its loaders, hooking into it, reading
 its loaders in tuning trials; imported only when a loader of it is at hand, see
 :mod:`.adapters`). Adding a framework is adding its folder, importing its spec
-below and giving it its place in :data:`FRAMEWORKS` (see docs/development.md).
+below, giving it its place in :data:`FRAMEWORKS` and its name among
+:data:`~.base.FrameworkName` (see docs/development.md).
 """
 
 from __future__ import annotations

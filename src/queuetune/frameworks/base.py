@@ -25,6 +25,12 @@ if TYPE_CHECKING:
 Lines = list[tuple[str, int, str]]
 
 
+#: The frameworks' names, each its folder's and its :class:`Framework`'s: the
+#: registry (:data:`queuetune.frameworks.FRAMEWORKS`) holds one of each. A trace
+#: may name another (it keeps what it read), so its meta holds a ``str``.
+FrameworkName = Literal["keras", "generator", "torch", "tfdata", "ray", "none", "python", "queuetune"]
+
+
 #: How ``queuetune estimate`` reads a setting from its command line.
 SettingKind = Literal["count", "positive", "bytes", "text", "flag"]
 
@@ -113,7 +119,7 @@ class Framework:
     (False, 0, LoaderRules(assignment='shared', release='take', processes=False, workers=None))
     """
 
-    name: str
+    name: FrameworkName
     depth_knob: str | None = None
     workers_knob: str | None = None
     tuned_knobs: tuple[str, ...] = ()

@@ -23,7 +23,7 @@ from ..record.trace import Trace
 from .probe import Probe
 
 if TYPE_CHECKING:
-    from ..frameworks.base import Framework
+    from ..frameworks.base import Framework, FrameworkName
     from ..record.records import MetaFields
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,7 +89,7 @@ class Session:
         return self
 
     def _installer(
-        self, name: str, install: Callable[[Session, ModuleType], Callable[[], None] | None]
+        self, name: FrameworkName, install: Callable[[Session, ModuleType], Callable[[], None] | None]
     ) -> Callable[[ModuleType], None]:
         def hook(module: ModuleType) -> None:
             if not self.active:
