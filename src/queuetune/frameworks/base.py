@@ -241,7 +241,8 @@ class Watching(Protocol):
         live: Callable[[], Live] | None = None,
         recorder: Recorder | None = None,
     ) -> str:
-        """Keep a loader that records itself; its label."""
+        """Keep a loader that records itself; its label (its ``recorder``'s trace's
+        name, where nothing named it before)."""
 
 
 class Probed(Protocol):

@@ -127,7 +127,8 @@ class Session:
         live: Callable[[], Live] | None = None,
         recorder: Recorder | None = None,
     ) -> str:
-        """Keep a loader just watched; return its label."""
+        """Keep a loader just watched; return its label, which names its
+        ``recorder``'s trace where nothing named it before."""
         with self._lock:
             number = 1 + sum(1 for w in self.loaders if w.kind == kind)
             label = f"{kind} {number}" + where_called()
@@ -136,6 +137,8 @@ class Session:
             self.loaders.append(Watched(label, kind, trace, close or (lambda: None), live, recorder))
         for hook in list(self.on_add):
             hook()
+        if recorder is not None:
+            recorder.meta.name = recorder.meta.name or label
         return label
 
     def live(self) -> list[tuple[str, Live]]:
@@ -156,8 +159,7 @@ class Session:
             self.leave(loader, str(exc))
             return None
         probe = probe_of(watched)
-        label = self.add(kind, probe.trace, probe.close, probe.recorder.live, probe.recorder)
-        probe.recorder.meta.name = label
+        self.add(kind, probe.trace, probe.close, probe.recorder.live, probe.recorder)
         for name, value in meta.items():
             setattr(probe.recorder.meta, name, value)
         return watched
