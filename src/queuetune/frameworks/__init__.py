@@ -17,7 +17,7 @@ from typing import Any
 from ..model.rules import LoaderRules
 from ..record.tensor_kinds import add_tensor_kind
 from ..record.trace import TraceMeta
-from .base import Framework, Tensors, reachable_depths, require
+from .base import Framework, FrameworkName, Tensors, reachable_depths, require
 from .keras.spec import GENERATOR, KERAS
 from .python.spec import NONE, PYTHON
 from .queuetune.spec import QUEUETUNE
@@ -55,7 +55,7 @@ ESTIMATED: dict[str, tuple[str, ...]] = {
     name: f.estimate_settings for name, f in FRAMEWORKS.items() if f.estimate_settings is not None
 }
 #: The names whose loaders the tuner takes.
-TUNED: tuple[str, ...] = tuple(name for name, f in FRAMEWORKS.items() if f.tuned_knobs)
+TUNED: tuple[FrameworkName, ...] = tuple(f.name for f in FRAMEWORKS.values() if f.tuned_knobs)
 
 
 def get(name: str) -> Framework:

@@ -189,6 +189,13 @@ class TraceMeta:
         return {**{k: v for k, v in data.items() if v is not None}, **self.extra}
 
 
+#: How consumed batches are matched to produced ones, beside one by one: cut by
+#: rows (Ray Data's blocks); and a batch built before a run began is never
+#: handed over in it (a loader whose workers start afresh each run).
+MatchBy = Literal["rows"]
+MatchScope = Literal["run"]
+
+
 class MetaFields(TypedDict, total=False):
     """Entries of a :class:`TraceMeta`, each optional: what a framework's adapter
     says of the loader it watches, for its caller to merge (:func:`with_fields`)."""
@@ -201,8 +208,8 @@ class MetaFields(TypedDict, total=False):
     depth: int | None
     num_batches: int | None
     num_samples: int | None
-    match_scope: str | None
-    match: str | None
+    match_scope: MatchScope | None
+    match: MatchBy | None
     pre_run_consumes: int | None
     versions: dict[str, Any] | None
     nodes: dict[str, str] | None
