@@ -22,7 +22,7 @@ import ray.data  # noqa: E402
 from ...record.fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...record.nbytes import nbytes  # noqa: E402
 from ...record.recorder import Recorder, clock, recorded  # noqa: E402
-from ...record.records import MetaFields  # noqa: E402
+from ...record.records import MetaFields, with_fields  # noqa: E402
 from ...record.trace import Produced, Trace, TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching, parameter_default  # noqa: E402
 from .spec import RAY_METHODS, Ray  # noqa: E402
@@ -216,7 +216,7 @@ class RayRecorder(Recorder):
             )
         produced.sort(key=lambda p: p.start)
         trace.produced = produced
-        trace.meta.nodes = nodes
+        trace.meta = dataclasses.replace(trace.meta, nodes=nodes)
         trace.end = max([trace.end, *(p.end for p in produced)])
         return trace
 
@@ -262,11 +262,9 @@ class WatchedDataset:
 
     def _watched(self, batches: Any, kwargs: dict[str, Any], one_row: bool = False) -> Iterator[Any]:
         recorder = self._recorder
-        if recorder.meta.settings is None:
-            recorder.meta.settings = {}
-        settings = recorder.meta.settings
-        settings["prefetch_batches"] = kwargs.get("prefetch_batches", 1)
-        settings["batch_size"] = kwargs.get("batch_size", 256)
+        # The iterator's own settings join the dataset's in a new meta: the one given stays as it was.
+        iterated = {"prefetch_batches": kwargs.get("prefetch_batches", 1), "batch_size": kwargs.get("batch_size", 256)}
+        recorder.meta = with_fields(recorder.meta, {"settings": {**(recorder.meta.settings or {}), **iterated}})
         return _consume(iter(batches), recorder, one_row)
 
     def __getattr__(self, name: str) -> Any:
