@@ -1,6 +1,7 @@
-"""Adding a framework touches its own folder and the registry, nothing else: a toy
-loader kind, added to a copy of the package, is recognised, watched, estimated
-(with a flag of its own on ``queuetune estimate``) and keeps the package's shape."""
+"""Adding a framework touches its own folder, the registry and the frameworks'
+names (``FrameworkName``), nothing else: a toy loader kind, added to a copy of the
+package, is recognised, watched, estimated (with a flag of its own on ``queuetune
+estimate``) and keeps the package's shape."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ from typing import Any
 
 from ...record.nbytes import nbytes
 from ...record.recorder import Recorder, clock
+from ...record.records import MetaFields
 from ...record.trace import TraceMeta
 from ..base import Adapter
 
@@ -79,9 +81,11 @@ class WatchedToy:
 
 @dataclasses.dataclass(frozen=True)
 class ToyAdapter(Adapter):
+    def describe(self, loader: Any) -> MetaFields:
+        settings = self.spec.settings_of(loader)
+        return {"framework": self.spec.name, "loader": "toy", "settings": settings, "depth": self.spec.depth(settings)}
+
     def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder]:
-        meta.framework, meta.loader, meta.settings = self.spec.name, "toy", self.spec.settings_of(loader)
-        meta.depth = self.spec.depth(meta.settings)
         recorder = Recorder(meta, sample_memory=sample_memory)
         recorder.consumer = "iterator"
         return WatchedToy(loader, recorder), recorder
@@ -112,7 +116,8 @@ print(json.dumps({"framework": detect(toyloader.ToyLoader()).name, "batches": le
 
 @pytest.fixture(scope="module")
 def with_toy(tmp_path_factory):
-    """A copy of the package with the toy framework added: its folder, and two lines in the registry."""
+    """A copy of the package with the toy framework added: its folder, two lines in
+    the registry and its name among the frameworks' names."""
     root = tmp_path_factory.mktemp("toy")
     package = root / "src" / "queuetune"
     shutil.copytree(SRC / "queuetune", package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -127,6 +132,10 @@ def with_toy(tmp_path_factory):
     text = text.replace("NONE, PYTHON, QUEUETUNE)", "TOY, NONE, PYTHON, QUEUETUNE)")
     assert "TOY, NONE" in text
     registry.write_text(text)
+    base = package / "frameworks" / "base.py"
+    text = base.read_text().replace('"python", "queuetune"]', '"python", "queuetune", "toy"]')
+    assert '"toy"]' in text
+    base.write_text(text)
     (root / "toyloader.py").write_text(LOADER)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
     return root, env
@@ -146,6 +155,7 @@ def test_the_toy_touches_only_its_folder_and_the_registry(with_toy):
     root, _ = with_toy
     assert _changed(root) == [
         "queuetune/frameworks/__init__.py",
+        "queuetune/frameworks/base.py",
         "queuetune/frameworks/toy/__init__.py",
         "queuetune/frameworks/toy/spec.py",
         "queuetune/frameworks/toy/watch.py",

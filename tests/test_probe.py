@@ -230,3 +230,21 @@ def test_a_recorder_sampling_across_runs_reads_no_child_in_the_consumers_thread(
     finally:
         recorder.close()
     assert_nothing_left_running()
+
+
+def test_an_adapter_says_what_it_adds_and_leaves_the_meta_it_is_given():
+    from queuetune.frameworks import PYTHON
+    from queuetune.frameworks.adapters import adapter_of
+    from queuetune.record.records import TraceMeta, with_fields
+
+    adapter = adapter_of(PYTHON)
+    added = adapter.describe([b"a", b"b"])
+    assert added == {"loader": "iterable", "framework": "python", "type": "list", "depth": 0, "num_batches": 2}
+    meta = TraceMeta(name="given")
+    watched, recorder = adapter.watch([b"a", b"b"], with_fields(meta, added), sample_memory=False)
+    try:
+        assert list(watched) == [b"a", b"b"]
+        assert (recorder.meta.name, recorder.meta.loader, recorder.meta.num_batches) == ("given", "iterable", 2)
+        assert meta == TraceMeta(name="given")
+    finally:
+        recorder.close()

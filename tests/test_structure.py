@@ -8,10 +8,12 @@ import ast
 import fnmatch
 import os
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from queuetune.frameworks import FRAMEWORKS
+from queuetune.frameworks.base import FrameworkName
 
 #: The source to check: this checkout's, or another copy's (QUEUETUNE_SRC; see test_new_framework.py).
 SRC = Path(os.environ.get("QUEUETUNE_SRC") or Path(__file__).resolve().parents[1] / "src")
@@ -225,6 +227,10 @@ def framework_branches(name: str) -> list[str]:
 def test_only_the_frameworks_branch_on_a_framework_name():
     outside = [m for m in MODULES if not m.startswith("queuetune.frameworks")]
     assert [b for m in outside for b in framework_branches(m)] == []
+
+
+def test_the_registry_holds_each_framework_name_once():
+    assert sorted(FRAMEWORKS) == sorted(get_args(FrameworkName))
 
 
 def setting_homes() -> dict[str, set[str]]:

@@ -49,3 +49,15 @@ def test_bad_traces_are_clear_errors(text, message):
 def test_missing_file_is_a_value_error(tmp_path):
     with pytest.raises(ValueError, match="cannot read trace"):
         Trace.load(tmp_path / "nope.json")
+
+
+def test_meta_fields_name_every_entry_of_the_meta():
+    from dataclasses import fields
+
+    from queuetune.record.records import MetaFields, TraceMeta, with_fields
+
+    assert set(MetaFields.__annotations__) == {f.name for f in fields(TraceMeta)}
+    base = TraceMeta(name="a", extra={"x": 1})
+    merged = with_fields(base, {"framework": "torch", "extra": {"y": 2}})
+    assert (merged.name, merged.framework, merged.extra) == ("a", "torch", {"x": 1, "y": 2})
+    assert base == TraceMeta(name="a", extra={"x": 1})

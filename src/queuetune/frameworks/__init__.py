@@ -6,7 +6,8 @@ its rules for the queue model; it never imports the framework) and ``watch.py``
 (its :class:`~.base.Adapter`: watching its loaders, hooking into it, reading
 its loaders in tuning trials; imported only when a loader of it is at hand, see
 :mod:`.adapters`). Adding a framework is adding its folder, importing its spec
-below and giving it its place in :data:`FRAMEWORKS` (see docs/development.md).
+below, giving it its place in :data:`FRAMEWORKS` and its name among
+:data:`~.base.FrameworkName` (see docs/development.md).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.rules import LoaderRules
+from ..record.tensor_kinds import add_tensor_kind
 from ..record.trace import TraceMeta
-from .base import Framework, Tensors, reachable_depths, require
+from .base import Framework, FrameworkName, Tensors, reachable_depths, require
 from .keras.spec import GENERATOR, KERAS
 from .python.spec import NONE, PYTHON
 from .queuetune.spec import QUEUETUNE
@@ -53,7 +55,7 @@ ESTIMATED: dict[str, tuple[str, ...]] = {
     name: f.estimate_settings for name, f in FRAMEWORKS.items() if f.estimate_settings is not None
 }
 #: The names whose loaders the tuner takes.
-TUNED: tuple[str, ...] = tuple(name for name, f in FRAMEWORKS.items() if f.tuned_knobs)
+TUNED: tuple[FrameworkName, ...] = tuple(f.name for f in FRAMEWORKS.values() if f.tuned_knobs)
 
 
 def get(name: str) -> Framework:
@@ -101,6 +103,11 @@ def tensors_of(obj: Any) -> Tensors | None:
 
 
 _TENSORS_BY_TYPE: dict[type, Tensors | None] = {}
+
+# A sample's fingerprint reads each framework's tensors as arrays (the record layer names none).
+for _framework in FRAMEWORKS.values():
+    if _framework.tensor_kind is not None:
+        add_tensor_kind(_framework.tensor_kind)
 
 
 def model_framework(consumer: Any) -> Framework | None:

@@ -9,17 +9,26 @@ import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Unpack
 
+from ..common.kinds import LoaderKind, Settings
 from ..common.units import nonnegative_int
 from ..model.rules import LoaderRules
+from ..record.tensor_kinds import TensorKind
 
 if TYPE_CHECKING:
     from ..record.recorder import Live, Recorder
+    from ..record.records import MetaFields
     from ..record.trace import Trace, TraceMeta
 
 #: A footprint's read-ahead lines: (label, batches, why).
 Lines = list[tuple[str, int, str]]
+
+
+#: The frameworks' names, each its folder's and its :class:`Framework`'s: the
+#: registry (:data:`queuetune.frameworks.FRAMEWORKS`) holds one of each. A trace
+#: may name another (it keeps what it read), so its meta holds a ``str``.
+FrameworkName = Literal["keras", "generator", "torch", "tfdata", "ray", "none", "python", "queuetune"]
 
 
 #: How ``queuetune estimate`` reads a setting from its command line.
@@ -110,7 +119,7 @@ class Framework:
     (False, 0, LoaderRules(assignment='shared', release='take', processes=False, workers=None))
     """
 
-    name: str
+    name: FrameworkName
     depth_knob: str | None = None
     workers_knob: str | None = None
     tuned_knobs: tuple[str, ...] = ()
@@ -131,6 +140,8 @@ class Framework:
     repeat_advice: str | None = None
     #: Its own tensors, as the Prefetcher moves them (None: it has none).
     tensors: Tensors | None = None
+    #: Its tensors as a sample's fingerprint reads them (None: it has none of its own).
+    tensor_kind: TensorKind | None = None
     #: Why one watched run of its loader gives no recommendation (None: the
     #: queue model fitted to the run gives one, see queuetune.tune.recommend).
     unmodelled: str | None = None
@@ -148,25 +159,25 @@ class Framework:
 
     # --- the depth rule ---------------------------------------------------------------
 
-    def depth(self, settings: dict[str, Any]) -> int:
+    def depth(self, settings: Settings) -> int:
         """The depth these settings give."""
         return 0
 
-    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+    def settings_for(self, depth: int, workers: int | None) -> Settings | None:
         """Settings that give ``depth`` with ``workers`` workers, or None if none do."""
         return None
 
-    def workers(self, settings: dict[str, Any]) -> int:
+    def workers(self, settings: Settings) -> int:
         """Workers building batches at once under these settings (at least 1)."""
         if self.workers_knob is None:
             return 1
         return max(1, int(settings.get(self.workers_knob) or 0))
 
-    def rules(self, settings: dict[str, Any]) -> LoaderRules:
+    def rules(self, settings: Settings) -> LoaderRules:
         """How its loader with these settings hands batches to workers and frees places."""
         return LoaderRules()
 
-    def settings_of(self, loader: Any) -> dict[str, Any]:
+    def settings_of(self, loader: Any) -> Settings:
         """The settings a built loader carries, as the framework reads them."""
         return {}
 
@@ -182,7 +193,7 @@ class Framework:
 
     # --- the estimate -----------------------------------------------------------------
 
-    def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
+    def read_ahead(self, settings: Settings, batch_bytes: int) -> tuple[Settings, Lines, int]:
         """For :func:`queuetune.estimate.memory.footprint`: the settings resolved to their
         values, the read-ahead lines, and the depth they give."""
         raise ValueError(f"{self.name} has no estimate")
@@ -195,11 +206,11 @@ class Framework:
             shown = ", ".join(repr(m) for m in self.job_methods)
             raise ValueError(f"method must be {_either(shown)}, got {method!r}")
 
-    def factory_kwargs(self, settings: dict[str, Any]) -> dict[str, Any]:
+    def factory_kwargs(self, settings: Settings) -> dict[str, Any]:
         """The settings the factory is called with (queuetune applies the others itself)."""
         return dict(settings)
 
-    def model_settings(self, default: dict[str, Any]) -> dict[str, Any] | None:
+    def model_settings(self, default: Settings) -> Settings | None:
         """Settings for a second run that the queue model is fitted to, beside the
         default's: None when the default's run shows the batches being built
         (see :func:`queuetune.model.fit_unbuffered`)."""
@@ -216,21 +227,22 @@ class Watching(Protocol):
 
     active: bool
 
-    def watch(self, loader: Any, kind: str, **meta: Any) -> Any:
-        """The watched form of ``loader`` (None: left alone)."""
+    def watch(self, loader: Any, kind: LoaderKind, /, **meta: Unpack[MetaFields]) -> Any:
+        """The watched form of ``loader`` (None: left alone); ``meta``: what its trace's meta holds besides."""
 
     def probe(self, watched: Any) -> Probed:
         """The probe of a loader :meth:`watch` returned."""
 
     def add(
         self,
-        kind: str,
+        kind: LoaderKind,
         trace: Callable[[], Trace],
         close: Callable[[], None],
         live: Callable[[], Live] | None = None,
         recorder: Recorder | None = None,
     ) -> str:
-        """Keep a loader that records itself; its label."""
+        """Keep a loader that records itself; its label (its ``recorder``'s trace's
+        name, where nothing named it before)."""
 
 
 class Probed(Protocol):
@@ -254,10 +266,19 @@ class Adapter:
 
     spec: Framework
 
+    def describe(self, loader: Any) -> MetaFields:
+        """What the trace of ``loader`` says of it that this adapter knows (its
+        framework, settings, depth, batches...): the caller merges it into the
+        trace's meta (:func:`queuetune.record.records.with_fields`) before
+        :meth:`watch`. Nothing by default."""
+        return {}
+
     def watch(self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None) -> tuple[Any, Recorder] | None:
         """A watched ``loader`` and its recorder, or None when the framework has no
-        watcher of its own. ``key``: what keys a sample where batches carry no
-        index (see :func:`queuetune.watch`), for the watchers that can see samples."""
+        watcher of its own. ``meta``: the trace's meta, what :meth:`describe` says
+        merged in (the recorder's; an adapter adds nothing to it). ``key``: what
+        keys a sample where batches carry no index (see :func:`queuetune.watch`),
+        for the watchers that can see samples."""
         return None
 
     def autowatch(self, session: Watching, module: ModuleType) -> Callable[[], None] | None:
@@ -272,7 +293,7 @@ class Adapter:
         the form the framework reads, or None when it reads the prefetcher as it is."""
         return None
 
-    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> Settings:
         """The settings a factory's loader has when it is given none (its defaults)."""
         carried = self.spec.settings_of(loader)
         return {k: carried[k] for k in self.spec.tuned_knobs if k in carried}
@@ -285,7 +306,7 @@ class Adapter:
         through ``probe``."""
         raise TypeError(f"{self.spec.name} has no model that reads a loader")
 
-    def configure(self, job: Any, settings: dict[str, Any]) -> Any:
+    def configure(self, job: Any, settings: Settings) -> Any:
         """A tuning job with the settings queuetune applies itself (none by default)."""
         return job
 
@@ -322,7 +343,7 @@ def reachable_depths(framework: Framework, workers: int | None, upto: int = 32) 
     return [d for d in range(0, upto + 1) if framework.settings_for(d, workers) is not None]
 
 
-def count_setting(settings: dict[str, Any], name: str) -> int | None:
+def count_setting(settings: Settings, name: str) -> int | None:
     """The count a setting holds (at least 1), or None where it holds none.
 
     >>> count_setting({"workers": 0}, "workers"), count_setting({}, "workers")

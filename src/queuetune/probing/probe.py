@@ -10,10 +10,12 @@ from ..common.launch import Launch
 from ..frameworks import PYTHON, detect
 from ..frameworks.adapters import adapter_of
 from ..record.recorder import Recorder
+from ..record.records import with_fields
 from ..record.trace import Trace, TraceMeta
 
 if TYPE_CHECKING:
     from ..analysis.report import Report
+    from ..frameworks.base import Adapter
 
 _PROBES: weakref.WeakKeyDictionary[Any, Probe] = weakref.WeakKeyDictionary()
 
@@ -124,9 +126,9 @@ def watch(
     # A loader whose framework has no watcher of its own (tf.data) is read as a plain iterable.
     if key is not None and key is not False and not callable(key):
         raise TypeError(f"key must be a function of one sample, None or False, got {type(key).__name__}")
-    watched = adapter_of(framework).watch(loader, meta, sample_memory, key)
+    watched = _watched(adapter_of(framework), loader, meta, sample_memory, key)
     if watched is None:
-        watched = adapter_of(PYTHON).watch(loader, meta, sample_memory, key)
+        watched = _watched(adapter_of(PYTHON), loader, meta, sample_memory, key)
     assert watched is not None  # any iterable has a watcher
     return _register(*watched, handle)
 
@@ -149,6 +151,13 @@ def probe_of(watched: Any) -> Probe:
 def report(watched: Any) -> Report:
     """Shortcut for ``probe_of(watched).report()``."""
     return probe_of(watched).report()
+
+
+def _watched(
+    adapter: Adapter, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any
+) -> tuple[Any, Recorder] | None:
+    """``adapter``'s watched ``loader``, with what the adapter says of it merged into a copy of ``meta``."""
+    return adapter.watch(loader, with_fields(meta, adapter.describe(loader)), sample_memory, key)
 
 
 def _register(watched: Any, recorder: Recorder, handle: type[Probe]) -> Any:

@@ -14,15 +14,17 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..common.imports import ImportHooks
+from ..common.kinds import LoaderKind
 from ..record.recorder import Live, Recorder
 from ..record.trace import Trace
 from .probe import Probe
 
 if TYPE_CHECKING:
-    from ..frameworks.base import Framework
+    from ..frameworks.base import Framework, FrameworkName
+    from ..record.records import MetaFields
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,7 +35,7 @@ class Watched:
     program first iterated it) and how to get its trace."""
 
     label: str
-    kind: str
+    kind: LoaderKind
     trace: Callable[[], Trace]
     close: Callable[[], None] = field(default=lambda: None)
     live: Callable[[], Live] | None = None
@@ -87,7 +89,7 @@ class Session:
         return self
 
     def _installer(
-        self, name: str, install: Callable[[Session, ModuleType], Callable[[], None] | None]
+        self, name: FrameworkName, install: Callable[[Session, ModuleType], Callable[[], None] | None]
     ) -> Callable[[ModuleType], None]:
         def hook(module: ModuleType) -> None:
             if not self.active:
@@ -119,13 +121,14 @@ class Session:
 
     def add(
         self,
-        kind: str,
+        kind: LoaderKind,
         trace: Callable[[], Trace],
         close: Callable[[], None] | None = None,
         live: Callable[[], Live] | None = None,
         recorder: Recorder | None = None,
     ) -> str:
-        """Keep a loader just watched; return its label."""
+        """Keep a loader just watched; return its label, which names its
+        ``recorder``'s trace where nothing named it before."""
         with self._lock:
             number = 1 + sum(1 for w in self.loaders if w.kind == kind)
             label = f"{kind} {number}" + where_called()
@@ -134,6 +137,8 @@ class Session:
             self.loaders.append(Watched(label, kind, trace, close or (lambda: None), live, recorder))
         for hook in list(self.on_add):
             hook()
+        if recorder is not None:
+            recorder.meta.name = recorder.meta.name or label
         return label
 
     def live(self) -> list[tuple[str, Live]]:
@@ -142,7 +147,7 @@ class Session:
             loaders = list(self.loaders)
         return [(w.label, w.live()) for w in loaders if w.live is not None]
 
-    def watch(self, loader: Any, kind: str, **meta: Any) -> Any:
+    def watch(self, loader: Any, kind: LoaderKind, /, **meta: Unpack[MetaFields]) -> Any:
         """``queuetune.watch(loader)``, kept; or None, said once per type, when
         queuetune cannot watch it. ``meta``: entries of its trace's
         :class:`~queuetune.record.trace.TraceMeta` to set."""
@@ -154,8 +159,7 @@ class Session:
             self.leave(loader, str(exc))
             return None
         probe = probe_of(watched)
-        label = self.add(kind, probe.trace, probe.close, probe.recorder.live, probe.recorder)
-        probe.recorder.meta.name = label
+        self.add(kind, probe.trace, probe.close, probe.recorder.live, probe.recorder)
         for name, value in meta.items():
             setattr(probe.recorder.meta, name, value)
         return watched

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from .tensor_kinds import tensor_kind
+
 _INT64 = (-(2**63), 2**63 - 1)
 
 #: The price of a fingerprint, in seconds of the reference machine (the 2-core
@@ -238,22 +240,11 @@ def _rows(batch: Any) -> list[Any]:
 
 
 def _as_array(value: Any) -> np.ndarray | None:
-    """An array, or a torch or TensorFlow tensor, as a numpy array (a view where it can be)."""
+    """An array, or a framework's tensor (see :mod:`.tensor_kinds`), as a numpy array (a view where it can be)."""
     if isinstance(value, np.ndarray):
         return value
-    if _is_tensor(value):
-        try:
-            array: np.ndarray = value.detach().cpu().numpy()
-            return array
-        except (RuntimeError, TypeError):
-            return None
-    if type(value).__module__.startswith("tensorflow") and callable(getattr(value, "numpy", None)):
-        try:
-            array = value.numpy()
-        except Exception:  # a symbolic tensor has no value
-            return None
-        return array if isinstance(array, np.ndarray) else None
-    return None
+    kind = tensor_kind(value)
+    return None if kind is None else kind.array(value)
 
 
 def _feed(hasher: _Priced, value: Any) -> None:
@@ -261,8 +252,9 @@ def _feed(hasher: _Priced, value: Any) -> None:
         hasher.seconds += KEY_ARRAY_SECONDS
         _array(hasher, value)
         return
-    if _is_tensor(value) or type(value).__module__.startswith("tensorflow"):
-        array = _as_array(value)
+    kind = tensor_kind(value)
+    if kind is not None:
+        array = kind.array(value)
         if array is None:  # sparse, quantized, a dtype numpy lacks, or symbolic: by its text
             _feed(hasher, repr(value))
         else:
@@ -300,8 +292,3 @@ def _array(hasher: _Priced, array: np.ndarray) -> None:
             _feed(hasher, item)
     else:
         hasher.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
-
-
-def _is_tensor(value: Any) -> bool:
-    kind = type(value)
-    return kind.__module__.startswith("torch") and hasattr(value, "detach") and hasattr(value, "numpy")

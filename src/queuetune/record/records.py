@@ -3,11 +3,13 @@ readings, and what the trace says of its loader."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from ..common import units
+from ..common.kinds import Settings
 
 _shown = functools.partial(units._shown, limit=40)
 
@@ -185,3 +187,47 @@ class TraceMeta:
         """The entries that are set, as plain data (``extra`` merged in)."""
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         return {**{k: v for k, v in data.items() if v is not None}, **self.extra}
+
+
+#: How consumed batches are matched to produced ones, beside one by one: cut by
+#: rows (Ray Data's blocks); and a batch built before a run began is never
+#: handed over in it (a loader whose workers start afresh each run).
+MatchBy = Literal["rows"]
+MatchScope = Literal["run"]
+
+
+class MetaFields(TypedDict, total=False):
+    """Entries of a :class:`TraceMeta`, each optional: what a framework's adapter
+    says of the loader it watches, for its caller to merge (:func:`with_fields`)."""
+
+    name: str | None
+    loader: str | None
+    framework: str | None
+    type: str | None
+    settings: Settings | None
+    depth: int | None
+    num_batches: int | None
+    num_samples: int | None
+    match_scope: MatchScope | None
+    match: MatchBy | None
+    pre_run_consumes: int | None
+    versions: dict[str, Any] | None
+    nodes: dict[str, str] | None
+    forgotten_runs: int | None
+    rank: int | None
+    world_size: int | None
+    job: str | None
+    extra: dict[str, Any]
+
+
+def with_fields(meta: TraceMeta, added: MetaFields) -> TraceMeta:
+    """A new meta: ``meta`` with ``added``'s entries, their ``extra`` merged into
+    its own; ``meta`` itself is left as it was.
+
+    >>> base = TraceMeta(name="a", extra={"x": 1})
+    >>> new = with_fields(base, {"depth": 2, "extra": {"y": 2}})
+    >>> new.name, new.depth, new.extra, base.depth, base.extra
+    ('a', 2, {'x': 1, 'y': 2}, None, {'x': 1})
+    """
+    entries: dict[str, Any] = {k: v for k, v in added.items() if k != "extra"}
+    return dataclasses.replace(meta, **entries, extra={**meta.extra, **added.get("extra", {})})

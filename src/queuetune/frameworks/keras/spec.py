@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...common.kinds import Settings
 from ...common.units import nonnegative_int, positive_int
 from ...model.rules import LoaderRules
 from ..base import Framework, Lines, Setting, count_setting, flag, has_base
@@ -66,14 +67,14 @@ class Keras(Framework):
     def recognises(self, loader: Any) -> bool:
         return is_pydataset(loader)
 
-    def depth(self, settings: dict[str, Any]) -> int:
+    def depth(self, settings: Settings) -> int:
         workers = int(settings.get("workers", 1))
         multiprocessing = bool(settings.get("use_multiprocessing", False))
         if workers > 1 or (workers > 0 and multiprocessing):
             return int(settings.get("max_queue_size", 10)) + 1
         return 0
 
-    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+    def settings_for(self, depth: int, workers: int | None) -> Settings | None:
         workers = 1 if workers is None else workers
         if workers <= 1:
             return {"workers": 1, "max_queue_size": 10} if depth == 0 else None
@@ -81,14 +82,14 @@ class Keras(Framework):
             return None
         return {"workers": workers, "max_queue_size": depth - 1}
 
-    def rules(self, settings: dict[str, Any]) -> LoaderRules:
+    def rules(self, settings: Settings) -> LoaderRules:
         # Keras's executor: any free worker; its feeder submits the next batch when
         # the consumer removes the head of the queue, before that batch is ready.
         return LoaderRules(
             "shared", "request", bool(settings.get("use_multiprocessing")), count_setting(settings, "workers")
         )
 
-    def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
+    def read_ahead(self, settings: Settings, batch_bytes: int) -> tuple[Settings, Lines, int]:
         workers = nonnegative_int(settings.get("workers", 1), "workers")
         multiprocessing = flag(settings.get("use_multiprocessing", False), "use_multiprocessing")
         queue_size = positive_int(settings.get("max_queue_size", 10), "max_queue_size")
@@ -108,7 +109,7 @@ class Keras(Framework):
         count = getattr(loader, "num_batches", None)
         return None if count is None else int(count)
 
-    def settings_of(self, loader: Any) -> dict[str, Any]:
+    def settings_of(self, loader: Any) -> Settings:
         return {
             "workers": loader.workers,
             "use_multiprocessing": loader.use_multiprocessing,
@@ -128,13 +129,13 @@ class KerasGenerator(Framework):
     (0, 1)
     """
 
-    def depth(self, settings: dict[str, Any]) -> int:
+    def depth(self, settings: Settings) -> int:
         backend = settings.get("backend", "tensorflow")
         if backend == "tensorflow":
             return TFDATA.depth(settings)
         return 1 if backend == "jax" else 0
 
-    def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
+    def read_ahead(self, settings: Settings, batch_bytes: int) -> tuple[Settings, Lines, int]:
         backend = settings.get("backend", "tensorflow")
         if backend not in ("tensorflow", "torch", "jax"):
             raise ValueError(f"unknown backend {backend!r}; known backends: tensorflow, torch, jax")

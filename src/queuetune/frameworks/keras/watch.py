@@ -13,6 +13,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ...common.kinds import Settings
 from ..base import require
 
 require("keras", "keras")
@@ -22,6 +23,7 @@ import keras  # noqa: E402
 from ...record.nbytes import nbytes  # noqa: E402
 from ...record.real_memory import dataset_facts  # noqa: E402
 from ...record.recorder import Channel, Recorder, built_here, busy_time, clock  # noqa: E402
+from ...record.records import MetaFields  # noqa: E402
 from ...record.trace import Trace, TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Probed, Watching  # noqa: E402
 from .spec import run_model  # noqa: E402
@@ -85,30 +87,39 @@ class WatchedPyDataset(keras.utils.PyDataset):  # type: ignore[misc]  # keras sh
         return getattr(self._inner, name)
 
 
-def watch_pydataset(
-    framework: Framework, dataset: Any, meta: TraceMeta, sample_memory: bool
-) -> tuple[WatchedPyDataset, Recorder]:
-    """A watched copy of ``dataset`` and the recorder it reports to (``framework``: Keras's rules)."""
+def pydataset_meta(framework: Framework, dataset: Any) -> MetaFields:
+    """What the trace of ``dataset`` says of it (``framework``: Keras's rules)."""
     knobs = framework.settings_of(dataset)
     try:
         count = dataset.num_batches
     except NotImplementedError:
         count = None
-    meta = dataclasses.replace(
-        meta,
-        loader="pydataset",
-        framework=framework.name,
-        type=type(dataset).__qualname__,
-        settings=knobs,
-        depth=framework.depth(knobs),
-        num_batches=count,
-        match_scope="run",
-        pre_run_consumes=1,
-        versions={"keras": keras.__version__, "backend": keras.backend.backend()},
-    )
-    processes = bool(knobs["use_multiprocessing"]) and knobs["workers"] > 0
-    if processes:
-        meta.extra.update(dataset_facts(dataset, multiprocessing.get_start_method() == "fork"))
+    added: MetaFields = {
+        "loader": "pydataset",
+        "framework": framework.name,
+        "type": type(dataset).__qualname__,
+        "settings": knobs,
+        "depth": framework.depth(knobs),
+        "num_batches": count,
+        "match_scope": "run",
+        "pre_run_consumes": 1,
+        "versions": {"keras": keras.__version__, "backend": keras.backend.backend()},
+    }
+    if _in_processes(knobs):
+        added["extra"] = dataset_facts(dataset, multiprocessing.get_start_method() == "fork")
+    return added
+
+
+def _in_processes(knobs: Settings) -> bool:
+    return bool(knobs["use_multiprocessing"]) and knobs["workers"] > 0
+
+
+def watch_pydataset(
+    framework: Framework, dataset: Any, meta: TraceMeta, sample_memory: bool
+) -> tuple[WatchedPyDataset, Recorder]:
+    """A watched copy of ``dataset`` and the recorder it reports to (``framework``:
+    Keras's rules; ``meta``: the trace's, :func:`pydataset_meta` merged in)."""
+    processes = _in_processes(framework.settings_of(dataset))
     recorder = Recorder(meta, processes=processes, sample_memory=sample_memory)
     recorder.consumer = "callback"
     return WatchedPyDataset(dataset, recorder.channel, recorder), recorder
@@ -431,6 +442,9 @@ def _watched_input(x: Any, session: Watching, copies: dict[int, tuple[Any, Any]]
 class KerasAdapter(Adapter):
     """Watches a ``PyDataset``, hooks ``fit``/``evaluate``/``predict``, reads the
     Prefetcher of a ``PyDataset`` as a ``PyDataset``."""
+
+    def describe(self, loader: Any) -> MetaFields:
+        return pydataset_meta(self.spec, loader)
 
     def watch(
         self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ...common.kinds import Settings
 from ..base import Framework, Lines, buffer_depth, buffer_for
 
 
@@ -23,14 +24,14 @@ class Python(Framework):
     def recognises(self, loader: Any) -> bool:
         return isinstance(loader, Iterable)
 
-    def depth(self, settings: dict[str, Any]) -> int:
+    def depth(self, settings: Settings) -> int:
         return buffer_depth(settings.get("buffer", 0))
 
-    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+    def settings_for(self, depth: int, workers: int | None) -> Settings | None:
         buffer = buffer_for(depth)
         return None if buffer is None else {"buffer": buffer}
 
-    def factory_kwargs(self, settings: dict[str, Any]) -> dict[str, Any]:
+    def factory_kwargs(self, settings: Settings) -> dict[str, Any]:
         return {}  # the buffer is queuetune's own
 
 
@@ -42,7 +43,7 @@ class Nothing(Framework):
     ({}, [], 0)
     """
 
-    def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
+    def read_ahead(self, settings: Settings, batch_bytes: int) -> tuple[Settings, Lines, int]:
         return {}, [], 0
 
 

@@ -7,22 +7,13 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ...common.kinds import Settings
 from ...record.fingerprint import KeyBudget, SampleKey
 from ...record.nbytes import nbytes
 from ...record.recorder import Recorder, clock, recorded
+from ...record.records import MetaFields
 from ...record.trace import TraceMeta
 from ..base import Adapter
-
-
-def _loader_meta(meta: TraceMeta, loader: Any) -> TraceMeta:
-    meta.framework = meta.framework or "python"
-    meta.type = type(loader).__qualname__
-    meta.depth = 0  # a plain loader reads nothing ahead
-    try:
-        meta.num_batches = len(loader)
-    except TypeError:
-        pass
-    return meta
 
 
 def watched_generator(source: Iterator[Any], recorder: Recorder, keyer: SampleKey | None = None) -> Iterator[Any]:
@@ -81,19 +72,29 @@ class WatchedIterable:
 class PythonAdapter(Adapter):
     """Watches any iterable; in tuning, the buffer is queuetune's own (none by default)."""
 
+    def describe(self, loader: Any) -> MetaFields:
+        if isinstance(loader, Iterator):
+            kind = "generator" if isinstance(loader, types.GeneratorType) else "iterator"
+        else:
+            kind = "iterable"
+        # a plain loader reads nothing ahead
+        added: MetaFields = {"loader": kind, "framework": "python", "type": type(loader).__qualname__, "depth": 0}
+        try:
+            added["num_batches"] = len(loader)
+        except TypeError:
+            pass
+        return added
+
     def watch(
         self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
     ) -> tuple[Iterator[Any] | WatchedIterable, Recorder]:
         keyer = None if key is False else SampleKey(key)
+        recorder = Recorder(meta, sample_memory=sample_memory)
         if isinstance(loader, Iterator):
-            meta.loader = "generator" if isinstance(loader, types.GeneratorType) else "iterator"
-            recorder = Recorder(_loader_meta(meta, loader), sample_memory=sample_memory)
             return watched_generator(loader, recorder, keyer), recorder
-        meta.loader = "iterable"
-        recorder = Recorder(_loader_meta(meta, loader), sample_memory=sample_memory)
         return WatchedIterable(loader, recorder, keyer), recorder
 
-    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> Settings:
         return {"buffer": 0}
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from ...common.kinds import Settings
 from ...model.rules import LoaderRules
 from ..base import Framework, count_setting
 
@@ -18,7 +18,7 @@ class Queuetune(Framework):
     True
     """
 
-    def rules(self, settings: dict[str, Any]) -> LoaderRules:
+    def rules(self, settings: Settings) -> LoaderRules:
         return LoaderRules("shared", "take", settings.get("mode") == "process", count_setting(settings, "workers"))
 
 

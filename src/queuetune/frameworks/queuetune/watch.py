@@ -23,8 +23,7 @@ class QueuetuneAdapter(Adapter):
             original(prefetcher, *args, **kwargs)
             if session.active:
                 recorder = prefetcher.recorder
-                label = session.add("prefetcher", prefetcher.trace, prefetcher.close, recorder.live, recorder)
-                prefetcher.recorder.meta.name = prefetcher.recorder.meta.name or label
+                session.add("prefetcher", prefetcher.trace, prefetcher.close, recorder.live, recorder)
 
         Prefetcher.__init__ = __init__
 

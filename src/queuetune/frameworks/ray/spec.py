@@ -8,6 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from ...common import cores
+from ...common.kinds import Settings
 from ...common.units import format_bytes, nonnegative_int, parse_bytes, positive_int
 from ..base import Framework, Lines, Setting, has_base
 
@@ -94,11 +95,11 @@ class Ray(Framework):
         budget = self.store_budget if budget is None else min(int(budget), self.store_budget or int(budget))
         return budget // (2 * self.block_bytes) if self.block_bytes > 0 else 0
 
-    def depth(self, settings: dict[str, Any]) -> int:
+    def depth(self, settings: Settings) -> int:
         prefetch = int(settings.get("prefetch_batches", 1))
         return self.workers(settings) + self.held(settings.get("object_store_memory")) + prefetch
 
-    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+    def settings_for(self, depth: int, workers: int | None) -> Settings | None:
         workers = self.cpus if workers is None else workers
         held = depth - workers - 1
         if held < 1 or self.block_bytes <= 0 or workers < 1:
@@ -107,7 +108,7 @@ class Ray(Framework):
             return None  # Ray cuts a budget to its default
         return {"prefetch_batches": 1, "object_store_memory": 2 * held * self.block_bytes, "concurrency": workers}
 
-    def workers(self, settings: dict[str, Any]) -> int:
+    def workers(self, settings: Settings) -> int:
         return max(1, int(settings.get("concurrency") or self.cpus))
 
     def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
@@ -188,7 +189,7 @@ class Ray(Framework):
         if method not in ("fit", *RAY_METHODS):
             raise ValueError(f"method must be 'iter_batches' or 'iter_torch_batches', got {method!r}")
 
-    def factory_kwargs(self, settings: dict[str, Any]) -> dict[str, Any]:
+    def factory_kwargs(self, settings: Settings) -> dict[str, Any]:
         # queuetune sets the budget and the prefetch itself; the factory may take concurrency
         return {k: v for k, v in settings.items() if k == "concurrency" and v is not None}
 

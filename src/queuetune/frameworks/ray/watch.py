@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
 
+from ...common.kinds import Settings
 from ..base import require
 
 require("ray.data", "ray")
@@ -21,6 +22,7 @@ import ray.data  # noqa: E402
 from ...record.fingerprint import KeyBudget, SampleKey  # noqa: E402
 from ...record.nbytes import nbytes  # noqa: E402
 from ...record.recorder import Recorder, clock, recorded  # noqa: E402
+from ...record.records import MetaFields, with_fields  # noqa: E402
 from ...record.trace import Produced, Trace, TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching, parameter_default  # noqa: E402
 from .spec import RAY_METHODS, Ray  # noqa: E402
@@ -214,7 +216,7 @@ class RayRecorder(Recorder):
             )
         produced.sort(key=lambda p: p.start)
         trace.produced = produced
-        trace.meta.nodes = nodes
+        trace.meta = dataclasses.replace(trace.meta, nodes=nodes)
         trace.end = max([trace.end, *(p.end for p in produced)])
         return trace
 
@@ -260,11 +262,9 @@ class WatchedDataset:
 
     def _watched(self, batches: Any, kwargs: dict[str, Any], one_row: bool = False) -> Iterator[Any]:
         recorder = self._recorder
-        if recorder.meta.settings is None:
-            recorder.meta.settings = {}
-        settings = recorder.meta.settings
-        settings["prefetch_batches"] = kwargs.get("prefetch_batches", 1)
-        settings["batch_size"] = kwargs.get("batch_size", 256)
+        # The iterator's own settings join the dataset's in a new meta: the one given stays as it was.
+        iterated = {"prefetch_batches": kwargs.get("prefetch_batches", 1), "batch_size": kwargs.get("batch_size", 256)}
+        recorder.meta = with_fields(recorder.meta, {"settings": {**(recorder.meta.settings or {}), **iterated}})
         return _consume(iter(batches), recorder, one_row)
 
     def __getattr__(self, name: str) -> Any:
@@ -315,10 +315,29 @@ def _is_plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
+def dataset_meta(dataset: Any) -> MetaFields:
+    """What the trace of ``dataset`` says of it: blocks and batches are matched by
+    rows (``match = "rows"``, see :func:`watch_dataset`); its settings are those of
+    its last map, where the counting step is fused, and its object store budget."""
+    fusing = fusing_arguments(dataset)
+    return {
+        "framework": "ray",
+        "loader": "ray dataset",
+        "type": type(dataset).__qualname__,
+        "match": "rows",
+        "settings": {
+            "object_store_memory": object_store_budget(dataset),
+            "concurrency": getattr(fusing.get("compute"), "size", None),
+            **{k: v for k, v in fusing.items() if k != "compute" and _is_plain(v)},
+        },
+    }
+
+
 def watch_dataset(
     dataset: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
 ) -> tuple[WatchedDataset, RayRecorder]:
-    """Append the counting step to ``dataset`` and return the watched dataset and its recorder.
+    """Append the counting step to ``dataset`` and return the watched dataset and
+    its recorder (``meta``: the trace's, :func:`dataset_meta` merged in).
 
     Batches are counted by the watched dataset's iterators (``iter_batches``,
     ``iter_torch_batches``, ``iter_rows``). Blocks and batches are matched by rows
@@ -329,25 +348,12 @@ def watch_dataset(
     """
     token = uuid.uuid4().hex
     collector = Collector.options(name=f"queuetune-{token}").remote()  # type: ignore[attr-defined]
-    fusing = fusing_arguments(dataset)
     counted = dataset.map_batches(
         CountBlocks(collector, token, None if key is False else SampleKey(key)),
         batch_size=None,
         batch_format=None,
         zero_copy_batch=True,
-        **fusing,
-    )
-    meta = dataclasses.replace(
-        meta,
-        framework="ray",
-        loader="ray dataset",
-        type=type(dataset).__qualname__,
-        match="rows",
-        settings={
-            "object_store_memory": object_store_budget(dataset),
-            "concurrency": getattr(fusing.get("compute"), "size", None),
-            **{k: v for k, v in fusing.items() if k != "compute" and _is_plain(v)},
-        },
+        **fusing_arguments(dataset),
     )
     recorder = RayRecorder(meta, collector, sample_memory=sample_memory)
     return WatchedDataset(counted, recorder), recorder
@@ -401,6 +407,9 @@ class RayAdapter(Adapter):
 
     spec: Ray
 
+    def describe(self, loader: Any) -> MetaFields:
+        return dataset_meta(loader)
+
     def watch(
         self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
     ) -> tuple[WatchedDataset, RayRecorder]:
@@ -409,7 +418,7 @@ class RayAdapter(Adapter):
     def autowatch(self, session: Watching, module: ModuleType) -> Callable[[], None]:
         return autowatch_datasets(session, module.Dataset)
 
-    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> Settings:
         """The job's ``prefetch_batches`` (Ray's 1 when not given), its dataset's
         budget (None: Ray's default) and the factory's ``concurrency`` default
         (None when it takes none: every CPU)."""
@@ -419,7 +428,7 @@ class RayAdapter(Adapter):
             "concurrency": parameter_default(factory, "concurrency"),
         }
 
-    def configure(self, job: Any, settings: dict[str, Any]) -> Any:
+    def configure(self, job: Any, settings: Settings) -> Any:
         """The budget goes into the dataset's context, ``prefetch_batches`` among the iterator's arguments."""
         if settings.get("object_store_memory") is not None:
             set_object_store_budget(job.loader, settings["object_store_memory"])

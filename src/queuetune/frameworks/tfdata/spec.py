@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...common.kinds import Settings
 from ...common.units import nonnegative_int
 from ..base import Framework, Lines, Setting, has_base
+from .tensors import SAMPLE_TENSORS
 
 
 def is_tf_dataset(obj: Any) -> bool:
@@ -37,18 +39,18 @@ class TfData(Framework):
     def recognises(self, loader: Any) -> bool:
         return is_tf_dataset(loader)
 
-    def depth(self, settings: dict[str, Any]) -> int:
+    def depth(self, settings: Settings) -> int:
         return nonnegative_int(settings.get("buffer", 1), "buffer")
 
-    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+    def settings_for(self, depth: int, workers: int | None) -> Settings | None:
         return {"buffer": depth} if depth >= 0 else None
 
-    def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
+    def read_ahead(self, settings: Settings, batch_bytes: int) -> tuple[Settings, Lines, int]:
         buffer = nonnegative_int(settings.get("buffer", 1), "buffer")
         why = f"prefetch buffer of {buffer} batch(es); with AUTOTUNE pass the size you expect"
         return {"buffer": buffer}, [("prefetched", buffer, why)], buffer
 
-    def model_settings(self, default: dict[str, Any]) -> dict[str, Any] | None:
+    def model_settings(self, default: Settings) -> Settings | None:
         # prefetch(0) builds each batch in the request, where the probe times it.
         return {"buffer": 0}
 
@@ -63,6 +65,7 @@ TFDATA = TfData(
     tuned_knobs=("buffer",),
     settings=(Setting("buffer", "count", "prefetch buffer in batches (default 1)"),),
     extra="tf",
+    tensor_kind=SAMPLE_TENSORS,
     autowatch_module="tensorflow",
     unmodelled="tf.data builds its batches inside TensorFlow; `queuetune tune` measures them",
 )

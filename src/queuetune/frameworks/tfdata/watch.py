@@ -8,6 +8,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ...common.kinds import Settings
 from ..base import Adapter, Watching, parameter_default
 
 
@@ -16,7 +17,7 @@ class TfDataAdapter(Adapter):
     """No watcher of its own (a ``Dataset`` is read as a plain iterable); hooks
     ``Dataset.__iter__``; in tuning, the factory names the prefetch size."""
 
-    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def tuner_defaults(self, factory: Callable[..., Any], loader: Any, kwargs: dict[str, Any]) -> Settings:
         # AUTOTUNE's buffer is sized inside TensorFlow, out of sight: the factory names it.
         value = parameter_default(factory, "buffer")
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...common.kinds import Settings
 from ...common.units import nonnegative_int, positive_int
 from ...model.rules import LoaderRules
 from ..base import Framework, Lines, Setting, count_setting, flag, has_base
-from .tensors import TENSORS
+from .tensors import SAMPLE_TENSORS, TENSORS
 
 
 def is_dataloader(obj: Any) -> bool:
@@ -34,14 +35,14 @@ class Torch(Framework):
     def recognises(self, loader: Any) -> bool:
         return is_dataloader(loader)
 
-    def depth(self, settings: dict[str, Any]) -> int:
+    def depth(self, settings: Settings) -> int:
         workers = int(settings.get("num_workers", 0))
         if workers == 0:
             return 0
         factor = settings.get("prefetch_factor")
         return (2 if factor is None else int(factor)) * workers
 
-    def settings_for(self, depth: int, workers: int | None) -> dict[str, Any] | None:
+    def settings_for(self, depth: int, workers: int | None) -> Settings | None:
         workers = 0 if workers is None else workers
         if workers == 0:
             return {"num_workers": 0, "prefetch_factor": None} if depth == 0 else None
@@ -49,17 +50,17 @@ class Torch(Framework):
             return None
         return {"num_workers": workers, "prefetch_factor": depth // workers}
 
-    def workers(self, settings: dict[str, Any]) -> int:
+    def workers(self, settings: Settings) -> int:
         return max(1, int(settings.get("num_workers") or 0))
 
-    def rules(self, settings: dict[str, Any]) -> LoaderRules:
+    def rules(self, settings: Settings) -> LoaderRules:
         # Batch i goes to worker i mod num_workers; the next index is sent once a
         # batch has been received.
         return LoaderRules(
             "round_robin", "take", int(settings.get("num_workers") or 0) > 0, count_setting(settings, "num_workers")
         )
 
-    def read_ahead(self, settings: dict[str, Any], batch_bytes: int) -> tuple[dict[str, Any], Lines, int]:
+    def read_ahead(self, settings: Settings, batch_bytes: int) -> tuple[Settings, Lines, int]:
         workers = nonnegative_int(settings.get("num_workers", 0), "num_workers")
         prefetch_factor = settings.get("prefetch_factor")
         pin_memory = flag(settings.get("pin_memory", False), "pin_memory")
@@ -79,7 +80,7 @@ class Torch(Framework):
             lines.append(("pinned copies", depth, "pin_memory: a page-locked copy of each batch read ahead"))
         return resolved, lines, depth
 
-    def settings_of(self, loader: Any) -> dict[str, Any]:
+    def settings_of(self, loader: Any) -> Settings:
         return {
             "num_workers": loader.num_workers,
             "prefetch_factor": loader.prefetch_factor if loader.num_workers > 0 else None,
@@ -107,4 +108,5 @@ TORCH = Torch(
         'or queuetune.Prefetcher(mode="process"), which hands batches over in shared memory it reuses'
     ),
     tensors=TENSORS,
+    tensor_kind=SAMPLE_TENSORS,
 )

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...record.tensor_kinds import TensorKind
 from ..base import Tensors
 
 
@@ -19,6 +20,29 @@ def is_tensor(obj: Any) -> bool:
     False
     """
     return type(obj).__module__.startswith("torch")
+
+
+def sample_array(obj: Any) -> Any:
+    """A tensor's values as a numpy array, for its fingerprint: copied off its
+    device and out of autograd where it must be; None where it has none (a
+    dtype numpy lacks, a sparse or quantized tensor).
+
+    >>> import torch
+    >>> sample_array(torch.ones(2, requires_grad=True)).tolist()
+    [1.0, 1.0]
+    """
+    try:
+        return obj.detach().cpu().numpy()
+    except (RuntimeError, TypeError):
+        return None
+
+
+def _sample_tensor(obj: Any) -> bool:
+    return is_tensor(obj) and hasattr(obj, "detach") and hasattr(obj, "numpy")
+
+
+#: torch's tensors as a sample's fingerprint reads them.
+SAMPLE_TENSORS = TensorKind("torch", _sample_tensor, sample_array)
 
 
 def collate(items: list[Any], allocate: Callable[[tuple[int, ...], Any], Any] | None = None) -> Any:

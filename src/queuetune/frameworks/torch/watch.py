@@ -26,6 +26,7 @@ from ...record.fingerprint import SampleKey  # noqa: E402
 from ...record.nbytes import nbytes  # noqa: E402
 from ...record.real_memory import dataset_facts  # noqa: E402
 from ...record.recorder import Recorder, clock  # noqa: E402
+from ...record.records import MetaFields  # noqa: E402
 from ...record.trace import TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching, has_base  # noqa: E402
 from .watched import RecordingSampler, WatchedCollate, wrap_dataset  # noqa: E402
@@ -298,10 +299,44 @@ def _num_batches(loader: DataLoader[Any]) -> int | None:
         return None
 
 
+def dataloader_meta(framework: Framework, loader: DataLoader[Any]) -> MetaFields:
+    """What the trace of ``loader`` says of it (``framework``: torch's rules)."""
+    dataset = loader.dataset
+    knobs = framework.settings_of(loader)
+    added: MetaFields = {
+        "loader": "dataloader",
+        "framework": framework.name,
+        "type": type(dataset).__qualname__,
+        "settings": knobs,
+        "depth": framework.depth(knobs),
+        "versions": {"torch": torch.__version__},
+        # Every pass starts its workers' queues afresh: a batch built before a
+        # pass began is never handed over in it.
+        "match_scope": "run",
+    }
+    if not isinstance(dataset, IterableDataset):
+        try:
+            added["num_samples"] = len(dataset)  # type: ignore[arg-type]
+        except (TypeError, NotImplementedError):
+            pass
+    added["num_batches"] = _num_batches(loader)
+    extra: dict[str, Any] = {}
+    epoch_samples = _epoch_samples(loader)
+    if epoch_samples is not None:
+        extra["epoch_samples"] = epoch_samples
+    if loader.num_workers > 0:
+        context = loader.multiprocessing_context
+        method = context if isinstance(context, str) else getattr(context, "_name", None)
+        extra.update(dataset_facts(dataset, (method or multiprocessing.get_start_method()) == "fork"))
+    added["extra"] = extra
+    return added
+
+
 def watch_dataloader(
     framework: Framework, loader: DataLoader[Any], meta: TraceMeta, sample_memory: bool, key: Any = None
 ) -> tuple[WatchedDataLoader, Recorder]:
-    """A watched copy of ``loader`` and the recorder it reports to (``framework``: torch's rules).
+    """A watched copy of ``loader`` and the recorder it reports to (``framework``:
+    torch's rules; ``meta``: the trace's, :func:`dataloader_meta` merged in).
 
     Use it through :func:`queuetune.watch`:
 
@@ -314,34 +349,6 @@ def watch_dataloader(
     (3, 3, 0)
     >>> queuetune.probe_of(loader).close()
     """
-    dataset = loader.dataset
-    knobs = framework.settings_of(loader)
-    meta = dataclasses.replace(
-        meta,
-        loader="dataloader",
-        framework=framework.name,
-        type=type(dataset).__qualname__,
-        settings=knobs,
-        depth=framework.depth(knobs),
-        versions={"torch": torch.__version__},
-        # Every pass starts its workers' queues afresh: a batch built before a
-        # pass began is never handed over in it.
-        match_scope="run",
-    )
-    if not isinstance(dataset, IterableDataset):
-        try:
-            meta.num_samples = len(dataset)  # type: ignore[arg-type]
-        except (TypeError, NotImplementedError):
-            pass
-    count = _num_batches(loader)
-    meta.num_batches = count
-    epoch_samples = _epoch_samples(loader)
-    if epoch_samples is not None:
-        meta.extra["epoch_samples"] = epoch_samples
-    if loader.num_workers > 0:
-        context = loader.multiprocessing_context
-        method = context if isinstance(context, str) else getattr(context, "_name", None)
-        meta.extra.update(dataset_facts(dataset, (method or multiprocessing.get_start_method()) == "fork"))
     recorder = Recorder(meta, processes=loader.num_workers > 0, sample_memory=sample_memory)
     try:
         watched = _watched_class(loader)(loader, recorder, key)
@@ -457,6 +464,9 @@ def _internal(loader: DataLoader[Any]) -> bool:
 class TorchAdapter(Adapter):
     """Watches a ``DataLoader`` (where its batches are built and taken) and hooks
     every ``DataLoader`` a program iterates."""
+
+    def describe(self, loader: Any) -> MetaFields:
+        return dataloader_meta(self.spec, loader)
 
     def watch(
         self, loader: Any, meta: TraceMeta, sample_memory: bool, key: Any = None
