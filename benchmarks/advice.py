@@ -65,8 +65,8 @@ What is measured, and how (2 cores in mind; every consumer steps on one thread,
   throughput: batches per second from the end of step ``warmup`` (a tenth of
   the steps, at least 5) to the end of the last step. Its memory: the PSS of
   the training process and all its descendants plus the bytes of the tree's
-  files in /dev/shm that none of them maps (``common.tree_memory``), sampled
-  every 0.5 s by a thread (``common.Sampler``) from just before the loop to its
+  files in /dev/shm that none of them maps (``harness.memory.tree_memory``), sampled
+  every 0.5 s by a thread (``harness.memory.Sampler``) from just before the loop to its
   end and once more at the end (a tree that grows, as copy-on-read does, peaks
   there); the peak. Measured: the median over rounds of each round's
   recommended/original throughput ratio, and of each round's PSS peak saved
@@ -102,19 +102,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 import itertools
 
-from common import (
-    SAMPLE_EVERY_TRAINING,
-    Sampler,
-    check_no_children,
-    machine,
-    mib,
-    package_versions,
-    preamble,
-    publish,
-    reap,
-    target_lines,
-    tree_memory,
-)
+from harness.memory import SAMPLE_EVERY_TRAINING, Sampler, check_no_children, reap, tree_memory
+from harness.results import machine, mib, package_versions, preamble, publish, target_lines
 
 IMAGES = 64  # JPEGs made at start-up, read in turn
 IMAGE_SIZE = (500, 375)

@@ -100,14 +100,14 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import queuetune
-from common import machine, rotated
+from harness.interleave import rotated
+from harness.results import machine
 from queuetune import frameworks
 from queuetune.model import Distribution, fit, fit_unbuffered, kept_by_consumer, simulate, transit_time
 from queuetune.record.matching import match
@@ -120,7 +120,7 @@ BAND_DRAWS = 200  # simulated runs per setting for the band of one run's through
 TARGET = 0.05
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """A producer-time distribution and the seeded times it gives to items."""
 
@@ -184,7 +184,7 @@ def sleeping_step(consumer: np.ndarray) -> Callable[[Any], None]:
 Factory = Callable[..., tuple[Any, Any]]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Loader:
     """One framework's loader under test: its knobs, the settings tried, the
     baseline the model is built from, and a factory maker."""

@@ -68,16 +68,8 @@ os.environ.update(DRIVER_ENV)
 import numpy as np
 import ray
 
-from common import (
-    interleaved_comparison,
-    machine,
-    mib,
-    package_versions,
-    preamble,
-    target_lines,
-    throughput_ratios,
-    throughput_target,
-)
+from harness.interleave import interleaved_comparison, throughput_ratios, throughput_target
+from harness.results import machine, mib, package_versions, preamble, target_lines
 from queuetune.render.explain import explain
 from queuetune.tune import Job, run_trial, tune
 

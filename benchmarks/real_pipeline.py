@@ -35,7 +35,7 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
 - The loaders (``--loaders``; by default the first four), each with
   ``--workers`` worker processes started by fork, each built anew for each run
   and closed after it, exactly as short_epochs.py builds them
-  (``common.epoch_loader``): ``torch``: ``DataLoader(dataset, batch_size,
+  (``harness.loaders.epoch_loader``): ``torch``: ``DataLoader(dataset, batch_size,
   shuffle=True, num_workers, persistent_workers=False, pin_memory=(device is
   cuda))`` (prefetch_factor 2); ``torch-persistent``: the same with
   ``persistent_workers=True`` (its workers shut down after the run);
@@ -77,10 +77,10 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   interleaved for ``--rounds`` rounds, the order rotated one each round; the
   median over rounds, and its ratio to the best median of the references
   (``torch``, ``torch-persistent``, ``torchdata.nodes``, those that ran).
-- Memory, as short_epochs.py measures it: ``common.tree_memory()``, the PSS of
+- Memory, as short_epochs.py measures it: ``harness.memory.tree_memory()``, the PSS of
   this process and all its descendants plus the bytes of this tree's files in
   /dev/shm that none of its processes maps, sampled every 0.5 s by a thread
-  (``common.Sampler``) from just before the first ``iter()`` to the end of the
+  (``harness.memory.Sampler``) from just before the first ``iter()`` to the end of the
   last epoch; the highest peak over rounds and the median of the rounds'
   medians. The same measure of this process alone (the model built and warmed
   up, no loader yet) is shown as the floor. The sampler costs CPU itself (about
@@ -123,30 +123,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from images import ImageFolder, make_images, resnet18, train_transform
 
-from common import (
-    FIXED_DEPTH,
+from harness.epochs import issue39_targets, summarize_epochs
+from harness.interleave import rotated
+from harness.loaders import FIXED_DEPTH, chosen_loaders, depth_changes, depths_text, epoch_loader
+from harness.memory import (
     SAMPLE_EVERY_TRAINING,
     Counted,
     Sampler,
     check_no_children,
     children_left_line,
-    chosen_loaders,
-    depth_changes,
-    depths_text,
-    epoch_loader,
     growth_line,
-    issue39_targets,
-    machine,
-    mib,
-    package_versions,
-    preamble,
-    publish,
     reap,
-    rotated,
-    summarize_epochs,
-    target_lines,
     tree_memory,
 )
+from harness.results import machine, mib, package_versions, preamble, publish, target_lines
 
 LOADERS = (
     "torch",

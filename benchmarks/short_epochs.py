@@ -28,7 +28,7 @@ The GPU machine's case of design.md ("What a real GPU showed": the defaults at
   ``torch``: ``DataLoader(dataset, batch_size, shuffle=True, num_workers,
   persistent_workers=False)`` (prefetch_factor 2); ``torch-persistent``: the
   same with ``persistent_workers=True`` (its workers stopped after the run);
-  ``torchdata.nodes`` (``common.epoch_loader`` builds all of these, for
+  ``torchdata.nodes`` (``harness.loaders.epoch_loader`` builds all of these, for
   real_pipeline.py too): ``ParallelMapper(batches of indices, map_fn=load and
   collate, num_workers, in_order=True, method="process")`` ->
   ``Prefetcher(2)`` -> ``Loader``, the batches of indices
@@ -55,7 +55,7 @@ The GPU machine's case of design.md ("What a real GPU showed": the defaults at
   rounds, and its ratio to the best median of the references (``torch``,
   ``torch-persistent``, ``torchdata.nodes``, those that ran). Also each epoch's
   wait from ``iter()`` to its first batch (the median over epochs and rounds).
-- Memory: ``common.tree_memory()``: the PSS of this process and all its
+- Memory: ``harness.memory.tree_memory()``: the PSS of this process and all its
   descendants, plus the bytes of this tree's files in /dev/shm that none of its
   processes maps; sampled every 0.5 s by a thread of this process while the
   loader runs (from just before the first ``iter()`` to the end of the last
@@ -85,29 +85,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import (
-    FIXED_DEPTH,
-    SAMPLE_EVERY,
-    Sampler,
-    check_no_children,
-    children_left_line,
-    chosen_loaders,
-    depth_changes,
-    depths_text,
-    epoch_loader,
-    growth_line,
-    issue39_targets,
-    machine,
-    mib,
-    package_versions,
-    preamble,
-    publish,
-    reap,
-    rotated,
-    summarize_epochs,
-    target_lines,
-    tree_memory,
-)
+from harness.epochs import issue39_targets, summarize_epochs
+from harness.interleave import rotated
+from harness.loaders import FIXED_DEPTH, chosen_loaders, depth_changes, depths_text, epoch_loader
+from harness.memory import SAMPLE_EVERY, Sampler, check_no_children, children_left_line, growth_line, reap, tree_memory
+from harness.results import machine, mib, package_versions, preamble, publish, target_lines
 
 LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-unsampled", "prefetcher-fixed")
 DEFAULT_SHAPE = (3, 64, 64)

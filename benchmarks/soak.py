@@ -62,7 +62,7 @@ import numpy as np
 import psutil
 
 import queuetune
-from common import machine, mib, publish
+from harness.results import machine, mib, publish
 from queuetune import Prefetcher
 from queuetune.prefetch import shm
 from queuetune.record.recorder import key_of

@@ -74,16 +74,8 @@ import keras
 import numpy as np
 
 import queuetune
-from common import (
-    add_paired,
-    interleaved_comparison,
-    machine,
-    mib,
-    preamble,
-    target_lines,
-    throughput_ratios,
-    throughput_target,
-)
+from harness.interleave import add_paired, interleaved_comparison, throughput_ratios, throughput_target
+from harness.results import machine, mib, preamble, target_lines
 from queuetune.frameworks import KERAS
 from queuetune.render.explain import explain
 from queuetune.tune import TuneResult, run_trial, tune
