@@ -55,7 +55,7 @@ def commit() -> dict[str, Any]:
     """The commit the benchmark ran at, and whether tracked files had changes
     beside it, where git can tell (nothing where it cannot: a copy without
     ``.git``, no git)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
 
     def git(*argv: str) -> str | None:
         try:
