@@ -26,7 +26,6 @@ KNOWN: dict[str, int] = {
     "benchmark:benchmarks/ray_tune.py": 405,
     "benchmark:benchmarks/real_pipeline.py": 479,
     "benchmark:benchmarks/soak.py": 394,
-    "benchmark:benchmarks/tune_workloads.py": 517,
     "class:queuetune.prefetch.epoch.Epoch": 320,
     "class:queuetune.prefetch.handle.Prefetcher": 453,
     "class:queuetune.prefetch.schedule.Schedule": 411,
