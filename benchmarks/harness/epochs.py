@@ -1,10 +1,14 @@
-"""The epoch benchmarks' rounds summed up per loader, and the Prefetcher's defaults checked against the references."""
+"""The epoch benchmarks' rounds: each loader run in turn, its progress lines, the rows
+summed up per loader, and the Prefetcher's defaults checked against the references."""
 
 from __future__ import annotations
 
 import statistics
+import sys
+from collections.abc import Callable
 from typing import Any
 
+from harness.interleave import rotated
 from harness.loaders import REFERENCES
 from harness.results import mib
 
@@ -61,3 +65,32 @@ def issue39_targets(summary: dict[str, dict[str, Any]], unit: str) -> list[dict[
             }
         )
     return checks
+
+
+def run_rounds(
+    names: list[str], rounds: int, run: Callable[[str], dict[str, Any]], said: Callable[[dict[str, Any]], str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Each loader of ``names`` run once a round by ``run(name)``, each round
+    starting one later (:func:`rotated`); each row's progress line, ``said(row)``,
+    on stderr. The rows by loader."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        for name in rotated(names, round_):
+            row = run(name)
+            runs[name].append(row)
+            print(f"round {round_ + 1} {name}: {said(row)}", file=sys.stderr, flush=True)
+    return runs
+
+
+def first_batches_text(row: dict[str, Any]) -> str:
+    """A run's waits for each epoch's first batch, in ms, for its progress line."""
+    return ", ".join(f"{w * 1e3:.0f}" for w in row["first_batch_waits"])
+
+
+def memory_text(row: dict[str, Any]) -> str:
+    """A run's PSS figures and its samples, for its progress line."""
+    return (
+        f"PSS peak {mib(row['pss_peak'])} (unmapped /dev/shm {mib(row['unmapped_shm_peak'])}), "
+        f"median {mib(row['pss_median'])} "
+        f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each)"
+    )
