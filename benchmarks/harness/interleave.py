@@ -1,10 +1,15 @@
-"""Rounds interleaved so that no setting always runs first; the tuned setting against the default, paired by round."""
+"""Rounds interleaved so that no setting always runs first; the tuned setting against the
+default, paired by round; a workload tuned by ``queuetune.tune``, its trials logged."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from queuetune.tune import TuneResult
 
 
 def rotated(items: list[Any], round_: int) -> list[Any]:
@@ -95,3 +100,27 @@ def throughput_target(name: str, comparison: dict[str, Any], least: float = 0.98
         + (" (the default kept: the same setting twice)" if same else ""),
         "met": None if same else b is not None and b >= least,
     }
+
+
+@dataclass
+class Tunable:
+    """A workload the tuner runs: its name, what it is, ``make`` (the factory of a
+    fresh loader and its step or model, the loader's settings as keywords), and its
+    runs' steps and warm-up."""
+
+    name: str
+    description: str
+    make: Callable[..., Any]
+    steps: int
+    warmup: int
+
+
+def tune_logged(workload: Tunable, rounds: int, log: Callable[[str], None]) -> TuneResult:
+    """``queuetune.tune.tune`` of ``workload`` in ``rounds`` rounds, each trial logged."""
+
+    from queuetune.tune import tune
+
+    def progress(done: int, total: int, label: str) -> None:
+        log(f"  {workload.name}: tune trial {done}/{total} ({label})")
+
+    return tune(workload.make, steps=workload.steps, warmup=workload.warmup, rounds=rounds, progress=progress)

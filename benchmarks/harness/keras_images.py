@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,8 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 
 import keras
 import numpy as np
+
+from harness.interleave import Tunable
 
 SIZE = 128
 
@@ -100,15 +100,6 @@ class JitteryImages(keras.utils.PyDataset):
         return self.template.copy(), self.labels.copy()
 
 
-@dataclass
-class Workload:
-    name: str
-    description: str
-    make: Callable[..., tuple[Any, Any]]
-    steps: int
-    warmup: int
-
-
 def write_pngs(folder: Path, count: int, seed: int = 0) -> list[Path]:
     """``count`` 128x128 RGB PNG files: smooth gradients with noise, so that they
     neither compress to nothing nor decode trivially."""
@@ -128,7 +119,7 @@ def write_pngs(folder: Path, count: int, seed: int = 0) -> list[Path]:
     return paths
 
 
-def workloads(folder: Path, scale: float) -> list[Workload]:
+def workloads(folder: Path, scale: float) -> list[Tunable]:
     paths = write_pngs(folder, 256)
     labels = np.random.default_rng(1).integers(0, 10, len(paths))
 
@@ -145,7 +136,7 @@ def workloads(folder: Path, scale: float) -> list[Workload]:
         return max(20, int(n * scale))
 
     return [
-        Workload(
+        Tunable(
             "compute-bound",
             "random float32 128x128x3 images, batch 16 (3 MiB), built with numpy; CNN: Conv2D(16, 3) + "
             "Conv2D(32, 3, strides 2) + global average pooling + Dense(10)",
@@ -153,7 +144,7 @@ def workloads(folder: Path, scale: float) -> list[Workload]:
             steps(150),
             10,
         ),
-        Workload(
+        Tunable(
             "input-bound",
             "256 PNG files 128x128 RGB decoded with Pillow and normalised to float32, batch 32 (6 MiB); "
             "light model: global average pooling + Dense(10)",
@@ -161,7 +152,7 @@ def workloads(folder: Path, scale: float) -> list[Workload]:
             steps(300),
             30,
         ),
-        Workload(
+        Tunable(
             "jittery",
             "sleep 3 ms, or 150 ms with probability 0.04 (seeded per batch index), then a copy of a "
             "float32 batch 16x128x128x3 (3 MiB); light model",

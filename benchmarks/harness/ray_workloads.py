@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 
-from harness.interleave import interleaved_comparison
+from harness.interleave import Tunable, interleaved_comparison, tune_logged
 from queuetune.render.explain import explain
-from queuetune.tune import Job, run_trial, tune
+from queuetune.tune import Job, run_trial
 
 SIZE = 128
 
@@ -27,15 +26,6 @@ PAUSE_AT, PAUSE = 20, 3.0
 
 
 DEFAULT = {"prefetch_batches": 1, "object_store_memory": None, "concurrency": None}
-
-
-@dataclass
-class Workload:
-    name: str
-    description: str
-    make: Callable[..., Any]
-    steps: int
-    warmup: int
 
 
 def random_images(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -128,31 +118,31 @@ def pause(steps: int, step_seconds: float) -> Callable[..., Any]:
     return make
 
 
-def workloads(folder: Path, scale: float) -> list[Workload]:
+def workloads(folder: Path, scale: float) -> list[Tunable]:
     compute_steps, input_steps, pause_steps = int(60 * scale), int(200 * scale), max(int(80 * scale), PAUSE_AT + 10)
     return [
-        Workload(
+        Tunable(
             "compute-bound",
             "16 random 128x128x3 float32 images per block; a 60 ms accelerator step",
             compute_bound(compute_steps),
             compute_steps,
             10,
         ),
-        Workload(
+        Tunable(
             "input-bound",
             "16 PNG files of 128x128 decoded per block (Pillow); the step takes a mean",
             input_bound(write_pngs(folder, 256), input_steps),
             input_steps,
             10,
         ),
-        Workload(
+        Tunable(
             "pause",
             f"12 MiB blocks built in 10 ms, a 2 ms step, a {PAUSE:.0f} s pause after batch {PAUSE_AT}",
             pause(pause_steps, 0.002),
             pause_steps,
             5,
         ),
-        Workload(
+        Tunable(
             "pause-training",
             f"the same blocks, a 25 ms step, a {PAUSE:.0f} s pause after batch {PAUSE_AT}",
             pause(pause_steps, 0.025),
@@ -163,7 +153,7 @@ def workloads(folder: Path, scale: float) -> list[Workload]:
 
 
 def compare(
-    workload: Workload, tuned: dict[str, Any], depths: dict[str, int | None], rounds: int, log: Callable[[str], None]
+    workload: Tunable, tuned: dict[str, Any], depths: dict[str, int | None], rounds: int, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """Default and tuned settings, interleaved A B, B A, A B ..., with the nodes that built blocks."""
 
@@ -188,13 +178,10 @@ def compare(
     return summary
 
 
-def run_workload(workload: Workload, tune_rounds: int, rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
+def run_workload(workload: Tunable, tune_rounds: int, rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
     started = time.perf_counter()
 
-    def progress(done: int, total: int, label: str) -> None:
-        log(f"  {workload.name}: tune trial {done}/{total} ({label})")
-
-    result = tune(workload.make, steps=workload.steps, warmup=workload.warmup, rounds=tune_rounds, progress=progress)
+    result = tune_logged(workload, tune_rounds, log)
     tuned = {**DEFAULT, **result.kwargs()}
     default = result.default
     depths = {"default": default.depth if default else None, "tuned": result.chosen.depth if result.chosen else None}

@@ -16,11 +16,10 @@ import keras
 import numpy as np
 
 import queuetune
-from harness.interleave import interleaved_comparison
-from harness.keras_images import Workload
+from harness.interleave import Tunable, interleaved_comparison, tune_logged
 from queuetune.frameworks import KERAS
 from queuetune.render.explain import explain
-from queuetune.tune import TuneResult, run_trial, tune
+from queuetune.tune import TuneResult, run_trial
 
 DEFAULT = {"workers": 4, "max_queue_size": 10}
 
@@ -45,7 +44,7 @@ def knee(curve: list[dict[str, Any]]) -> int | None:
     return min(p["depth"] for p in curve if p["throughput"] >= KNEE * best)
 
 
-def compare(workload: Workload, tuned: dict[str, Any], rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
+def compare(workload: Tunable, tuned: dict[str, Any], rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
     """Default and tuned settings, interleaved A B, B A, A B ..., with the process's resident memory."""
 
     def run(settings: dict[str, Any]) -> dict[str, Any]:
@@ -81,14 +80,11 @@ def compare(workload: Workload, tuned: dict[str, Any], rounds: int, log: Callabl
 
 
 def run_workload(
-    workload: Workload, tune_rounds: int, rounds: int, log: Callable[[str], None]
+    workload: Tunable, tune_rounds: int, rounds: int, log: Callable[[str], None]
 ) -> tuple[dict[str, Any], TuneResult]:
     started = time.perf_counter()
 
-    def progress(done: int, total: int, label: str) -> None:
-        log(f"  {workload.name}: tune trial {done}/{total} ({label})")
-
-    result = tune(workload.make, steps=workload.steps, warmup=workload.warmup, rounds=tune_rounds, progress=progress)
+    result = tune_logged(workload, tune_rounds, log)
     tuned_seconds = time.perf_counter() - started
     tuned = {**DEFAULT, **result.kwargs()}
     tuned = {k: tuned[k] for k in DEFAULT}
