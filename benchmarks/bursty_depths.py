@@ -31,9 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import prefetcher as pf
 import queuetune
-from common import machine, publish, rotated
+from harness.consume import measured, result
+from harness.interleave import rotated
+from harness.peers import run_nodes, run_prefetcher, versions
+from harness.results import machine, publish
+from harness.synthetic import NODES, Batches, Workload, workloads
 
 DEPTHS = (9, 10, 11, 12, 13)
 DEFAULT = "prefetcher"
@@ -43,17 +46,17 @@ def fixed(depth: int) -> str:
     return f"prefetcher depth={depth}"
 
 
-def run_fixed(w: pf.Workload, depth: int) -> dict[str, Any]:
+def run_fixed(w: Workload, depth: int) -> dict[str, Any]:
     """The Prefetcher held at ``depth`` (budget room for it and the batch in the step)."""
     p = queuetune.Prefetcher(
-        pf.Batches(w),
+        Batches(w),
         max_bytes=(depth + 1) * w.batch_bytes,
         workers=w.workers,
         mode=w.mode,
         adaptive=False,
         depth=depth,
     )
-    return pf.result(fixed(depth), *pf.measured(p, w), w)
+    return result(fixed(depth), *measured(p, w), w)
 
 
 def main() -> int:
@@ -64,8 +67,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    (w,) = [x for x in pf.workloads(1.0) if x.name == "bursty"]
-    runners: dict[str, Any] = {DEFAULT: pf.run_prefetcher, pf.NODES: pf.run_nodes}
+    (w,) = [x for x in workloads(1.0) if x.name == "bursty"]
+    runners: dict[str, Any] = {DEFAULT: run_prefetcher, NODES: run_nodes}
     runners.update({fixed(d): lambda w, d=d: run_fixed(w, d) for d in DEPTHS})
     started = time.monotonic()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in runners}
@@ -84,7 +87,7 @@ def main() -> int:
     data = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        "versions": pf.versions(),
+        "versions": versions(),
         "workload": w.describe(),
         "rounds": args.rounds,
         "seconds": time.monotonic() - started,
@@ -94,7 +97,7 @@ def main() -> int:
         "waited": waits,
         "depth_marks": [x.get("depth_marks", []) for x in runs[DEFAULT]],
         "gain_per_batch": gains,
-        "vs_nodes": {name: medians[name] / medians[pf.NODES] for name in medians},
+        "vs_nodes": {name: medians[name] / medians[NODES] for name in medians},
     }
     publish(data, table(data), "bursty_depths", args.json, args.out)
     return 0

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import machine, package_versions, publish
+from harness.results import machine, package_versions, publish
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 sys.path.insert(0, "src")

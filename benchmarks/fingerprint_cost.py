@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from common import machine, package_versions, preamble, publish
+from harness.results import machine, package_versions, preamble, publish
 
 sys.path.insert(0, "src")
 from queuetune.record.fingerprint import fingerprint

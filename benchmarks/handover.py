@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 
 import queuetune
-from common import machine, package_versions, preamble, publish, rotated
+from harness.interleave import rotated
+from harness.results import machine, package_versions, preamble, publish
 
 BATCH, WORKERS, SAMPLE_SLEEP, STEP = 16, 2, 0.000125, 0.020
 SHAPE = (64, 256)

@@ -25,12 +25,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import prefetcher as pf
-from common import ceiling, publish
+from harness.ideal import ceiling
+from harness.results import publish
+from harness.synthetic import NUMPY_PASS_S, WORKERS, Workload, positive, result_stem, simulated_loads, workloads
 
 
-def simulate(w: pf.Workload, depths: list[int], steps_ms: list[float] | None, extra: float) -> dict[str, Any]:
-    loads = pf.simulated_loads(w, extra)
+def simulate(w: Workload, depths: list[int], steps_ms: list[float] | None, extra: float) -> dict[str, Any]:
+    loads = simulated_loads(w, extra)
     if steps_ms:
         cases = {f"step {ms:g} ms": [ms / 1000] * w.steps for ms in steps_ms}
     else:
@@ -63,18 +64,16 @@ def table(result: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="jittery")
-    parser.add_argument(
-        "--workers", type=pf.positive, default=pf.WORKERS, help=f"the workload's workers (default {pf.WORKERS})"
-    )
+    parser.add_argument("--workers", type=positive, default=WORKERS, help=f"the workload's workers (default {WORKERS})")
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 12, 16, 20, 33, 49])
     parser.add_argument("--steps-ms", type=float, nargs="*", default=None)
-    parser.add_argument("--extra-ms", type=float, default=pf.NUMPY_PASS_S * 1000)
+    parser.add_argument("--extra-ms", type=float, default=NUMPY_PASS_S * 1000)
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", type=Path, help="write ideal_in_order_<workload>.json and .txt here")
     args = parser.parse_args()
-    found = [w for w in pf.workloads(1.0, args.workers) if w.name == args.workload]
+    found = [w for w in workloads(1.0, args.workers) if w.name == args.workload]
     if not found:
-        names = ", ".join(w.name for w in pf.workloads(1.0))
+        names = ", ".join(w.name for w in workloads(1.0))
         print(f"ideal_in_order.py: no workload {args.workload!r} (one of: {names})", file=sys.stderr)
         return 2
     if any(d < 1 for d in args.depths):
@@ -84,7 +83,7 @@ def main() -> int:
         print(f"ideal_in_order.py: {args.workload} has a pure-Python load, not a sleep to simulate", file=sys.stderr)
         return 2
     result = simulate(found[0], args.depths, args.steps_ms, args.extra_ms / 1000)
-    stem = pf.result_stem(f"ideal_in_order_{args.workload}", args.workers)
+    stem = result_stem(f"ideal_in_order_{args.workload}", args.workers)
     publish(result, table(result), stem, args.json, args.out)
     return 0
 

@@ -53,25 +53,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import prefetcher as pf
-from common import machine, publish, rotated
+from harness.interleave import rotated
+from harness.peers import RUNNERS, versions
+from harness.results import machine, publish
+from harness.synthetic import LEAN, NODES, WORKERS, Batches, Workload, positive, result_stem
 
 STEPS = (0.003, 0.0035, 0.0025)
 DEFAULT = "prefetcher"
-LOADERS = [DEFAULT, pf.LEAN, pf.NODES, "tf.data"]
+LOADERS = [DEFAULT, LEAN, NODES, "tf.data"]
 ANY, APART, SLACK = "", "cores apart", "consumer's timer slack 1 ns"
 # Kept apart at the benchmark's step only. tf.data is not: its pool of threads,
 # moved onto fewer cores, is tuned for them (4 batches and 161/s in a trial).
-KEPT_APART = [DEFAULT, pf.LEAN, pf.NODES]
-SLACKLESS = [pf.LEAN, pf.NODES]
+KEPT_APART = [DEFAULT, LEAN, NODES]
+SLACKLESS = [LEAN, NODES]
 # The pairs the table compares: at nodes' bytes, and the default against the loader
 # that beat it in prefetcher.py (tf.data, with three times its bytes, on any core).
 PAIRS = (
-    ((pf.LEAN, ANY), (pf.NODES, ANY)),
+    ((LEAN, ANY), (NODES, ANY)),
     ((DEFAULT, ANY), ("tf.data", ANY)),
-    ((pf.LEAN, APART), (pf.NODES, APART)),
+    ((LEAN, APART), (NODES, APART)),
     ((DEFAULT, APART), ("tf.data", ANY)),
-    ((pf.LEAN, SLACK), (pf.NODES, SLACK)),
+    ((LEAN, SLACK), (NODES, SLACK)),
 )
 PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30
 
@@ -106,9 +108,9 @@ def placement(how: str) -> Iterator[None]:
     cores = os.sched_getaffinity(0)
     first = min(cores)
     loaders = cores - {first} if how == APART else cores
-    original = pf.Batches.__getitem__
+    original = Batches.__getitem__
 
-    def getitem(batches: pf.Batches, index: int) -> Any:
+    def getitem(batches: Batches, index: int) -> Any:
         if getattr(_placed, "cores", None) != loaders:
             os.sched_setaffinity(0, loaders)
             _placed.cores = loaders
@@ -117,7 +119,7 @@ def placement(how: str) -> Iterator[None]:
             _placed.slack = True
         return original(batches, index)
 
-    pf.Batches.__getitem__ = getitem  # type: ignore[method-assign]
+    Batches.__getitem__ = getitem  # type: ignore[method-assign]
     if how == APART:
         os.sched_setaffinity(0, {first})
     if how == SLACK:
@@ -125,7 +127,7 @@ def placement(how: str) -> Iterator[None]:
     try:
         yield
     finally:
-        pf.Batches.__getitem__ = original  # type: ignore[method-assign]
+        Batches.__getitem__ = original  # type: ignore[method-assign]
         os.sched_setaffinity(0, cores)
         if how == SLACK and LOADERS_SLACK is not None:
             set_timer_slack(LOADERS_SLACK)
@@ -134,7 +136,7 @@ def placement(how: str) -> Iterator[None]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=pf.positive, default=pf.WORKERS, help="every loader's workers (default 4)")
+    parser.add_argument("--workers", type=positive, default=WORKERS, help="every loader's workers (default 4)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", type=Path, help="write jittery_phase[.workers-N].json and .txt here")
     args = parser.parse_args()
@@ -143,7 +145,7 @@ def main() -> int:
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
     for step in STEPS:
-        w = pf.Workload("jittery", 0.003, step, 600, 30, stall=0.100, p=0.04, workers=args.workers)
+        w = Workload("jittery", 0.003, step, 600, 30, stall=0.100, p=0.04, workers=args.workers)
         entries = [(name, ANY) for name in LOADERS]
         if step == STEPS[0]:
             entries += [(name, APART) for name in KEPT_APART]
@@ -152,7 +154,7 @@ def main() -> int:
         for r in range(args.rounds):
             for name, how in rotated(entries, r):
                 with placement(how):
-                    runs[label(name, how)].append(pf.RUNNERS[name](w))
+                    runs[label(name, how)].append(RUNNERS[name](w))
         medians = {name: statistics.median(x["throughput"] for x in rs) for name, rs in runs.items()}
         pairs = [(label(*a), label(*b)) for a, b in PAIRS]
         rows.append(
@@ -168,13 +170,13 @@ def main() -> int:
     data = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        "versions": pf.versions(),
+        "versions": versions(),
         "rounds": args.rounds,
         "workers": args.workers,
         "seconds": time.monotonic() - started,
         "settings": rows,
     }
-    publish(data, table(data), pf.result_stem("jittery_phase", args.workers), args.json, args.out)
+    publish(data, table(data), result_stem("jittery_phase", args.workers), args.json, args.out)
     return 0
 
 
@@ -183,7 +185,7 @@ def table(data: dict[str, Any]) -> str:
         "The jittery workload: step on and off the load, and the loaders' threads off the consumer's core "
         "(benchmarks/jittery_phase.py)",
         f"machine: {data['machine']}; date: {data['date']}; versions: {data['versions']}; "
-        f"workers: {data.get('workers', pf.WORKERS)} for every loader but tf.data (AUTOTUNE); "
+        f"workers: {data.get('workers', WORKERS)} for every loader but tf.data (AUTOTUNE); "
         f"rounds: {data['rounds']} (interleaved); took {data['seconds']:.0f} s",
         "cells: batches/s, median of the rounds (the rounds), peak batches started and not released, "
         "the consumer's mean step in ms",

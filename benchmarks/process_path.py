@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, package_versions, publish, rotated
+from harness.interleave import rotated
+from harness.results import machine, package_versions, publish
 
 SAMPLE = (3, 224, 224)
 BATCH = 64

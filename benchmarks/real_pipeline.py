@@ -35,7 +35,7 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
 - The loaders (``--loaders``; by default the first four), each with
   ``--workers`` worker processes started by fork, each built anew for each run
   and closed after it, exactly as short_epochs.py builds them
-  (``common.epoch_loader``): ``torch``: ``DataLoader(dataset, batch_size,
+  (``harness.loaders.epoch_loader``): ``torch``: ``DataLoader(dataset, batch_size,
   shuffle=True, num_workers, persistent_workers=False, pin_memory=(device is
   cuda))`` (prefetch_factor 2); ``torch-persistent``: the same with
   ``persistent_workers=True`` (its workers shut down after the run);
@@ -77,10 +77,10 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   interleaved for ``--rounds`` rounds, the order rotated one each round; the
   median over rounds, and its ratio to the best median of the references
   (``torch``, ``torch-persistent``, ``torchdata.nodes``, those that ran).
-- Memory, as short_epochs.py measures it: ``common.tree_memory()``, the PSS of
+- Memory, as short_epochs.py measures it: ``harness.memory.tree_memory()``, the PSS of
   this process and all its descendants plus the bytes of this tree's files in
   /dev/shm that none of its processes maps, sampled every 0.5 s by a thread
-  (``common.Sampler``) from just before the first ``iter()`` to the end of the
+  (``harness.memory.Sampler``) from just before the first ``iter()`` to the end of the
   last epoch; the highest peak over rounds and the median of the rounds'
   medians. The same measure of this process alone (the model built and warmed
   up, no loader yet) is shown as the floor. The sampler costs CPU itself (about
@@ -109,9 +109,7 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -121,32 +119,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from images import ImageFolder, make_images, resnet18, train_transform
+from images import ImageFolder, make_images, train_transform
 
-from common import (
-    FIXED_DEPTH,
+from harness.epochs import first_batches_text, issue39_targets, memory_text, run_rounds
+from harness.loaders import FIXED_DEPTH, chosen_loaders, depths_text
+from harness.memory import (
     SAMPLE_EVERY_TRAINING,
-    Counted,
-    Sampler,
-    check_no_children,
     children_left_line,
-    chosen_loaders,
-    depth_changes,
-    depths_text,
-    epoch_loader,
     growth_line,
-    issue39_targets,
-    machine,
-    mib,
-    package_versions,
-    preamble,
-    publish,
-    reap,
-    rotated,
-    summarize_epochs,
-    target_lines,
-    tree_memory,
 )
+from harness.results import machine, mib, package_versions, preamble, publish, target_lines
+from harness.training import prepare, run, summarize
 
 LOADERS = (
     "torch",
@@ -161,141 +144,6 @@ DEFAULT_LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher",
 QUALITY = 90  # make_images' JPEG quality
 
 
-class CountedImages:
-    """The images, each sample's load counted as it begins (in whichever process
-    loads it: the counter is shared with forked workers)."""
-
-    def __init__(self, data: ImageFolder, counted: Counted) -> None:
-        self.data, self.counted = data, counted
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, i: int) -> Any:
-        self.counted.start()
-        return self.data[i]
-
-
-class Trainer:
-    """A ResNet-18 trained one step per batch on ``device``, built anew (seed 0)."""
-
-    def __init__(self, device: str) -> None:
-        import torch
-        from torch import nn
-
-        torch.manual_seed(0)
-        self.device = torch.device(device)
-        self.cuda = self.device.type == "cuda"
-        model = resnet18().to(self.device)
-        self.model = (model.to(memory_format=torch.channels_last) if self.cuda else model).train()
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        self.loss_fn = nn.CrossEntropyLoss()
-
-    def step(self, x: Any, y: Any) -> None:
-        import torch
-
-        x = torch.as_tensor(x).to(self.device, non_blocking=True)
-        if self.cuda:
-            x = x.contiguous(memory_format=torch.channels_last)
-        y = torch.as_tensor(y).to(self.device, non_blocking=True)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
-            loss = self.loss_fn(self.model(x), y)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def warm_up(self, steps: int, batch: int, shape: tuple[int, ...]) -> None:
-        """``steps`` steps on a random batch of ``batch`` samples of ``shape``."""
-        import torch
-
-        x, y = torch.randn(batch, *shape), torch.randint(0, 10, (batch,))
-        for _ in range(steps):
-            self.step(x, y)
-
-
-def host_cache_emptier() -> Any:
-    """What gives back torch's cached pinned host memory: ``torch.accelerator``'s
-    ``empty_host_cache`` (newer torch), else ``torch._C._host_emptyCache`` (CUDA
-    builds), else None."""
-    import torch
-
-    accelerator = getattr(torch, "accelerator", None)
-    return getattr(accelerator, "empty_host_cache", None) or getattr(torch._C, "_host_emptyCache", None)
-
-
-def empty_caches(device: str) -> None:
-    """On CUDA, give back torch's cached GPU memory and its cached pinned host memory."""
-    if device != "cuda":
-        return
-    import torch
-
-    torch.cuda.empty_cache()
-    emptier = host_cache_emptier()
-    if emptier is not None:
-        emptier()
-
-
-def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Namespace) -> dict[str, Any]:
-    """One run of ``args.epochs`` epochs of a loader built for it; its row."""
-    check_no_children(name)
-    trainer = Trainer(args.device)
-    trainer.warm_up(args.warmup_steps, args.batch, shape)
-    alone = tree_memory()["total"]  # this process alone: the model built and warmed up, no loader yet
-    counted = Counted("forkserver" if name == "prefetcher-forkserver" else "fork")
-    loader, close = epoch_loader(
-        name, CountedImages(data, counted), args.batch, args.workers, pin_memory=args.device == "cuda"
-    )
-    firsts, counts, steps = [], [], []
-    waited = 0.0
-    try:
-        with Sampler(SAMPLE_EVERY_TRAINING) as sampler:
-            started = done = time.perf_counter()
-            for epoch in range(args.epochs):
-                sampler.epoch = epoch
-                began = time.perf_counter()
-                count = 0
-                for x, y in loader:
-                    got = time.perf_counter()
-                    if count == 0:
-                        firsts.append(got - began)
-                    waited += got - done
-                    trainer.step(x, y)
-                    del x, y
-                    counted.release(args.batch)
-                    count += 1
-                    done = time.perf_counter()
-                    steps.append(done - got)
-                counts.append(count)
-            ended = time.perf_counter()
-        depths = depth_changes(loader)
-    finally:
-        close()
-        del loader, trainer
-        gc.collect()
-        empty_caches(args.device)
-    left = reap()
-    if any(count != args.epoch_batches for count in counts):
-        raise RuntimeError(f"{name}: epochs of {counts} batches, not {args.epoch_batches}")
-    span = done - started
-    return {
-        "images_per_s": args.epochs * args.epoch_batches * args.batch / span,
-        "seconds": span,
-        "seconds_to_loop_end": ended - started,
-        "input_wait_fraction": waited / span,
-        "step_median_s": statistics.median(steps),
-        "step_seconds": sum(steps),  # the span is this and the input wait
-        "steps": steps,
-        "first_batch_waits": firsts,
-        "pss_before": alone,
-        **sampler.figures(),
-        "children_left": left,
-        "peak_started_samples": counted.peak,
-        "depths": depths,
-    }
-
-
 def run_apart(name: str, folder: str, size: str, args: argparse.Namespace) -> dict[str, Any]:
     """:func:`run` in a new process of this script: what one run leaves in its
     process (allocators, threads, helper processes) is none of the next one's."""
@@ -306,21 +154,6 @@ def run_apart(name: str, folder: str, size: str, args: argparse.Namespace) -> di
     if done.returncode != 0:
         raise RuntimeError(f"{name}: its run ended with exit code {done.returncode}")
     return json.loads(done.stdout.splitlines()[-1])
-
-
-def summarize(runs: dict[str, list[dict[str, Any]]], batch: int, sample_bytes: int) -> dict[str, dict[str, Any]]:
-    """short_epochs.py's summary in images/s, with the input wait, the step and the started samples."""
-    summary = summarize_epochs(runs, "images_per_s", 1)
-    for name, rows in runs.items():
-        peak = max(r["peak_started_samples"] for r in rows)
-        summary[name].update(
-            input_wait_fraction=statistics.median(r["input_wait_fraction"] for r in rows),
-            step_median_s=statistics.median(r["step_median_s"] for r in rows),
-            peak_started_samples=peak,
-            peak_started_batches=peak / batch,
-            peak_started_bytes=peak * sample_bytes,
-        )
-    return summary
 
 
 def render(result: dict[str, Any]) -> str:
@@ -364,6 +197,15 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def said(row: dict[str, Any]) -> str:
+    """A run's progress line."""
+    return (
+        f"{row['images_per_s']:.1f} images/s, input wait {row['input_wait_fraction']:.1%}, step "
+        f"{row['step_median_s'] * 1e3:.0f} ms, first batches {first_batches_text(row)} ms, {memory_text(row)}, "
+        f"started {row['peak_started_samples']} samples, children left {row['children_left']}" + depths_text(row)
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -397,28 +239,8 @@ def main() -> int:
     if args.warmup_steps < 0:
         parser.error("--warmup-steps must not be below 0")
     import torch
-    import torch.utils.data
 
-    if args.device == "cuda":
-        if not torch.cuda.is_available():
-            parser.error("--device cuda: torch sees no CUDA device")
-        torch.backends.cudnn.benchmark = True
-    notes = []
-    if args.device == "cuda" and host_cache_emptier() is None:
-        notes.append("this torch has no call to empty its pinned host memory cache: kept between runs")
-    # Every loader's modules imported before the first run, so that each run forks the same process.
-    try:
-        import torchdata.nodes  # noqa: F401
-    except ImportError as error:
-        if "torchdata.nodes" in names:
-            names.remove("torchdata.nodes")
-            notes.append(f"torchdata.nodes skipped: torchdata does not import here ({error})")
-            print(f"note: {notes[-1]}", file=sys.stderr, flush=True)
-    if any(name.startswith("prefetcher") for name in names):
-        try:
-            import queuetune  # noqa: F401
-        except ImportError as error:
-            parser.error(f"queuetune does not import ({error}): put src and its dependencies on PYTHONPATH")
+    notes = prepare(parser, names, args.device)
     if args.one is not None:
         data = ImageFolder(args.folder, train_transform())
         print(json.dumps(run(args.one, data, tuple(data[0][0].shape), args)))
@@ -427,7 +249,6 @@ def main() -> int:
         parser.error("--loaders: none of them can run here")
     ordered = [name for name in LOADERS if name in names]
 
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ordered}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="queuetune-jpegs-") as folder:
         count = args.epoch_batches * args.batch
@@ -436,22 +257,7 @@ def main() -> int:
         print(f"{count} JPEGs of {width}x{height} made in {time.perf_counter() - making:.1f} s", file=sys.stderr)
         data = ImageFolder(folder, train_transform())
         sample_bytes = int(data[0][0].nbytes) + 8  # and its label, collated as int64
-        for round_ in range(args.rounds):
-            for name in rotated(ordered, round_):
-                row = run_apart(name, folder, size, args)
-                runs[name].append(row)
-                print(
-                    f"round {round_ + 1} {name}: {row['images_per_s']:.1f} images/s, input wait "
-                    f"{row['input_wait_fraction']:.1%}, step {row['step_median_s'] * 1e3:.0f} ms, first batches "
-                    + ", ".join(f"{w * 1e3:.0f}" for w in row["first_batch_waits"])
-                    + f" ms, PSS peak {mib(row['pss_peak'])} (unmapped /dev/shm {mib(row['unmapped_shm_peak'])}), "
-                    f"median {mib(row['pss_median'])} "
-                    f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each), "
-                    f"started {row['peak_started_samples']} samples, children left {row['children_left']}"
-                    + depths_text(row),
-                    file=sys.stderr,
-                    flush=True,
-                )
+        runs = run_rounds(ordered, args.rounds, lambda name: run_apart(name, folder, size, args), said)
     summary = summarize(runs, args.batch, sample_bytes)
     result: dict[str, Any] = {
         "benchmark": "real_pipeline",

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import machine, package_versions, preamble, publish, rotated
+from harness.interleave import rotated
+from harness.results import machine, package_versions, preamble, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_torchvision.py"

@@ -28,7 +28,7 @@ The GPU machine's case of design.md ("What a real GPU showed": the defaults at
   ``torch``: ``DataLoader(dataset, batch_size, shuffle=True, num_workers,
   persistent_workers=False)`` (prefetch_factor 2); ``torch-persistent``: the
   same with ``persistent_workers=True`` (its workers stopped after the run);
-  ``torchdata.nodes`` (``common.epoch_loader`` builds all of these, for
+  ``torchdata.nodes`` (``harness.loaders.epoch_loader`` builds all of these, for
   real_pipeline.py too): ``ParallelMapper(batches of indices, map_fn=load and
   collate, num_workers, in_order=True, method="process")`` ->
   ``Prefetcher(2)`` -> ``Loader``, the batches of indices
@@ -55,7 +55,7 @@ The GPU machine's case of design.md ("What a real GPU showed": the defaults at
   rounds, and its ratio to the best median of the references (``torch``,
   ``torch-persistent``, ``torchdata.nodes``, those that ran). Also each epoch's
   wait from ``iter()`` to its first batch (the median over epochs and rounds).
-- Memory: ``common.tree_memory()``: the PSS of this process and all its
+- Memory: ``harness.memory.tree_memory()``: the PSS of this process and all its
   descendants, plus the bytes of this tree's files in /dev/shm that none of its
   processes maps; sampled every 0.5 s by a thread of this process while the
   loader runs (from just before the first ``iter()`` to the end of the last
@@ -85,29 +85,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import (
-    FIXED_DEPTH,
-    SAMPLE_EVERY,
-    Sampler,
-    check_no_children,
-    children_left_line,
-    chosen_loaders,
-    depth_changes,
-    depths_text,
-    epoch_loader,
-    growth_line,
-    issue39_targets,
-    machine,
-    mib,
-    package_versions,
-    preamble,
-    publish,
-    reap,
-    rotated,
-    summarize_epochs,
-    target_lines,
-    tree_memory,
-)
+from harness.epochs import first_batches_text, issue39_targets, memory_text, run_rounds, summarize_epochs
+from harness.loaders import FIXED_DEPTH, chosen_loaders, depth_changes, depths_text, epoch_loader
+from harness.memory import SAMPLE_EVERY, Sampler, check_no_children, children_left_line, growth_line, reap, tree_memory
+from harness.results import machine, mib, package_versions, preamble, publish, target_lines
 
 LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-unsampled", "prefetcher-fixed")
 DEFAULT_SHAPE = (3, 64, 64)
@@ -217,6 +198,14 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def said(row: dict[str, Any]) -> str:
+    """A run's progress line."""
+    return (
+        f"{row['batches_per_s']:.2f} batches/s, first batches {first_batches_text(row)} ms, {memory_text(row)}, "
+        f"children left {row['children_left']}" + depths_text(row)
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated, of: " + ", ".join(LOADERS))
@@ -259,22 +248,8 @@ def main() -> int:
     # torch's note, every run, that more workers than cores may be slow: here they sleep.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
 
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ordered}
     started = time.monotonic()
-    for round_ in range(args.rounds):
-        for name in rotated(ordered, round_):
-            row = run(name, args)
-            runs[name].append(row)
-            print(
-                f"round {round_ + 1} {name}: {row['batches_per_s']:.2f} batches/s, first batches "
-                + ", ".join(f"{w * 1e3:.0f}" for w in row["first_batch_waits"])
-                + f" ms, PSS peak {mib(row['pss_peak'])} (unmapped /dev/shm {mib(row['unmapped_shm_peak'])}), "
-                f"median {mib(row['pss_median'])} "
-                f"({row['pss_samples']} samples, {row['sample_cost_median'] or 0:.3f} s each), "
-                f"children left {row['children_left']}" + depths_text(row),
-                file=sys.stderr,
-                flush=True,
-            )
+    runs = run_rounds(ordered, args.rounds, lambda name: run(name, args), said)
     summary = summarize_epochs(runs, "batches_per_s", 2)
     result = {
         "benchmark": "short_epochs",

@@ -46,7 +46,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Counted, machine, package_versions, publish, rotated, target_lines
+from harness.interleave import rotated
+from harness.memory import Counted
+from harness.results import machine, package_versions, publish, target_lines
 
 SAMPLE = (3, 224, 224)
 BATCH = 64

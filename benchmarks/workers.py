@@ -31,15 +31,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import prefetcher as pf
+import numpy as np
+
 import queuetune
-from common import machine, preamble, publish, rotated, target_lines
+from harness.consume import measured, result
+from harness.interleave import rotated
+from harness.results import machine, preamble, publish, target_lines
+from harness.synthetic import Batches, MiB, Workload, workloads
 from queuetune.common import cores
 from queuetune.prefetch.options import default_max_workers
 
@@ -47,10 +52,10 @@ TARGET = 0.98
 AUTO = "auto"
 
 
-def run(w: pf.Workload, workers: int | str) -> dict[str, Any]:
-    p = queuetune.Prefetcher(pf.Batches(w), max_bytes=w.max_bytes, workers=workers, mode=w.mode)
-    trace, report = pf.measured(p, w)
-    row = pf.result(str(workers), trace, report, w)
+def run(w: Workload, workers: int | str) -> dict[str, Any]:
+    p = queuetune.Prefetcher(Batches(w), max_bytes=w.max_bytes, workers=workers, mode=w.mode)
+    trace, report = measured(p, w)
+    row = result(str(workers), trace, report, w)
     counts = [m.value for m in trace.marks if m.kind == "workers"]
     row["workers_marks"] = counts
     row["workers_end"] = counts[-1] if counts else workers
@@ -58,7 +63,7 @@ def run(w: pf.Workload, workers: int | str) -> dict[str, Any]:
     return row
 
 
-def summarize(w: pf.Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def summarize(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     medians = {name: statistics.median(r["throughput"] for r in rs) for name, rs in runs.items()}
     fixed = [name for name in runs if name != AUTO]
     best = max(fixed, key=lambda name: medians[name])
@@ -90,7 +95,7 @@ def table(data: dict[str, Any]) -> str:
         top = s["medians"][s["best_fixed"]]
         for name, rate in s["medians"].items():
             mark = " <- best fixed" if name == s["best_fixed"] else ""
-            peak = s["peak_started_bytes"][name] / pf.MiB
+            peak = s["peak_started_bytes"][name] / MiB
             lines.append(f"  {name:>8} {rate:10.1f} {rate / top:7.3f} {peak:10.1f} MiB{mark}")
         lines.append(
             f"  auto ended at {s['auto_workers_end']} workers (most at once {s['auto_workers_most']}); "
@@ -119,7 +124,7 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.monotonic()
-    selected = [w for w in pf.workloads(args.scale) if not args.only or w.name in args.only]
+    selected = [w for w in workloads(args.scale) if not args.only or w.name in args.only]
     summaries = []
     for w in selected:
         top = default_max_workers(w.mode)
@@ -140,8 +145,8 @@ def main() -> int:
         "machine": machine(),
         "cores_available": cores.available(),
         "versions": {
-            "python": pf.platform.python_version(),
-            "numpy": pf.np.__version__,
+            "python": platform.python_version(),
+            "numpy": np.__version__,
             "queuetune": queuetune.__version__,
         },
         "rounds": args.rounds,

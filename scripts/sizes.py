@@ -23,15 +23,6 @@ LIMITS = {"module": 500, "class": 250, "methods": 20, "function": 60, "benchmark
 
 #: Units over their limit, by name, with the size each had when it was listed (lines, or methods).
 KNOWN: dict[str, int] = {
-    "benchmark:benchmarks/advice.py": 833,
-    "benchmark:benchmarks/common.py": 616,
-    "benchmark:benchmarks/model_accuracy.py": 719,
-    "benchmark:benchmarks/prefetcher.py": 958,
-    "benchmark:benchmarks/ray_tune.py": 413,
-    "benchmark:benchmarks/real_pipeline.py": 489,
-    "benchmark:benchmarks/short_epochs.py": 312,
-    "benchmark:benchmarks/soak.py": 394,
-    "benchmark:benchmarks/tune_workloads.py": 525,
     "class:queuetune.prefetch.epoch.Epoch": 320,
     "class:queuetune.prefetch.handle.Prefetcher": 453,
     "class:queuetune.prefetch.schedule.Schedule": 411,
