@@ -50,7 +50,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.render.explain.explain": 90,
     "function:queuetune.render.text.report_rows": 66,
     "function:queuetune.tune.recommend.recommend": 83,
-    "function:queuetune.tune.tuner.tune": 152,
     "methods:queuetune.prefetch.handle.Prefetcher": 23,
     "methods:queuetune.prefetch.schedule.Schedule": 24,
     "methods:queuetune.prefetch.shm.pool.Pool": 22,
