@@ -49,7 +49,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.program.run_program": 71,
     "function:queuetune.render.explain.explain": 90,
     "function:queuetune.render.text.report_rows": 66,
-    "function:queuetune.tune.recommend.recommend": 83,
     "methods:queuetune.prefetch.handle.Prefetcher": 23,
     "methods:queuetune.prefetch.schedule.Schedule": 24,
     "methods:queuetune.prefetch.shm.pool.Pool": 22,
