@@ -40,7 +40,6 @@ KNOWN: dict[str, int] = {
     "class:queuetune.record.recorder.Recorder": 259,
     "function:queuetune.analysis.report.analyze": 95,
     "function:queuetune.demo.run_demo": 96,
-    "function:queuetune.estimate.memory.footprint": 74,
     "function:queuetune.frameworks.ray.spec.Ray.read_ahead": 71,
     "function:queuetune.prefetch.adaptive.DepthController.observe": 73,
     "function:queuetune.prefetch.epoch.Epoch.run": 80,
