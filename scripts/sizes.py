@@ -45,7 +45,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.prefetch.epoch.Epoch.run": 80,
     "function:queuetune.prefetch.handle.Prefetcher.__init__": 73,
     "function:queuetune.prefetch.workers.processes.ProcessWorkers.__init__": 78,
-    "function:queuetune.program.run_program": 71,
     "function:queuetune.render.explain.explain": 90,
     "function:queuetune.render.text.report_rows": 66,
     "methods:queuetune.prefetch.handle.Prefetcher": 23,
