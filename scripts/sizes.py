@@ -39,7 +39,6 @@ KNOWN: dict[str, int] = {
     "class:queuetune.prefetch.workers.processes.ProcessWorkers": 326,
     "function:queuetune.analysis.report.analyze": 95,
     "function:queuetune.demo.run_demo": 96,
-    "function:queuetune.frameworks.ray.spec.Ray.read_ahead": 71,
     "function:queuetune.prefetch.adaptive.DepthController.observe": 73,
     "function:queuetune.prefetch.epoch.Epoch.run": 80,
     "function:queuetune.prefetch.handle.Prefetcher.__init__": 73,
