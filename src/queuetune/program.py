@@ -101,6 +101,23 @@ def run_program(
     launch = Launch.from_environment()
     # Every rank of a launch writes into the same folder: its files carry its rank.
     tag = f".rank{launch.rank}" if launch is not None else ""
+    folder, earlier = _folders(out, resume, launch, tag)
+    session = Session(sample_memory=sample_memory).start()
+    this_run = _Run(target, folder, tag, session, html, show)
+    this_run.earlier = [path.resolve() for path in earlier]
+    try:
+        terminated = this_run.watch(while_running)
+    finally:
+        session.stop()  # also where the live line failed to start
+    assert this_run.result is not None
+    this_run.result.terminated = terminated
+    return this_run.result
+
+
+def _folders(
+    out: str | os.PathLike[str] | None, resume: str | os.PathLike[str] | None, launch: Launch | None, tag: str
+) -> tuple[Path, list[Path]]:
+    """The folder a run writes into, made, and the folders of the runs it resumes, oldest first."""
     earlier: list[Path] = []
     if resume is not None:
         if out is not None:
@@ -109,28 +126,7 @@ def run_program(
         out = earlier[0] / f"resume-{len(earlier)}"
     if out is None:
         out = Path(launch.folder_name()) if launch is not None else default_out()
-    folder = prepare_out(out).resolve()  # the paths it prints are absolute
-    session = Session(sample_memory=sample_memory).start()
-    this_run = _Run(target, folder, tag, session, html, show)
-    this_run.earlier = [path.resolve() for path in earlier]
-    try:
-        with Endings(this_run.finish, this_run.save_own) as endings:
-            try:
-                with endings.program_running(), this_run.contexts:
-                    this_run.contexts.enter_context(journaling(session, this_run.journal_path))
-                    if while_running is not None:
-                        this_run.contexts.enter_context(while_running(session))
-                    code = run(target)
-                    if os.getpid() != this_run.owner:  # a forked child returned: the contexts are its parent's
-                        this_run.contexts.pop_all()
-            except Terminated:  # SIGTERM after the program's end, before the live line's
-                code = TERMINATED
-            endings.finish_once(code)
-    finally:
-        session.stop()  # also where the live line failed to start
-    assert this_run.result is not None
-    this_run.result.terminated = endings.terminated
-    return this_run.result
+    return prepare_out(out).resolve(), earlier  # the paths it prints are absolute
 
 
 class _Run:
@@ -155,6 +151,23 @@ class _Run:
         self.result: ProgramResult | None = None
         # A child's traces found at the end must be this run's, not an earlier run's in the same folder.
         self._before = set(os.listdir(folder))
+
+    def watch(self, while_running: Callable[[Session], AbstractContextManager[Any]] | None) -> bool:
+        """Run the program with the journal and ``while_running``'s context
+        entered, and finish the run however it ends; whether a SIGTERM ended it."""
+        with Endings(self.finish, self.save_own) as endings:
+            try:
+                with endings.program_running(), self.contexts:
+                    self.contexts.enter_context(journaling(self.session, self.journal_path))
+                    if while_running is not None:
+                        self.contexts.enter_context(while_running(self.session))
+                    code = run(self.target)
+                    if os.getpid() != self.owner:  # a forked child returned: the contexts are its parent's
+                        self.contexts.pop_all()
+            except Terminated:  # SIGTERM after the program's end, before the live line's
+                code = TERMINATED
+            endings.finish_once(code)
+        return endings.terminated
 
     def finish(self, code: int) -> None:
         """End the run with the program's exit ``code``: in the run's own process,

@@ -302,49 +302,67 @@ def footprint(
     >>> fp.depth, [line.batches for line in fp.lines], fp.total_bytes // 2**20
     (24, [21, 2, 1, 1], 300)
     """
-    if isinstance(spec_or_bytes, BatchSpec):
-        nbytes = spec_or_bytes.nbytes
-    else:
-        nbytes = positive_int(spec_or_bytes, "batch bytes")
-    check_bytes(nbytes, "batch")
-    if not isinstance(framework, str):
-        raise TypeError(f"framework must be a string, got {framework!r}")
-    if framework not in ESTIMATED:
-        raise ValueError(f"unknown framework {framework!r}; known frameworks: {', '.join(ESTIMATED)}")
+    nbytes = _batch_nbytes(spec_or_bytes)
+    _check_framework(framework)
     factor = _transient(transient_factor)
-    unknown = [name for name in settings if name not in ESTIMATED[framework]]
-    if unknown:
-        takes = ", ".join(ESTIMATED[framework]) or "no settings"
-        raise ValueError(f"setting {unknown[0]!r} does not apply to framework {framework!r} (it takes: {takes})")
+    _check_settings(framework, settings)
     spec = get(framework)
     resolved, read_ahead, depth = spec.read_ahead(settings, nbytes)
     lines = [FootprintLine(label, batches, nbytes * batches, why) for label, batches, why in read_ahead]
     lines.append(FootprintLine("consumed", 1, nbytes, "the batch the training step holds"))
     if factor > 1:
-        extra = factor - 1
-        lines.append(
-            FootprintLine(
-                "transient",
-                float(extra),
-                round(extra * nbytes),
-                f"transient_factor={float(factor):g}: copies made by batch arithmetic on the consumed batch",
-            )
-        )
+        lines.append(_transient_line(factor, nbytes))
     rules = spec.rules(resolved)
     if rules.processes and rules.workers and depth > 0:
-        lines.append(
-            FootprintLine(
-                WORKERS_LINE,
-                0,
-                rules.workers * WORKER_BASELINE,
-                f"{rules.workers} x {WORKER_BASELINE // 2**20} MiB: each worker process's own memory after its "
-                "start (typical; a copy of the Python objects of the dataset it reads comes on top, which "
-                "`queuetune run` measures)",
-            )
-        )
+        lines.append(_workers_line(rules.workers))
     fp = Footprint(framework=framework, batch_bytes=nbytes, settings=resolved, depth=depth, lines=lines)
     check_bytes(fp.total_bytes, f"footprint of {framework}")
     return fp
+
+
+def _batch_nbytes(spec_or_bytes: BatchSpec | int) -> int:
+    if isinstance(spec_or_bytes, BatchSpec):
+        nbytes = spec_or_bytes.nbytes
+    else:
+        nbytes = positive_int(spec_or_bytes, "batch bytes")
+    return check_bytes(nbytes, "batch")
+
+
+def _check_framework(framework: Any) -> None:
+    if not isinstance(framework, str):
+        raise TypeError(f"framework must be a string, got {framework!r}")
+    if framework not in ESTIMATED:
+        raise ValueError(f"unknown framework {framework!r}; known frameworks: {', '.join(ESTIMATED)}")
+
+
+def _check_settings(framework: str, settings: dict[str, Any]) -> None:
+    unknown = [name for name in settings if name not in ESTIMATED[framework]]
+    if unknown:
+        takes = ", ".join(ESTIMATED[framework]) or "no settings"
+        raise ValueError(f"setting {unknown[0]!r} does not apply to framework {framework!r} (it takes: {takes})")
+
+
+def _transient_line(factor: Fraction, nbytes: int) -> FootprintLine:
+    """The copies batch arithmetic makes of the consumed batch: ``factor - 1`` batches."""
+    extra = factor - 1
+    return FootprintLine(
+        "transient",
+        float(extra),
+        round(extra * nbytes),
+        f"transient_factor={float(factor):g}: copies made by batch arithmetic on the consumed batch",
+    )
+
+
+def _workers_line(workers: int) -> FootprintLine:
+    """The worker processes' own memory, a typical figure each."""
+    return FootprintLine(
+        WORKERS_LINE,
+        0,
+        workers * WORKER_BASELINE,
+        f"{workers} x {WORKER_BASELINE // 2**20} MiB: each worker process's own memory after its "
+        "start (typical; a copy of the Python objects of the dataset it reads comes on top, which "
+        "`queuetune run` measures)",
+    )
 
 
 def seed_table(

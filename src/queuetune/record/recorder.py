@@ -3,8 +3,6 @@ and the consumer, turned into a :class:`~queuetune.record.trace.Trace` on demand
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -16,7 +14,8 @@ from ..common import cores
 from .channel import Built, Channel, Live, built_here, key_of
 from .clock import busy_time, clock
 from .sampler import OWN_HELPERS, MemorySampler, multiprocessing_helpers
-from .trace import Consumed, Mark, MarkKind, MemorySample, Produced, Trace, TraceMeta
+from .snapshot import as_trace, live_of
+from .trace import Consumed, Mark, MarkKind, MemorySample, Trace, TraceMeta
 
 __all__ = [
     "OWN_HELPERS",
@@ -264,58 +263,12 @@ class Recorder:
         >>> rec.close()
         """
         now = clock() if now is None else now
-        since = now - window
-        produced, consumed = self._produced, self._consumed
-        ahead = max(0, len(produced) - len(consumed))
-        recent: list[Consumed] = []
-        for c in reversed(consumed[-4096:]):
-            if c.consumed < since:
-                break
-            recent.append(c)
-        span = min(window, max(1e-9, now - self.start))
-        waited = sum(c.consumed - max(c.requested, since) for c in recent)
-        memory = self._memory[-1:] if self._memory else []
-        return Live(
-            rate=len(recent) / span,
-            waiting=min(1.0, waited / span),
-            in_flight=ahead,
-            in_flight_bytes=sum(b.nbytes for b in produced[len(produced) - ahead :]) if ahead else 0,
-            rss=memory[0].rss if memory else None,
-            batches=len(consumed),
-        )
+        return live_of(self._produced, self._consumed, self._memory, self.start, window, now)
 
     def trace(self) -> Trace:
         """A snapshot of everything recorded so far, as plain data."""
         self.channel.flush()
-        parent = os.getpid()
-        produced = [
-            Produced(
-                b.start,
-                b.end,
-                b.nbytes,
-                b.batch_index,
-                b.key,
-                str(b.pid) if b.pid != parent else f"thread-{b.thread}",
-                samples=None if b.samples is None else list(b.samples),
-                busy=b.busy,
-            )
-            for b in list(self._produced)
-        ]
-        produced.sort(key=lambda p: p.start)
-        consumed = list(self._consumed)
-        marks = sorted(self._marks, key=lambda m: m.t)
-        memory = list(self._memory)
-        times = [self.start] + [p.end for p in produced] + [c.consumed for c in consumed]
-        times += [m.t for m in marks]
-        return Trace(
-            meta=dataclasses.replace(self.meta, settings=_copy(self.meta.settings), extra=dict(self.meta.extra)),
-            start=self.start,
-            end=max(times),
-            produced=produced,
-            consumed=consumed,
-            marks=marks,
-            memory=memory,
-        )
+        return as_trace(self.meta, self.start, self._produced, self._consumed, self._marks, self._memory)
 
     def close(self) -> None:
         """End any open run and stop the helper threads (idempotent)."""
@@ -338,10 +291,6 @@ def _shutdown(channel: Channel, sampler: MemorySampler | None) -> None:
     if sampler is not None:
         sampler.stop()
     channel.close()
-
-
-def _copy(settings: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if settings is None else dict(settings)
 
 
 def recorded(

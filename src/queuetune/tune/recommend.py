@@ -5,18 +5,18 @@ program; ``queuetune tune`` measures it)."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..analysis.in_flight import consumed_by_block
 from ..analysis.report import MODERATE, Report, analyze
 from ..frameworks import FRAMEWORKS
+from ..frameworks.base import Framework
 from ..record.trace import Trace
-from .machine import machine_limits
+from .machine import Limits, machine_limits
 from .measures import after_warmup
 from .predict import Predicted, predict, search_workers
-from .worker_memory import thread_memory, worker_memory
+from .worker_memory import WorkerMemory, thread_memory, worker_memory
 
 
 @dataclass(frozen=True)
@@ -139,38 +139,88 @@ def recommend(
     workers = framework.workers(current) if framework.workers_knob else None
     trimmed = after_warmup(consumed_by_block(trace), warmup)
     limits = machine_limits(trimmed, report)
-    if workers is None:
-        rows = predict(trimmed, framework, [None], max_depth, seed=0, machine=limits.machine)
-        considered = None
-    else:
-        rows, considered = search_workers(
-            trimmed, framework, workers, limits.most, max_depth, seed=0, machine=limits.machine, tolerance=tolerance
-        )
+    rows, considered = _predicted(trimmed, framework, workers, limits, max_depth, tolerance)
     if not rows:
         return Recommendation(None, why="the queue model could not be fitted to this run")
-    best = max(p.throughput for p in rows)
-    per_worker = limits.worker_bytes
+    held = _Held(framework, current, _own_memory(trace, report, framework, current))
+    now = _matching(rows, current)
+    for_speed = (report.input_bound_fraction or 0.0) >= MODERATE
+    chosen = _choose(rows, now, held, tolerance, for_speed, limits.worker_bytes, workers)
+    edge = limits.bound if workers is not None and considered == limits.most == held.workers(chosen) else None
+    return _recommendation(current, chosen, now, max(p.throughput for p in rows), held, for_speed, limits, edge)
+
+
+def _predicted(
+    trimmed: Trace, framework: Framework, workers: int | None, limits: Limits, max_depth: int, tolerance: float
+) -> tuple[list[Predicted], int | None]:
+    """The model's rows, over depths at the loader's workers or as far as more
+    workers gain, and the most workers considered (None where it has none)."""
+    if workers is None:
+        return predict(trimmed, framework, [None], max_depth, seed=0, machine=limits.machine), None
+    return search_workers(
+        trimmed, framework, workers, limits.most, max_depth, seed=0, machine=limits.machine, tolerance=tolerance
+    )
+
+
+def _own_memory(trace: Trace, report: Report, framework: Framework, current: dict[str, Any]) -> WorkerMemory | None:
+    """Each worker's own memory, as measured: its processes', else its threads' heaps."""
     own = worker_memory(trace, report)
     if own is None and framework.workers_knob and current.get(framework.workers_knob):
         # Worker threads (a torch DataLoader of num_workers=0 builds in the consumer's).
         own = None if framework.rules(current).processes else thread_memory(trace)
-    count = functools.partial(_workers_of, framework, current)
+    return own
 
-    def held(p: Predicted) -> float:
-        return p.peak_built_bytes + (own.total(count(p)) if own is not None else 0.0)
 
+@dataclass(frozen=True)
+class _Held:
+    """What a predicted setting holds: its peak in flight and its workers' own memory (``own``)."""
+
+    framework: Framework
+    current: dict[str, Any]
+    own: WorkerMemory | None
+
+    def workers(self, p: Predicted) -> int:
+        return _workers_of(self.framework, self.current, p)
+
+    def __call__(self, p: Predicted) -> float:
+        return p.peak_built_bytes + (self.own.total(self.workers(p)) if self.own is not None else 0.0)
+
+
+def _choose(
+    rows: list[Predicted],
+    now: Predicted | None,
+    held: _Held,
+    tolerance: float,
+    for_speed: bool,
+    per_worker: float | None,
+    workers: int | None,
+) -> Predicted:
+    """The row of least memory within ``tolerance`` of the best, unless it is not
+    faster (``for_speed``) or leaner than the settings measured (``now``): then those."""
+    best = max(p.throughput for p in rows)
     keeping = [p for p in rows if p.throughput >= (1 - tolerance) * best]
     if per_worker is None and workers is not None:  # a worker's own memory unknown: none added for memory
-        keeping = [p for p in keeping if count(p) <= workers] or keeping
+        keeping = [p for p in keeping if held.workers(p) <= workers] or keeping
     chosen = min(keeping, key=lambda p: (held(p), -p.throughput))
-    now = _matching(rows, current)
-    for_speed = (report.input_bound_fraction or 0.0) >= MODERATE
     if now is not None:
         faster = chosen.throughput > (1 + tolerance) * now.throughput
-        leaner = held(chosen) < held(now) and (per_worker is not None or count(chosen) <= count(now))
+        leaner = held(chosen) < held(now) and (per_worker is not None or held.workers(chosen) <= held.workers(now))
         if not (faster if for_speed else leaner):
             chosen = now
-    machine = limits.machine
+    return chosen
+
+
+def _recommendation(
+    current: dict[str, Any],
+    chosen: Predicted,
+    now: Predicted | None,
+    best: float,
+    held: _Held,
+    for_speed: bool,
+    limits: Limits,
+    edge: str | None,
+) -> Recommendation:
+    machine, own = limits.machine, held.own
     return Recommendation(
         settings={**current, **chosen.settings},
         share=chosen.throughput / best if best else 0.0,
@@ -179,7 +229,7 @@ def recommend(
         current_share=now.throughput / best if now is not None and best else None,
         current_peak_bytes=now.peak_built_bytes if now is not None else None,
         for_speed=for_speed,
-        worker_bytes=per_worker,
+        worker_bytes=limits.worker_bytes,
         held_bytes=held(chosen),
         current_held_bytes=held(now) if now is not None else None,
         copying=own is not None and own.copying,
@@ -187,7 +237,7 @@ def recommend(
         limit=chosen.limit,
         cores=machine.cores if machine is not None else None,
         others=machine.others if machine is not None else None,
-        edge=limits.bound if workers is not None and considered == limits.most == count(chosen) else None,
+        edge=edge,
     )
 
 

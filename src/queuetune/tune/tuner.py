@@ -17,6 +17,7 @@ from ..common.units import parse_bytes, positive_int
 from ..frameworks import get
 from ..frameworks.adapters import adapter_of
 from ..prefetch.read_ahead import read_ahead
+from ..record.trace import Trace
 from .decide import (
     Candidate,
     Trial,
@@ -183,109 +184,199 @@ def tune(
     >>> result.kwargs()  # doctest: +SKIP
     {'buffer': 1}
     """
-    steps = positive_int(steps, "steps")
-    rounds = positive_int(rounds, "rounds")
-    max_depth = positive_int(max_depth, "max depth")
-    candidates = positive_int(candidates, "candidates")
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or not 0 <= warmup < steps:
-        raise ValueError(f"warmup must be an integer from 0 to steps - 1, got {warmup!r}")
-    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance must be a number in [0, 1), got {tolerance!r}")
-    limit = None if budget is None else parse_bytes(budget, "budget")
-    if not isinstance(sure, (int, float)) or isinstance(sure, bool) or not 0 <= sure < 1:
-        raise ValueError(f"sure must be a number in [0, 1), got {sure!r}")
-    if max_trials is not None:
-        max_trials = positive_int(max_trials, "max trials")
+    options = _Options.checked(steps, warmup, rounds, tolerance, budget, max_depth, candidates, sure, max_trials)
+    tuning = _Tuning(factory, options, progress)
+    base = tuning.baseline()
+    predictions = tuning.predict(base, workers, seed)
+    tuning.interleave(pick_settings(predictions, base.default, options.tolerance, options.limit, options.candidates))
+    summary = tuning.measure_doubts(base.default, predictions)
+    return tuning.result(base, predictions, summary)
 
-    probe_job = as_job(factory())
-    adapter = adapter_of(framework_of(probe_job.loader))
-    framework = adapter.bound()
-    default = adapter.tuner_defaults(factory, probe_job.loader, probe_job.kwargs)
-    if isinstance(probe_job.loader, types.GeneratorType):
-        probe_job.loader.close()
-    default_workers = framework.workers(default) if framework.workers_knob else None
 
-    total = 2 + candidates * rounds
-    done = 0
+@dataclass(frozen=True)
+class _Options:
+    """:func:`tune`'s numbers, checked; ``limit``: the budget in bytes."""
 
-    def tick(label: str) -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(done, total, label)
+    steps: int
+    warmup: int
+    rounds: int
+    tolerance: float
+    limit: int | None
+    max_depth: int
+    candidates: int
+    sure: float
+    max_trials: int | None
 
-    # The first run in a process pays for imports, compilation and cold caches.
-    run_trial(factory, default, framework, steps, warmup)
-    tick("warm-up")
-    base_trace, base_report, _ = run_trial(factory, default, framework, steps, warmup)
-    tick("baseline")
-    framework = adapter.measured(framework, base_trace)
-    modelled = framework.model_settings(default)
-    unbuffered = None
-    if modelled is not None:
-        total += 1
-        unbuffered = after_warmup(run_trial(factory, modelled, framework, steps, warmup)[0], warmup)
-        tick("model: " + ", ".join(f"{k}={v}" for k, v in modelled.items()))
-    # Ray's blocks are cut into batches: the model counts blocks, the warm-up too.
-    blocks = consumed_by_block(base_trace)
-    block_warmup = warmup * len(blocks.consumed) // max(1, len(base_trace.consumed))
-    trimmed = after_warmup(blocks, block_warmup)
-    limits = machine_limits(trimmed, base_report)
-    if workers or default_workers is None:
-        counts: list[int | None] = list(workers) if workers else [None]
-        predictions = predict(trimmed, framework, counts, max_depth, seed, unbuffered, limits.machine)
-    else:
+    @classmethod
+    def checked(
+        cls,
+        steps: int,
+        warmup: int,
+        rounds: int,
+        tolerance: float,
+        budget: int | str | float | None,
+        max_depth: int,
+        candidates: int,
+        sure: float,
+        max_trials: int | None,
+    ) -> _Options:
+        steps = positive_int(steps, "steps")
+        rounds = positive_int(rounds, "rounds")
+        max_depth = positive_int(max_depth, "max depth")
+        candidates = positive_int(candidates, "candidates")
+        if not isinstance(warmup, int) or isinstance(warmup, bool) or not 0 <= warmup < steps:
+            raise ValueError(f"warmup must be an integer from 0 to steps - 1, got {warmup!r}")
+        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
+            raise ValueError(f"tolerance must be a number in [0, 1), got {tolerance!r}")
+        limit = None if budget is None else parse_bytes(budget, "budget")
+        if not isinstance(sure, (int, float)) or isinstance(sure, bool) or not 0 <= sure < 1:
+            raise ValueError(f"sure must be a number in [0, 1), got {sure!r}")
+        if max_trials is not None:
+            max_trials = positive_int(max_trials, "max trials")
+        return cls(steps, warmup, rounds, tolerance, limit, max_depth, candidates, sure, max_trials)
+
+
+@dataclass(frozen=True)
+class _Baseline:
+    """The loader as it is: its default settings and workers, the baseline run's
+    trace and report, and the run at the settings the model reads build times
+    from (``modelled``; ``unbuffered``: its trace after the warm-up)."""
+
+    default: dict[str, Any]
+    default_workers: int | None
+    trace: Trace
+    report: Report
+    modelled: dict[str, Any] | None
+    unbuffered: Trace | None
+
+
+class _Tuning:
+    """The runs of one tuning, one after another in this process, each counted
+    for ``progress``; ``trials``: those of the compared settings."""
+
+    def __init__(self, factory: Factory, options: _Options, progress: Callable[[int, int, str], None] | None) -> None:
+        self.factory, self.options, self.progress = factory, options, progress
+        probe_job = as_job(factory())
+        self.adapter = adapter_of(framework_of(probe_job.loader))
+        self.framework = self.adapter.bound()
+        self.default = self.adapter.tuner_defaults(factory, probe_job.loader, probe_job.kwargs)
+        if isinstance(probe_job.loader, types.GeneratorType):
+            probe_job.loader.close()
+        self.total = 2 + options.candidates * options.rounds
+        self.done = 0
+        self.trials: list[Trial] = []
+        self.noise = 0.0
+        self.allowed = self.first = 0
+
+    def run(self, settings: dict[str, Any], label: str) -> tuple[Trace, Report, float]:
+        """One run of the job at ``settings``, shown as ``label``."""
+        ran = run_trial(self.factory, settings, self.framework, self.options.steps, self.options.warmup)
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, label)
+        return ran
+
+    def measure(self, settings: dict[str, Any], round_: int, label: str) -> None:
+        """A trial of ``settings`` in ``round_``, kept in :attr:`trials`."""
+        _, report, rate = self.run(settings, label)
+        self.trials.append(trial_of(settings, self.framework, round_, report, rate))
+
+    def baseline(self) -> _Baseline:
+        """A warm-up run, the baseline, and the run the model reads build times from (where the loader has one)."""
+        default = self.default
+        default_workers = self.framework.workers(default) if self.framework.workers_knob else None
+        # The first run in a process pays for imports, compilation and cold caches.
+        self.run(default, "warm-up")
+        base_trace, base_report, _ = self.run(default, "baseline")
+        self.framework = self.adapter.measured(self.framework, base_trace)
+        modelled = self.framework.model_settings(default)
+        unbuffered = None
+        if modelled is not None:
+            self.total += 1
+            unbuffered = after_warmup(self.run(modelled, "model: " + _shown(modelled))[0], self.options.warmup)
+        return _Baseline(default, default_workers, base_trace, base_report, modelled, unbuffered)
+
+    def predict(self, base: _Baseline, workers: list[int] | None, seed: int) -> list[Predicted]:
+        """The model's curve over depths, at ``workers`` or as far as more workers gain."""
+        options = self.options
+        # Ray's blocks are cut into batches: the model counts blocks, the warm-up too.
+        blocks = consumed_by_block(base.trace)
+        block_warmup = options.warmup * len(blocks.consumed) // max(1, len(base.trace.consumed))
+        trimmed = after_warmup(blocks, block_warmup)
+        limits = machine_limits(trimmed, base.report)
+        if workers or base.default_workers is None:
+            counts: list[int | None] = list(workers) if workers else [None]
+            return predict(trimmed, self.framework, counts, options.max_depth, seed, base.unbuffered, limits.machine)
         predictions, _ = search_workers(
-            trimmed, framework, default_workers, limits.most, max_depth, seed, limits.machine, tolerance, unbuffered
+            trimmed,
+            self.framework,
+            base.default_workers,
+            limits.most,
+            options.max_depth,
+            seed,
+            limits.machine,
+            options.tolerance,
+            base.unbuffered,
         )
-    chosen_settings = pick_settings(predictions, default, tolerance, limit, candidates)
-    total = done + len(chosen_settings) * rounds
+        return predictions
 
-    trials: list[Trial] = []
-    for round_ in range(rounds):
-        # Each round starts one setting later, so no setting always runs first
-        # while the machine warms up.
-        shift = round_ % len(chosen_settings)
-        for settings in chosen_settings[shift:] + chosen_settings[:shift]:
-            _, report, rate = run_trial(factory, settings, framework, steps, warmup)
-            trials.append(trial_of(settings, framework, round_, report, rate))
-            tick(", ".join(f"{k}={v}" for k, v in settings.items()))
+    def interleave(self, chosen: list[dict[str, Any]]) -> None:
+        """The rounds of trials of the ``chosen`` settings, and the noise they measure."""
+        rounds = self.options.rounds
+        self.total = self.done + len(chosen) * rounds
+        for round_ in range(rounds):
+            # Each round starts one setting later, so no setting always runs first
+            # while the machine warms up.
+            shift = round_ % len(chosen)
+            for settings in chosen[shift:] + chosen[:shift]:
+                self.measure(settings, round_, _shown(settings))
+        self.noise = trial_noise(self.trials)
+        self.first = len(self.trials)
+        self.allowed = self.options.max_trials if self.options.max_trials is not None else 2 * self.first
 
-    summary = summarise(trials, default, predictions)
-    noise = trial_noise(trials)
-    allowed = max_trials if max_trials is not None else 2 * len(trials)
-    extra, first = rounds, len(trials)
-    while len(trials) + 2 <= allowed:
-        doubt = unsure(summary, tolerance, limit, noise, sure)
-        if doubt is None:
-            break
-        beside = weakest_reference(doubt, summary, tolerance, noise)
-        pair = [doubt.settings, beside.settings]
-        total = max(total, done + 2)
-        for settings in pair if extra % 2 else pair[::-1]:
-            _, report, rate = run_trial(factory, settings, framework, steps, warmup)
-            trials.append(trial_of(settings, framework, extra, report, rate))
-            tick("again: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
-        extra += 1
-        summary = summarise(trials, default, predictions)
-    margin = noise * math.sqrt(2 / rounds)
-    chosen = decide(summary, tolerance, limit, noise, sure)
-    return TuneResult(
-        framework=framework.name,
-        default_settings=default,
-        candidates=summary,
-        chosen=chosen,
-        predictions=predictions,
-        baseline=base_report,
-        tolerance=tolerance,
-        budget=limit,
-        trials=trials,
-        versions=dict(base_trace.meta.versions or {}),
-        margin=margin,
-        modelled_from=modelled,
-        noise=noise,
-        sure=sure,
-        max_trials=allowed,
-        extra_trials=len(trials) - first,
-        doubted=[] if chosen is None else unsettled(summary, chosen, tolerance, sure),
-    )
+    def measure_doubts(self, default: dict[str, Any], predictions: list[Predicted]) -> list[Candidate]:
+        """Pairs of trials more of a setting the trials are unsure of, beside the
+        one it is least sure to keep up with, while :attr:`allowed`; the candidates then."""
+        options = self.options
+        summary = summarise(self.trials, default, predictions)
+        extra = options.rounds
+        while len(self.trials) + 2 <= self.allowed:
+            doubt = unsure(summary, options.tolerance, options.limit, self.noise, options.sure)
+            if doubt is None:
+                break
+            beside = weakest_reference(doubt, summary, options.tolerance, self.noise)
+            pair = [doubt.settings, beside.settings]
+            self.total = max(self.total, self.done + 2)
+            for settings in pair if extra % 2 else pair[::-1]:
+                self.measure(settings, extra, "again: " + _shown(settings))
+            extra += 1
+            summary = summarise(self.trials, default, predictions)
+        return summary
+
+    def result(self, base: _Baseline, predictions: list[Predicted], summary: list[Candidate]) -> TuneResult:
+        """The decision over ``summary``, with everything measured and predicted."""
+        options = self.options
+        chosen = decide(summary, options.tolerance, options.limit, self.noise, options.sure)
+        return TuneResult(
+            framework=self.framework.name,
+            default_settings=base.default,
+            candidates=summary,
+            chosen=chosen,
+            predictions=predictions,
+            baseline=base.report,
+            tolerance=options.tolerance,
+            budget=options.limit,
+            trials=self.trials,
+            versions=dict(base.trace.meta.versions or {}),
+            margin=self.noise * math.sqrt(2 / options.rounds),
+            modelled_from=base.modelled,
+            noise=self.noise,
+            sure=options.sure,
+            max_trials=self.allowed,
+            extra_trials=len(self.trials) - self.first,
+            doubted=[] if chosen is None else unsettled(summary, chosen, options.tolerance, options.sure),
+        )
+
+
+def _shown(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items())

@@ -131,30 +131,7 @@ class Ray(Framework):
         prefetch = nonnegative_int(settings.get("prefetch_batches", 1), "prefetch_batches")
         concurrency = settings.get("concurrency")
         concurrency = cores.available() if concurrency is None else positive_int(concurrency, "concurrency")
-        given = [
-            name
-            for name in ("object_store_memory", "object_store_bytes", "ram_bytes")
-            if settings.get(name) is not None
-        ]
-        if len(given) > 1:
-            raise ValueError(
-                f"give one of object_store_memory, object_store_bytes, ram_bytes, not {' and '.join(given)}"
-            )
-        if not given:
-            raise ValueError(
-                "ray needs the object store: object_store_memory (Ray Data's budget), "
-                "object_store_bytes (the cluster's object store) or ram_bytes (one node's memory)"
-            )
-        store = ram = None
-        if given[0] == "object_store_memory":
-            budget = _ray_bytes(settings["object_store_memory"], "object_store_memory")
-        else:
-            if given[0] == "ram_bytes":
-                ram = _ray_bytes(settings["ram_bytes"], "ram_bytes")
-                store = ray_object_store_bytes(ram)
-            else:
-                store = _ray_bytes(settings["object_store_bytes"], "object_store_bytes")
-            budget = int(store * RAY_DATA_BUDGET_FRACTION)
+        budget, store, ram = _object_store(settings)
         if budget < batch_bytes:
             raise ValueError(
                 f"Ray Data's object store budget ({format_bytes(budget)}) is smaller than one batch "
@@ -170,17 +147,7 @@ class Ray(Framework):
         }
         bound = replace(self, block_bytes=batch_bytes, store_budget=0)
         held = bound.held(budget)
-        lines = [
-            (
-                "held ahead",
-                held,
-                f"budget // (2 x batch) = {format_bytes(budget)} // (2 x {format_bytes(batch_bytes)}): blocks Ray "
-                "holds in the object store (fetched ones included), stopped at half the budget by its "
-                f"downstream-capacity backpressure; the budget bounds them at {budget // batch_bytes}",
-            ),
-            ("being built", concurrency, f"{concurrency} map_batches task(s) at once, each building a block"),
-            ("prefetched", prefetch, f"prefetch_batches={prefetch}: batches iter_batches formats ahead in the driver"),
-        ]
+        lines = _read_ahead_lines(budget, batch_bytes, held, concurrency, prefetch)
         return resolved, lines, bound.depth(resolved)
 
     def check_job(self, model: Any, method: str) -> None:
@@ -192,6 +159,45 @@ class Ray(Framework):
     def factory_kwargs(self, settings: Settings) -> dict[str, Any]:
         # queuetune sets the budget and the prefetch itself; the factory may take concurrency
         return {k: v for k, v in settings.items() if k == "concurrency" and v is not None}
+
+
+def _object_store(settings: dict[str, Any]) -> tuple[int, int | None, int | None]:
+    """Ray Data's object-store budget from the one of its three settings given,
+    with the cluster's object store and the node's memory where they gave it."""
+    given = [
+        name for name in ("object_store_memory", "object_store_bytes", "ram_bytes") if settings.get(name) is not None
+    ]
+    if len(given) > 1:
+        raise ValueError(f"give one of object_store_memory, object_store_bytes, ram_bytes, not {' and '.join(given)}")
+    if not given:
+        raise ValueError(
+            "ray needs the object store: object_store_memory (Ray Data's budget), "
+            "object_store_bytes (the cluster's object store) or ram_bytes (one node's memory)"
+        )
+    if given[0] == "object_store_memory":
+        return _ray_bytes(settings["object_store_memory"], "object_store_memory"), None, None
+    ram = None
+    if given[0] == "ram_bytes":
+        ram = _ray_bytes(settings["ram_bytes"], "ram_bytes")
+        store = ray_object_store_bytes(ram)
+    else:
+        store = _ray_bytes(settings["object_store_bytes"], "object_store_bytes")
+    return int(store * RAY_DATA_BUDGET_FRACTION), store, ram
+
+
+def _read_ahead_lines(budget: int, batch_bytes: int, held: int, concurrency: int, prefetch: int) -> Lines:
+    """The blocks held in the object store, being built and prefetched, each with why."""
+    return [
+        (
+            "held ahead",
+            held,
+            f"budget // (2 x batch) = {format_bytes(budget)} // (2 x {format_bytes(batch_bytes)}): blocks Ray "
+            "holds in the object store (fetched ones included), stopped at half the budget by its "
+            f"downstream-capacity backpressure; the budget bounds them at {budget // batch_bytes}",
+        ),
+        ("being built", concurrency, f"{concurrency} map_batches task(s) at once, each building a block"),
+        ("prefetched", prefetch, f"prefetch_batches={prefetch}: batches iter_batches formats ahead in the driver"),
+    ]
 
 
 def _ray_bytes(value: Any, what: str) -> int:
