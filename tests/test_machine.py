@@ -132,6 +132,8 @@ def test_the_setting_offered_at_the_edge_of_what_the_machine_holds_says_so():
     assert "the most workers considered, as the machine's memory" in line.text()
 
 
+# 25 searches of the model take about 100 s on two busy cores: more than the suite's default limit.
+@pytest.mark.timeout(600)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     build=st.floats(0.005, 0.1),
