@@ -33,7 +33,7 @@ KNOWN: dict[str, int] = {
     "benchmark:benchmarks/soak.py": 394,
     "benchmark:benchmarks/tune_workloads.py": 525,
     "class:queuetune.prefetch.epoch.Epoch": 320,
-    "class:queuetune.prefetch.handle.Prefetcher": 453,
+    "class:queuetune.prefetch.handle.Prefetcher": 276,
     "class:queuetune.prefetch.schedule.Schedule": 411,
     "class:queuetune.prefetch.shm.pool.Pool": 317,
     "class:queuetune.prefetch.workers.processes.ProcessWorkers": 326,
@@ -44,18 +44,15 @@ KNOWN: dict[str, int] = {
     "function:queuetune.frameworks.ray.spec.Ray.read_ahead": 71,
     "function:queuetune.prefetch.adaptive.DepthController.observe": 73,
     "function:queuetune.prefetch.epoch.Epoch.run": 80,
-    "function:queuetune.prefetch.handle.Prefetcher.__init__": 73,
     "function:queuetune.prefetch.workers.processes.ProcessWorkers.__init__": 78,
     "function:queuetune.program.run_program": 71,
     "function:queuetune.render.explain.explain": 90,
     "function:queuetune.render.text.report_rows": 66,
     "function:queuetune.tune.recommend.recommend": 83,
     "function:queuetune.tune.tuner.tune": 152,
-    "methods:queuetune.prefetch.handle.Prefetcher": 23,
     "methods:queuetune.prefetch.schedule.Schedule": 24,
     "methods:queuetune.prefetch.shm.pool.Pool": 22,
     "methods:queuetune.prefetch.workers.processes.ProcessWorkers": 27,
-    "module:queuetune.prefetch.handle": 501,
 }
 
 
