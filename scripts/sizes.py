@@ -34,7 +34,7 @@ KNOWN: dict[str, int] = {
     "benchmark:benchmarks/tune_workloads.py": 525,
     "class:queuetune.prefetch.epoch.Epoch": 320,
     "class:queuetune.prefetch.handle.Prefetcher": 276,
-    "class:queuetune.prefetch.schedule.Schedule": 411,
+    "class:queuetune.prefetch.schedule.Schedule": 295,
     "class:queuetune.prefetch.shm.pool.Pool": 317,
     "class:queuetune.prefetch.workers.processes.ProcessWorkers": 326,
     "class:queuetune.record.recorder.Recorder": 259,
@@ -50,7 +50,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.render.text.report_rows": 66,
     "function:queuetune.tune.recommend.recommend": 83,
     "function:queuetune.tune.tuner.tune": 152,
-    "methods:queuetune.prefetch.schedule.Schedule": 24,
     "methods:queuetune.prefetch.shm.pool.Pool": 22,
     "methods:queuetune.prefetch.workers.processes.ProcessWorkers": 27,
 }

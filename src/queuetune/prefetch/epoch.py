@@ -229,9 +229,9 @@ class Epoch:
         step = statistics.median(steps) if steps else None
         # A stall leaves the workers idle while it lasts, even when
         # they were all busy when it was asked for.
-        stalled = schedule.stalled(step)
-        held_back = schedule.held_back(True)
-        idle = schedule.idle_workers()
+        stalled = schedule.stalls.stalled(step, schedule.building, schedule.tasks.values())
+        held_back = schedule.stalls.held_back(True)
+        idle = schedule.stalls.idle_workers()
         return schedule.controller.observe(
             True,
             seen.full,
