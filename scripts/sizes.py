@@ -42,7 +42,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.demo.run_demo": 96,
     "function:queuetune.estimate.memory.footprint": 74,
     "function:queuetune.frameworks.ray.spec.Ray.read_ahead": 71,
-    "function:queuetune.prefetch.adaptive.DepthController.observe": 73,
     "function:queuetune.prefetch.workers.processes.ProcessWorkers.__init__": 78,
     "function:queuetune.program.run_program": 71,
     "function:queuetune.render.explain.explain": 90,
