@@ -32,7 +32,6 @@ KNOWN: dict[str, int] = {
     "benchmark:benchmarks/short_epochs.py": 312,
     "benchmark:benchmarks/soak.py": 394,
     "benchmark:benchmarks/tune_workloads.py": 525,
-    "class:queuetune.prefetch.epoch.Epoch": 273,
     "class:queuetune.prefetch.handle.Prefetcher": 276,
     "class:queuetune.prefetch.schedule.Schedule": 295,
     "class:queuetune.prefetch.shm.pool.Pool": 317,

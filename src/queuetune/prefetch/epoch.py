@@ -85,8 +85,6 @@ class Epoch:
         # Run by the consumer as it leaves the epoch: set by the handle's close(),
         # which cannot close what a consumer reading in another thread still uses.
         self.on_leave: Callable[[], Any] | None = None
-        # Whether a worker has been asked to start what the depth allows and has not yet.
-        self._deferred = False
 
     @property
     def depth(self) -> int:
@@ -125,7 +123,7 @@ class Epoch:
                 got = clock()
                 with schedule.lock:
                     self.steering.decide(seen, step, asked, got)
-                    self._start_more()
+                    self.steering.start_more()
                 pooled = self._note(task, asked, got, pooled)
                 yield out.pop()
         except GeneratorExit:
@@ -175,30 +173,6 @@ class Epoch:
         if self.on_leave is not None:
             self.on_leave()
 
-    def _start_more(self) -> None:
-        """After a hand-over, with the lock held: start what the depth now allows,
-        on a worker where the workers can (see :meth:`_fill`), else here."""
-        schedule = self.schedule
-        if not schedule.can_start():
-            return
-        # A batch may start: no worker waits for the depth from now on.
-        schedule.end_hold()
-        if not self._deferred:
-            self._deferred = self.workers.defer(self._fill)
-            if not self._deferred:
-                schedule.fill()
-
-    def _fill(self) -> None:
-        """Start what the depth allows, on a thread of the workers' (see
-        :meth:`.Workers.defer`): the consumer goes back to its step sooner. On
-        the worker thread about to build it, the build begins after that step
-        did: begun just before it, a build as long as the step ends its wait as
-        the step does, and its work runs on the core where the consumer is
-        woken (``benchmarks/jittery_phase.py``)."""
-        with self.schedule.lock:
-            self._deferred = False
-            self.schedule.fill()
-
     def _next_task(self, deadline: float | None) -> tuple[Task, Seen] | None:
         """The task to hand over next, and what the request found before waiting."""
         schedule = self.schedule
@@ -207,7 +181,7 @@ class Epoch:
                 raise self._closed_error()
             if schedule.total is not None and schedule.delivered >= schedule.total:
                 return None
-            if self._deferred:  # the worker asked to start batches has not yet
+            if self.steering.deferred:  # the worker asked to start batches has not yet
                 schedule.fill()
             pending = schedule.next_up()
             if not pending:

@@ -1,6 +1,6 @@
 """The decisions one epoch makes on each of the consumer's requests
 (:class:`Steering`): the depth, from what the request saw, and with
-``workers="auto"`` how many workers build."""
+``workers="auto"`` how many workers build; then what the depth allows is started."""
 
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ class Steering:
         self.recorder = recorder
         self.crew = crew
         self.steps: deque[float] = deque(maxlen=STEP_WINDOW)
+        # Whether a worker has been asked to start what the depth allows and has not yet.
+        self.deferred = False
         self.idle_cores = IdleCores() if crew is not None else None
         if self.idle_cores is not None:
             self.idle_cores.read(clock())  # the first reading, which the first decision's is measured from
@@ -61,6 +63,30 @@ class Steering:
             self.recorder.mark("depth", changed)
         if changed is not None or controller.starting:
             schedule.idle.anew()
+
+    def start_more(self) -> None:
+        """After a hand-over, with the lock held: start what the depth now allows,
+        on a worker where the workers can (see :meth:`_fill`), else here."""
+        schedule = self.schedule
+        if not schedule.can_start():
+            return
+        # A batch may start: no worker waits for the depth from now on.
+        schedule.end_hold()
+        if not self.deferred:
+            self.deferred = schedule.workers.defer(self._fill)
+            if not self.deferred:
+                schedule.fill()
+
+    def _fill(self) -> None:
+        """Start what the depth allows, on a thread of the workers' (see
+        :meth:`.Workers.defer`): the consumer goes back to its step sooner. On
+        the worker thread about to build it, the build begins after that step
+        did: begun just before it, a build as long as the step ends its wait as
+        the step does, and its work runs on the core where the consumer is
+        woken (``benchmarks/jittery_phase.py``)."""
+        with self.schedule.lock:
+            self.deferred = False
+            self.schedule.fill()
 
     def _staff(self, seen: Seen, step: float | None, asked: float, got: float) -> None:
         """The worker controller's decision on a request."""
