@@ -33,7 +33,6 @@ KNOWN: dict[str, int] = {
     "benchmark:benchmarks/soak.py": 394,
     "benchmark:benchmarks/tune_workloads.py": 525,
     "class:queuetune.prefetch.handle.Prefetcher": 276,
-    "class:queuetune.prefetch.schedule.Schedule": 295,
     "class:queuetune.prefetch.shm.pool.Pool": 317,
     "class:queuetune.prefetch.workers.processes.ProcessWorkers": 326,
     "class:queuetune.record.recorder.Recorder": 259,

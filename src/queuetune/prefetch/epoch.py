@@ -15,6 +15,7 @@ from .adaptive import DepthController
 from .config import BatchSizes, EpochConfig
 from .crew import WorkerController
 from .errors import PrefetcherClosed
+from .request import next_up, seen
 from .resume import Progress
 from .schedule import Schedule
 from .steering import Steering
@@ -183,7 +184,7 @@ class Epoch:
                 return None
             if self.steering.deferred:  # the worker asked to start batches has not yet
                 schedule.fill()
-            pending = schedule.next_up()
+            pending = next_up(schedule)
             if not pending:
                 if schedule.error is not None:
                     raise schedule.error
@@ -192,10 +193,10 @@ class Epoch:
                 raise RuntimeError("prefetcher has nothing to wait for before the end of the epoch")
             for task in pending:
                 if task.settled:
-                    return task, schedule.seen(waited=False)
-            seen = schedule.seen(waited=True)
+                    return task, seen(schedule, waited=False)
+            found = seen(schedule, waited=True)
             schedule.idle.consumer_waits(True)
-        return self._wait(pending, deadline), seen
+        return self._wait(pending, deadline), found
 
     def _wait(self, pending: list[Task], deadline: float | None) -> Task:
         """Wait until one of ``pending`` is built; a stop, the ``deadline`` (the

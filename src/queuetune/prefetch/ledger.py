@@ -4,11 +4,19 @@ whether one more fits the budget."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import math
+
 from ..common.units import format_bytes
 from .config import BatchSizes
 from .errors import BudgetExceeded
 from .task import Task
 from .workers import Workers
+
+# A batch's size guessed from one sample is reserved this much larger, and this
+# many bytes more: room for what joining the samples adds.
+GUESS_MARGIN = 1.25
+GUESS_SLACK = 4096
 
 
 class ByteLedger:
@@ -50,6 +58,18 @@ class ByteLedger:
         """``task``, started, is reserved ``reserved`` bytes from now (a guess of its size)."""
         self.reserved += reserved - task.reserved
         task.reserved = reserved
+
+    def guessed(self, first: Task, future: cf.Future[int]) -> None:
+        """The bytes of a sample of ``first`` (the first batch) a worker measured:
+        the batches' size guessed from it, to which ``first`` is held too where it
+        is still building. Failed or cancelled, or with a size known meanwhile,
+        nothing: the first batch's own build says what went wrong, if anything."""
+        if future.cancelled() or future.exception() is not None or self.sizes.known:
+            return
+        guess = math.ceil(future.result() * GUESS_MARGIN) + GUESS_SLACK
+        self.sizes.guess = guess
+        if not first.settled:
+            self.reserve_as(first, guess)
 
     def settle(self, task: Task) -> None:
         """``task``'s build is over (or never began): its reservation leaves the account."""

@@ -1,11 +1,10 @@
 """One epoch's batches under way: which to start next within the depth and the
-byte budget, the account of their bytes, and what the consumer's requests see."""
+byte budget, and what becomes of each as its build settles and it is handed over."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
-import math
 import threading
 from typing import Any
 
@@ -16,13 +15,8 @@ from .config import STEP_WINDOW, BatchSizes, EpochConfig
 from .idle import IdleAccount
 from .ledger import ByteLedger
 from .stalls import Stalls
-from .task import Seen, Task
+from .task import Task
 from .workers import END, Workers
-
-# A batch's size guessed from one sample is reserved this much larger, and this
-# many bytes more: room for what joining the samples adds.
-GUESS_MARGIN = 1.25
-GUESS_SLACK = 4096
 
 
 def depth_controller(config: EpochConfig) -> DepthController:
@@ -43,17 +37,16 @@ def depth_controller(config: EpochConfig) -> DepthController:
 class Schedule:
     """The batches of one epoch under way, within the depth and a budget in bytes.
 
-    Before a batch is started, room for it is reserved in the budget's account
-    (``ledger``, a :class:`.ByteLedger`); until a size is known the first batch
-    is built alone to learn it. A batch starts only where a worker is free for
-    it (``workers.gate``), so that it is reserved as the batches are as it
-    starts, and only where the workers' own memory has room for it too
-    (:meth:`.Workers.make_room`). One with none under way always starts, so
-    that the consumer gets its next batch whatever it holds. A batch larger
-    than ``max_bytes`` by itself is a :class:`.BudgetExceeded` kept in
-    ``error`` for the consumer. ``build_clock`` times the builds, ``idle``
-    counts the workers idle for the depth alone, and ``stalls`` (a
-    :class:`.Stalls`) says what the consumer's waits tell the depth controller.
+    Before a batch is started, room for it is reserved in the byte budget's
+    account (``ledger``, a :class:`.ByteLedger`); until a size is known the
+    first batch is built alone to learn it. A batch starts only where a worker
+    is free for it (``workers.gate``), so that it is reserved as the batches are
+    as it starts, and only where the workers' own memory has room for it too
+    (:meth:`.Workers.make_room`); one with none under way always starts, so that
+    the consumer gets its next batch whatever it holds. A batch too large for
+    the budget by itself is an ``error`` kept for the consumer. ``build_clock``
+    times the builds, ``idle`` counts the workers idle for the depth alone, and
+    ``stalls`` says what the consumer's waits tell the depth controller.
 
     ``plan``: what each batch is made of, or None for a plain iterable (read
     until its workers return :data:`.END`). The state is read and changed with
@@ -87,8 +80,7 @@ class Schedule:
         self.config = config
         self.workers = workers
         self.sizes = sizes
-        # Re-entrant: a future that is already done runs its callback at once,
-        # in the thread that adds it, which holds the lock.
+        # Re-entrant: a future already done runs its callback at once, in the thread adding it, which holds it.
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.controller = controller or depth_controller(config)
@@ -108,8 +100,6 @@ class Schedule:
         self.error: BaseException | None = None
         self.stopped = False
         self.exhausted = False
-
-    # --- starting batches ----------------------------------------------------------------
 
     def fill(self) -> None:
         """Start batches while the depth and the byte budget allow."""
@@ -151,21 +141,15 @@ class Schedule:
         if not self.config.guess or not isinstance(first.indices, list) or not first.indices:
             return False
         future = self.workers.guess(first.indices[0])
-        if future is None:
-            return False
-        future.add_done_callback(functools.partial(self._guessed, first, start))
-        return True
+        if future is not None:
+            future.add_done_callback(functools.partial(self._guessed, first, start))
+        return future is not None
 
     def _guessed(self, first: Task, start: bool, future: cf.Future[int]) -> None:
         with self.lock:
             if self.stopped:
                 return
-            # Failed or cancelled: the first batch's own build says what went wrong, if anything.
-            if not future.cancelled() and future.exception() is None and not self.sizes.known:
-                guess = math.ceil(future.result() * GUESS_MARGIN) + GUESS_SLACK
-                self.sizes.guess = guess
-                if not first.settled:  # the first batch is held to the guess too
-                    self.ledger.reserve_as(first, guess)
+            self.ledger.guessed(first, future)
             if start:
                 first.submitted_at = clock()
                 if not self._start(first):
@@ -174,8 +158,7 @@ class Schedule:
                 self.fill()
 
     def _unstarted(self, task: Task, exc: Exception) -> None:
-        """A batch that could not be started fails as its build would have: the
-        consumer gets ``exc`` when it comes to that batch."""
+        """A batch not started fails as its build would have: the consumer gets ``exc`` when it comes to it."""
         task.future = None
         task.failure = exc
         task.settled = True
@@ -204,8 +187,7 @@ class Schedule:
 
     def _budget_has_room(self) -> bool:
         """Whether the budget has room for one more batch (see :meth:`.ByteLedger.room`);
-        with none under way there always is, so that the consumer gets its next
-        batch whatever it holds meanwhile."""
+        with none under way there always is (see the class's text)."""
         return self.submitted == self.delivered or self.ledger.room(self.workers)
 
     def _can_start_but_for_depth(self) -> bool:
@@ -228,8 +210,6 @@ class Schedule:
                 left = self.workers.count if self.total is None else self.total - self.submitted
                 idle = max(0, min(self.workers.count - self.building, left))
         self.idle.recount(idle)
-
-    # --- the byte account ----------------------------------------------------------------
 
     def _built(self, task: Task, future: cf.Future[Any]) -> None:
         with self.lock:
@@ -304,34 +284,3 @@ class Schedule:
         """Forget every batch (the epoch is stopped and its workers are gone)."""
         self.tasks.clear()
         self.ledger.clear()
-
-    # --- what the consumer's requests see ------------------------------------------------
-
-    def next_up(self) -> list[Task]:
-        """The batches one of which the consumer takes next: the next in order, or
-        with ``ordered=False`` every one started and not taken."""
-        if self.config.ordered:
-            task = self.tasks.get(self.delivered)
-            return [] if task is None else [task]
-        return [t for t in self.tasks.values() if not t.taken]
-
-    def seen(self, waited: bool) -> Seen:
-        """What a request finds, for the depth controller; ``waited``: the batch it
-        takes is not built yet. A request that did not wait cannot deepen: what
-        only deepening needs (``can_grow``, ``limit``) is not worked out for it."""
-        full = self.ledger.ready >= self.controller.depth
-        # Depth helps only while a worker sits idle for the lack of it, not
-        # for the lack of batches left to start (the epoch's end).
-        left = not self.exhausted and (self.total is None or self.submitted < self.total)
-        if not waited:
-            return Seen(False, full, can_grow=False, limit=None, left=left)
-        busy = self.building >= self.workers.count
-        return Seen(
-            waited=waited,
-            full=full,
-            can_grow=not busy and left,
-            # Before the first batch is built its size is unknown: no deeper yet.
-            limit=self.ledger.limit(),
-            all_busy=busy,
-            left=left,
-        )
