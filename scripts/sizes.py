@@ -32,7 +32,7 @@ KNOWN: dict[str, int] = {
     "benchmark:benchmarks/short_epochs.py": 312,
     "benchmark:benchmarks/soak.py": 394,
     "benchmark:benchmarks/tune_workloads.py": 525,
-    "class:queuetune.prefetch.handle.Prefetcher": 276,
+    "class:queuetune.prefetch.handle.Prefetcher": 271,
     "class:queuetune.prefetch.shm.pool.Pool": 317,
     "class:queuetune.prefetch.workers.processes.ProcessWorkers": 326,
     "class:queuetune.record.recorder.Recorder": 259,

@@ -7,7 +7,6 @@ import dataclasses
 import multiprocessing.context
 import os
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +16,9 @@ from ..record.trace import Trace
 from . import faults
 from .config import BatchSizes
 from .epoch import Epoch, refuse_second_reader
-from .kept import Kept, close_all
+from .kept import Kept
 from .options import PrefetchOptions, source_length
-from .place import Place, refuse_iterable
+from .place import Place
 from .recording import prefetcher_recorder
 
 if TYPE_CHECKING:
@@ -167,8 +166,7 @@ class Prefetcher:
         self._epoch: Epoch | None = None
         self._closed = False
         self._lock = threading.RLock()  # held while an epoch is made, replaced or stopped: one at a time
-        kept = self._kept
-        self._finalizer = weakref.finalize(self, close_all, self.recorder, os.getpid(), kept.pools, kept.workers)
+        self._finalizer = self._kept.finalizer(self)
 
     @property
     def source(self) -> Any:
@@ -213,8 +211,6 @@ class Prefetcher:
         ...     [int(b[0]) for b in resumed] == rest
         True
         """
-        if not self._indexable:
-            refuse_iterable(self._source)
         state = self._place.state(self.options, self._source)
         self.recorder.checkpoint()
         return state
@@ -234,8 +230,6 @@ class Prefetcher:
         ValueError: the state is of a source of 8 items, and this one has 9: resume over the same source
         >>> p.close()
         """
-        if not self._indexable:
-            refuse_iterable(self._source)
         progress, seed = Place.read(state, self.options, self._source)
         with self._lock:
             if self._epoch is not None and self._epoch.running:

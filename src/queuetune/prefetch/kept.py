@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import weakref
 from typing import Any
 
 from ..common import cores
@@ -62,6 +63,10 @@ class Kept:
     def depth(self) -> int:
         """The depth the last epoch ended with (before the first, the depth to start at)."""
         return self.options.depth if self.controller is None else self.controller.depth
+
+    def finalizer(self, owner: object) -> weakref.finalize[..., object]:
+        """What lets go of these workers, their pools and the recorder once ``owner`` is gone, or when called."""
+        return weakref.finalize(owner, close_all, self.recorder, os.getpid(), self.pools, self.workers)
 
     def release(self) -> None:
         """Stop the workers kept from one epoch to the next."""

@@ -19,7 +19,7 @@ def shape_of(options: PrefetchOptions, source: Any) -> Shape:
 
 
 def refuse_iterable(source: Any) -> None:
-    """A Prefetcher over a plain iterable cannot be resumed: the error that says so."""
+    """Raise the error that says a Prefetcher over a plain iterable cannot be resumed."""
     raise TypeError(
         f"a Prefetcher over a plain iterable ({type(source).__name__}) cannot be resumed: "
         "it can only read its iterator again; give an indexable dataset (__getitem__ and __len__)"
@@ -59,14 +59,20 @@ class Place:
         return [plan[i] for i in left], Handed(progress, left)
 
     def state(self, options: PrefetchOptions, source: Any) -> dict[str, Any]:
-        """The state to resume from where this stands (see :func:`.resume.state_of`)."""
+        """The state to resume from where this stands (see :func:`.resume.state_of`);
+        over a plain iterable, a ``TypeError``: it cannot be resumed."""
+        if not options.indexable:
+            refuse_iterable(source)
         progress = self.resumed or self.progress
         return state_of(progress, self.next_epoch, options.seed, shape_of(options, source))
 
     @staticmethod
     def read(state: dict[str, Any], options: PrefetchOptions, source: Any) -> tuple[Progress, int]:
         """The epoch to resume from ``state`` and the seed of its order; a state of
-        another source, or with batches past an epoch of this one, is a ``ValueError``."""
+        another source, or with batches past an epoch of this one, is a ``ValueError``
+        (and any state, over a plain iterable, a ``TypeError``)."""
+        if not options.indexable:
+            refuse_iterable(source)
         epoch, done, also, seed = read_state(state, shape_of(options, source))
         batches = options.batches(source_length(source))
         if done > batches or any(i >= batches for i in also):
