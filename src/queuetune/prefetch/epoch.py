@@ -1,5 +1,6 @@
 """One epoch of a prefetcher: the consumer's loop over the batches a :class:`.Schedule`
-keeps under way, the depth decisions it makes, and how the epoch stops."""
+keeps under way, with the decisions a :class:`.Steering` makes on each request,
+and how the epoch stops."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The prefetcher's handle, :class:`Prefetcher`: its settings, the plan of each
-epoch, and what outlives an epoch (the trace, the sizes of batches seen)."""
+"""The prefetcher's handle, :class:`Prefetcher`: its settings, each epoch begun,
+and what outlives an epoch (the trace, the sizes of batches seen, where it stands
+among its epochs, the workers it keeps)."""
 
 from __future__ import annotations
 
