@@ -23,19 +23,11 @@ LIMITS = {"module": 500, "class": 250, "methods": 20, "function": 60, "benchmark
 
 #: Units over their limit, by name, with the size each had when it was listed (lines, or methods).
 KNOWN: dict[str, int] = {
-    "class:queuetune.prefetch.epoch.Epoch": 320,
-    "class:queuetune.prefetch.handle.Prefetcher": 453,
-    "class:queuetune.prefetch.schedule.Schedule": 411,
+    "class:queuetune.prefetch.handle.Prefetcher": 271,
     "function:queuetune.analysis.report.analyze": 95,
     "function:queuetune.demo.run_demo": 96,
-    "function:queuetune.prefetch.adaptive.DepthController.observe": 73,
-    "function:queuetune.prefetch.epoch.Epoch.run": 80,
-    "function:queuetune.prefetch.handle.Prefetcher.__init__": 73,
     "function:queuetune.render.explain.explain": 90,
     "function:queuetune.render.text.report_rows": 66,
-    "methods:queuetune.prefetch.handle.Prefetcher": 23,
-    "methods:queuetune.prefetch.schedule.Schedule": 24,
-    "module:queuetune.prefetch.handle": 501,
 }
 
 

@@ -188,17 +188,17 @@ def test_time_a_worker_sits_idle_for_the_depth_alone_counts_once_it_reaches_half
         assert schedule.wait_for([schedule.tasks[0]], 10) is not None
         # built, not taken, and batch 1 not started for the depth alone: a worker sits idle,
         # for less than half a build (1 s) so far
-        assert schedule.held_back_since is not None
-        assert schedule.held_back(waited=True) is False
+        assert schedule.stalls.held_back_since is not None
+        assert schedule.stalls.held_back(waited=True) is False
         time.sleep(0.6)
-        assert schedule.held_back(waited=False) is False  # only a wait asks
-        assert schedule.held_back(waited=True) is True
-        assert schedule.held_back(waited=True) is False  # counted from the last wait
+        assert schedule.stalls.held_back(waited=False) is False  # only a wait asks
+        assert schedule.stalls.held_back(waited=True) is True
+        assert schedule.stalls.held_back(waited=True) is False  # counted from the last wait
         budget = started(
             EpochConfig(max_bytes=150, depth=1, max_depth=8, ordered=True, timeout=None), workers, sizes, schedules
         )
         assert budget.wait_for([budget.tasks[0]], 10) is not None
-        assert budget.held_back_since is None  # held back by the budget, which more depth cannot help
+        assert budget.stalls.held_back_since is None  # held back by the budget, which more depth cannot help
     finally:
         for each in schedules:
             each.stopped = True
@@ -329,7 +329,7 @@ def test_the_schedule_adds_up_the_worker_seconds_idle_for_the_depth_alone_while_
             time.sleep(0.3)
             idle, _ = schedule.idle.worker_seconds()
             assert idle >= 2 * 0.3  # counted for each worker, not once
-            assert schedule.idle_workers() == (2 if ordered else None)
+            assert schedule.stalls.idle_workers() == (2 if ordered else None)
             schedule.idle.anew()
             assert schedule.idle.worker_seconds()[0] < idle
             release.set()

@@ -717,12 +717,15 @@ def test_a_batch_above_the_guess_or_any_before_is_held_and_no_batch_starts_until
         config = EpochConfig(max_bytes=10_000, depth=4, max_depth=4, ordered=True, timeout=None, guess=True)
         schedule = Schedule(config, [[0], [1], [2]], workers, BatchSizes(guess=3000))
         schedule.submitted = 2
-        schedule.held, schedule.reserved = 8000, 3000  # the first batch built, one more started on the guess
-        assert schedule._budget_fault(Task(0, [0], reserved=3000), 8000) is None  # larger than guessed: held
+        schedule.ledger.held, schedule.ledger.reserved = (
+            8000,
+            3000,
+        )  # the first batch built, one more started on the guess
+        assert schedule.ledger.fault(Task(0, [0], reserved=3000), 8000) is None  # larger than guessed: held
         assert not schedule.can_start()  # 8,000 + 3,000 in flight: no room for one more
         schedule.sizes.learn(8000)
-        assert schedule._budget_fault(Task(1, [1], reserved=8000), 9000) is None
-        fault = schedule._budget_fault(Task(2, [2], reserved=8000), 10_001)
+        assert schedule.ledger.fault(Task(1, [1], reserved=8000), 9000) is None
+        fault = schedule.ledger.fault(Task(2, [2], reserved=8000), 10_001)
         assert fault is not None and str(fault).startswith("batch 2 of the epoch: 9.8 KiB (10001 bytes) does not fit")
     finally:
         workers.shutdown(wait=True, unclaimed=[])

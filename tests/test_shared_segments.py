@@ -907,7 +907,7 @@ def test_workers_give_back_what_their_allocators_keep_between_epochs():
         pytest.skip("not glibc: nothing to give back")
     with Prefetcher(Churning(), mode="process", workers=2, max_bytes="16MiB", sample_memory=False) as p:
         assert [int(b[0]) for b in p] == [0, 1, 2, 3]
-        workers = p._kept[0]
+        workers = p._kept.workers[0]
         deadline = time.monotonic() + 30
         while workers.processes.handed_back < 32 << 20 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -284,7 +284,7 @@ def test_a_setting_name_outside_its_folder_would_be_found():
     assert setting_homes()["num_workers"] == {"queuetune.frameworks.torch"}
     # The Prefetcher's own setting, were it a toy framework's: named outside the toy's folder.
     found = settings_outside_their_folders({"max_bytes": {"queuetune.frameworks.toy"}})
-    assert any(f.startswith("queuetune/prefetch/handle.py:") and f.endswith("'max_bytes'") for f in found)
+    assert any(f.startswith("queuetune/prefetch/recording.py:") and f.endswith("'max_bytes'") for f in found)
 
 
 def test_each_frameworks_setting_names_stay_in_its_folder():

@@ -78,7 +78,7 @@ def test_a_named_prefetcher_keeps_its_workers_for_the_next_epoch():
     loader = Prefetcher(Numbered(), max_bytes="32MiB", mode="thread", workers=2)
     assert [float(b[0]) for b in loader] == [float(i) for i in range(N)]
     gc.collect()
-    assert loader._kept and loader._kept[0].usable()
+    assert loader._kept.workers and loader._kept.workers[0].usable()
     assert [float(b[0]) for b in loader] == [float(i) for i in range(N)]
     loader.close()
     assert_nothing_left_running()

@@ -32,7 +32,7 @@ def prefetcher(value: float, workers: int, method: str | None = None) -> Prefetc
 
 
 def workers_of(p: Prefetcher) -> list[int]:
-    return sorted(p._kept[0].processes.known)  # type: ignore[attr-defined]
+    return sorted(p._kept.workers[0].processes.known)  # type: ignore[attr-defined]
 
 
 @pytest.mark.timeout(60)
@@ -44,13 +44,13 @@ def test_the_warden_runs_while_a_prefetcher_does_and_a_close_leaves_nothing_told
         next(iter(first))
         watcher = warden.pid()
         assert watcher in children()
-        assert warden.guarded() == {first._pools[0]: workers_of(first)}
+        assert warden.guarded() == {first._kept.pools[0]: workers_of(first)}
         assert len(workers_of(first)) == 2
         next(iter(second))
         assert warden.pid() == watcher  # one warden for the process
-        assert warden.guarded() == {first._pools[0]: workers_of(first), second._pools[0]: workers_of(second)}
+        assert warden.guarded() == {first._kept.pools[0]: workers_of(first), second._kept.pools[0]: workers_of(second)}
         first.close()
-        assert warden.guarded() == {second._pools[0]: workers_of(second)} and warden.pid() == watcher
+        assert warden.guarded() == {second._kept.pools[0]: workers_of(second)} and warden.pid() == watcher
     finally:
         first.close()
         second.close()
@@ -72,7 +72,7 @@ def test_a_warden_killed_meanwhile_is_started_again_and_told_everything():
             time.sleep(0.01)
         next(iter(second))  # tells the warden of a new pool: the write fails, a new warden gets both
         assert warden.pid() not in (None, killed.pid)
-        assert warden.guarded() == {first._pools[0]: workers_of(first), second._pools[0]: workers_of(second)}
+        assert warden.guarded() == {first._kept.pools[0]: workers_of(first), second._kept.pools[0]: workers_of(second)}
         assert not killed.is_running()  # reaped
     finally:
         first.close()

@@ -18,13 +18,13 @@ class DepthController:
       not ready: one deeper.
     - A wait while fewer batches are under way than the workers need (``needed``:
       the batches being built to keep pace with the consumer, plus the one it
-      takes next; see :meth:`.Schedule.needed`): at once to that depth. So a batch
+      takes next; see :meth:`.BuildClock.needed`): at once to that depth. So a batch
       that takes hundreds of milliseconds to build against steps of a few does
       not take a dozen waits per worker to reach.
     - A wait after workers sat idle for the depth alone for half a build or more
-      since the last wait (``lost``; see :meth:`.Schedule.held_back`): deeper by
+      since the last wait (``lost``; see :meth:`.Stalls.held_back`): deeper by
       the batches the wait left the consumer short of (``short``, at least one;
-      see :meth:`.Schedule.short`). A consumer whose steps come in bursts drains
+      see :meth:`.BuildClock.short`). A consumer whose steps come in bursts drains
       what a deeper queue would have built meanwhile. Not in the first ``start``
       requests: the workers' first builds end unevenly (threads starting, pages
       touched for the first time), so a worker idle then is the start's, not a
@@ -36,7 +36,7 @@ class DepthController:
     - A wait while workers sat idle for the depth alone, as the consumer
       waited, for more than a share of their time (``idle``: how many sat so
       at once, given where that share is over 2 %; see
-      :meth:`.Schedule.idle_workers`), where the consumer's waits take more
+      :meth:`.Stalls.idle_workers`), where the consumer's waits take more
       than ``bound`` of its time (over about the last ``memory`` requests,
       each weighed by its seconds, an epoch's first wait left out: it waits
       for the workers, so their idle time is throughput lost): deeper by that
@@ -149,15 +149,7 @@ class DepthController:
         self._seen += 1
         lost = lost and self._requests > self.start
         if now is not None:
-            if self._now is not None and now > self._now:
-                keep = 1 - 1 / self.memory
-                self._waited = self._waited * keep + (min(spent or 0.0, now - self._now) if waited else 0.0)
-                self._lasted = self._lasted * keep + (now - self._now)
-            self._now = now
-            if self._since is None:
-                self._since = now - (spent or 0.0)
-            if waited and spent is not None:
-                self._spent += spent
+            self._clock(waited, spent, now)
         # Workers idle for the depth alone cost throughput where the consumer waits for them.
         if self._seen <= self.start or (now is not None and self._waited <= self.bound * self._lasted):
             idle = None
@@ -172,14 +164,7 @@ class DepthController:
             top = self.max_depth if limit is None else min(self.max_depth, limit)
             if not (can_grow or idle) or self.depth >= top:
                 return None
-            if wait is not None and step is not None and step > 0 and wait >= self.long_wait * step:
-                return self._set(min(top, self.depth + math.ceil(wait / step)))
-            if needed is not None and needed > self.depth:
-                return self._set(min(top, needed))
-            if (lost or idle or sum(self._recent) >= self.grow_after) and self._costly(spent, now):
-                more = max(1, math.ceil(short)) if lost and short is not None else 1
-                return self._set(min(top, self.depth + max(more, idle or 0)))
-            return None
+            return self._deeper(top, wait, step, needed, lost, short, idle, spent, now)
         self._calm = self._calm + 1 if full else 0
         if self._calm >= self.shrink_after and self.depth > self.floor:
             self._since_shrink = 0
@@ -212,6 +197,41 @@ class DepthController:
         self._spent = 0.0
         self._since_shrink = None
         self._requests = 0
+
+    def _clock(self, waited: bool, spent: float | None, now: float) -> None:
+        """Note the time of a request, ``now``, which waited ``spent`` seconds if it ``waited``."""
+        if self._now is not None and now > self._now:
+            keep = 1 - 1 / self.memory
+            self._waited = self._waited * keep + (min(spent or 0.0, now - self._now) if waited else 0.0)
+            self._lasted = self._lasted * keep + (now - self._now)
+        self._now = now
+        if self._since is None:
+            self._since = now - (spent or 0.0)
+        if waited and spent is not None:
+            self._spent += spent
+
+    def _deeper(
+        self,
+        top: int,
+        wait: float | None,
+        step: float | None,
+        needed: int | None,
+        lost: bool,
+        short: float | None,
+        idle: int | None,
+        spent: float | None,
+        now: float | None,
+    ) -> int | None:
+        """The depth after a wait that deepening can help, up to ``top``, by the
+        rules for waits (see the class's text and :meth:`observe`), or None."""
+        if wait is not None and step is not None and step > 0 and wait >= self.long_wait * step:
+            return self._set(min(top, self.depth + math.ceil(wait / step)))
+        if needed is not None and needed > self.depth:
+            return self._set(min(top, needed))
+        if (lost or idle or sum(self._recent) >= self.grow_after) and self._costly(spent, now):
+            more = max(1, math.ceil(short)) if lost and short is not None else 1
+            return self._set(min(top, self.depth + max(more, idle or 0)))
+        return None
 
     def _costly(self, spent: float | None, now: float | None) -> bool:
         """Whether the waits since the depth last changed, this one included, cost

@@ -1,25 +1,25 @@
 """One epoch of a prefetcher: the consumer's loop over the batches a :class:`.Schedule`
-keeps under way, the depth decisions it makes, and how the epoch stops."""
+keeps under way, with the decisions a :class:`.Steering` makes on each request,
+and how the epoch stops."""
 
 from __future__ import annotations
 
 import os
-import statistics
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..common.cores import IdleCores
 from ..record.recorder import Recorder, clock
 from . import faults
 from .adaptive import DepthController
-from .config import STEP_WINDOW, BatchSizes, EpochConfig
-from .crew import Facts, WorkerController
+from .config import BatchSizes, EpochConfig
+from .crew import WorkerController
 from .errors import PrefetcherClosed
+from .request import next_up, seen
 from .resume import Progress
 from .schedule import Schedule
+from .steering import Steering
 from .task import Seen, Task
 from .workers import END, Workers
 
@@ -76,9 +76,7 @@ class Epoch:
         self.schedule = Schedule(config, plan, workers, sizes, controller)
         # With workers="auto" (elastic workers): who decides how many build at once.
         self.crew = crew
-        self.idle_cores = IdleCores() if crew is not None else None
-        if self.idle_cores is not None:
-            self.idle_cores.read(clock())  # the first reading, which the first decision's is measured from
+        self.steering = Steering(self.schedule, recorder, crew)
         self.reason = ""
         # The process the epoch belongs to: a forked child that inherits it must not read it.
         self.pid = os.getpid()
@@ -89,8 +87,6 @@ class Epoch:
         # Run by the consumer as it leaves the epoch: set by the handle's close(),
         # which cannot close what a consumer reading in another thread still uses.
         self.on_leave: Callable[[], Any] | None = None
-        # Whether a worker has been asked to start what the depth allows and has not yet.
-        self._deferred = False
 
     @property
     def depth(self) -> int:
@@ -102,28 +98,18 @@ class Epoch:
         (the prefetcher) is kept alive while the loop is: a loop over a
         prefetcher it alone holds (``for b in Prefetcher(...)``) ends it as the
         loop ends or is dropped, not before."""
-        recorder = self.recorder
         schedule = self.schedule
-        self.consumer = threading.get_ident()
-        self.thread = threading.current_thread()
-        self.running = True
         abandoned = False
-        recorder.run_begin()
-        recorder.mark("depth", schedule.controller.depth)
-        if self.crew is not None:
-            recorder.mark("workers", self.workers.count)
+        self._begin()
         try:
             with schedule.lock:
                 schedule.fill()
-            steps: deque[float] = deque(maxlen=STEP_WINDOW)
             got = None
             pooled: int | None = None
             while True:
                 if os.getpid() != self.pid:
                     raise faults.forked(self.pid)
                 asked = clock()
-                if got is not None:
-                    steps.append(asked - got)
                 timeout = self.config.timeout
                 deadline = None if timeout is None else asked + timeout
                 found = self._next_task(deadline)
@@ -138,115 +124,56 @@ class Epoch:
                 step = None if got is None else asked - got
                 got = clock()
                 with schedule.lock:
-                    if self.crew is not None:
-                        self._staff(seen, step, asked, got)
-                    if seen.waited:
-                        changed = self._deepen(seen, asked, got, steps)
-                    else:
-                        changed = schedule.controller.observe(False, seen.full, now=got)
-                    if changed is not None:
-                        recorder.mark("depth", changed)
-                    if changed is not None or schedule.controller.starting:
-                        schedule.idle.anew()
-                    self._start_more()
-                samples = task.indices if isinstance(task.indices, list) else None
-                recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
-                if self.handed is not None:
-                    self.handed.progress.handed(self.handed.positions[task.position])
-                pool = self.workers.pool_bytes()
-                if pool is not None and pool != pooled:
-                    recorder.mark("pool", pool)
-                    pooled = pool
+                    self.steering.decide(seen, step, asked, got)
+                    self.steering.start_more()
+                pooled = self._note(task, asked, got, pooled)
                 yield out.pop()
         except GeneratorExit:
             raise
         except BaseException as exc:
-            recorder.error(exc)
+            self.recorder.error(exc)
             abandoned = True
             raise
         finally:
-            # After a fault, do not wait for builds still running in worker threads,
-            # and let the workers go (a build may hang, a process may be gone);
-            # an epoch read to its end or left (break) keeps them for the next.
-            # A forked child touches nothing of its parent's.
-            if os.getpid() == self.pid:
-                if self.handed is not None:
-                    self.handed.progress.ended = True
-                self.stop("the epoch ended", wait=not abandoned, release=abandoned)
-                recorder.run_end()
-                self.running = False
-                if self.on_leave is not None:
-                    self.on_leave()
+            self._leave(abandoned)
 
-    def _start_more(self) -> None:
-        """After a hand-over, with the lock held: start what the depth now allows,
-        on a worker where the workers can (see :meth:`_fill`), else here."""
-        schedule = self.schedule
-        if not schedule.can_start():
+    def _begin(self) -> None:
+        """The consumer begins reading in this thread."""
+        self.consumer = threading.get_ident()
+        self.thread = threading.current_thread()
+        self.running = True
+        self.recorder.run_begin()
+        self.recorder.mark("depth", self.schedule.controller.depth)
+        if self.crew is not None:
+            self.recorder.mark("workers", self.workers.count)
+
+    def _note(self, task: Task, asked: float, got: float, pooled: int | None) -> int | None:
+        """Record ``task``'s hand-over, asked for at ``asked`` and handed at ``got``,
+        and the workers' pool where it changed from ``pooled``; the pool's bytes now."""
+        samples = task.indices if isinstance(task.indices, list) else None
+        self.recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
+        if self.handed is not None:
+            self.handed.progress.handed(self.handed.positions[task.position])
+        pool = self.workers.pool_bytes()
+        if pool is not None and pool != pooled:
+            self.recorder.mark("pool", pool)
+            return pool
+        return pooled
+
+    def _leave(self, abandoned: bool) -> None:
+        """The consumer's loop ends: after a fault (``abandoned``), do not wait for
+        builds still running in worker threads, and let the workers go (a build
+        may hang, a process may be gone); an epoch read to its end or left
+        (break) keeps them for the next. A forked child touches nothing of its parent's."""
+        if os.getpid() != self.pid:
             return
-        # A batch may start: no worker waits for the depth from now on.
-        schedule.end_hold()
-        if not self._deferred:
-            self._deferred = self.workers.defer(self._fill)
-            if not self._deferred:
-                schedule.fill()
-
-    def _fill(self) -> None:
-        """Start what the depth allows, on a thread of the workers' (see
-        :meth:`.Workers.defer`): the consumer goes back to its step sooner. On
-        the worker thread about to build it, the build begins after that step
-        did: begun just before it, a build as long as the step ends its wait as
-        the step does, and its work runs on the core where the consumer is
-        woken (``benchmarks/jittery_phase.py``)."""
-        with self.schedule.lock:
-            self._deferred = False
-            self.schedule.fill()
-
-    def _staff(self, seen: Seen, step: float | None, asked: float, got: float) -> None:
-        """The worker controller's decision on a request, with the lock held."""
-        assert self.crew is not None
-        count = self.crew.observe(
-            got,
-            step=step,
-            waited=got - asked if seen.waited else 0.0,
-            all_busy=seen.all_busy,
-            facts=self._facts,
-            can_start=seen.left,
-        )
-        if count is not None and count != self.workers.count:
-            self.workers.resize(count)
-            self.recorder.mark("workers", count)
-
-    def _facts(self) -> Facts:
-        assert self.idle_cores is not None
-        schedule = self.schedule
-        return Facts(schedule.build_clock.mean, schedule.build_clock.cpu_share, self.idle_cores.read(clock()))
-
-    def _deepen(self, seen: Seen, asked: float, got: float, steps: deque[float]) -> int | None:
-        """The depth controller's decision on a request that waited from ``asked``
-        to ``got``, with the lock held; the new depth, or None."""
-        schedule = self.schedule
-        step = statistics.median(steps) if steps else None
-        # A stall leaves the workers idle while it lasts, even when
-        # they were all busy when it was asked for.
-        stalled = schedule.stalled(step)
-        held_back = schedule.held_back(True)
-        idle = schedule.idle_workers()
-        return schedule.controller.observe(
-            True,
-            seen.full,
-            # A worker idle for the depth alone while the consumer waited: more depth helps.
-            can_grow=seen.can_grow or stalled or held_back,
-            limit=seen.limit,
-            wait=got - asked if stalled else None,
-            step=step,
-            needed=schedule.build_clock.needed(step, schedule.workers.count),
-            lost=held_back,
-            short=schedule.build_clock.short(got - asked, step, schedule.workers.count) if held_back else None,
-            spent=got - asked,
-            now=got,
-            idle=idle,
-        )
+        if self.handed is not None:
+            self.handed.progress.ended = True
+        self.stop("the epoch ended", wait=not abandoned, release=abandoned)
+        self.recorder.run_end()
+        self.running = False
+        if self.on_leave is not None:
+            self.on_leave()
 
     def _next_task(self, deadline: float | None) -> tuple[Task, Seen] | None:
         """The task to hand over next, and what the request found before waiting."""
@@ -256,9 +183,9 @@ class Epoch:
                 raise self._closed_error()
             if schedule.total is not None and schedule.delivered >= schedule.total:
                 return None
-            if self._deferred:  # the worker asked to start batches has not yet
+            if self.steering.deferred:  # the worker asked to start batches has not yet
                 schedule.fill()
-            pending = schedule.next_up()
+            pending = next_up(schedule)
             if not pending:
                 if schedule.error is not None:
                     raise schedule.error
@@ -267,10 +194,10 @@ class Epoch:
                 raise RuntimeError("prefetcher has nothing to wait for before the end of the epoch")
             for task in pending:
                 if task.settled:
-                    return task, schedule.seen(waited=False)
-            seen = schedule.seen(waited=True)
+                    return task, seen(schedule, waited=False)
+            found = seen(schedule, waited=True)
             schedule.idle.consumer_waits(True)
-        return self._wait(pending, deadline), seen
+        return self._wait(pending, deadline), found
 
     def _wait(self, pending: list[Task], deadline: float | None) -> Task:
         """Wait until one of ``pending`` is built; a stop, the ``deadline`` (the

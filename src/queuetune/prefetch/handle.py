@@ -1,35 +1,26 @@
-"""The prefetcher's handle, :class:`Prefetcher`: its settings, the plan of each
-epoch, and what outlives an epoch (the trace, the sizes of batches seen)."""
+"""The prefetcher's handle, :class:`Prefetcher`: its settings, each epoch begun,
+and what outlives an epoch (the trace, the sizes of batches seen, where it stands
+among its epochs, the workers it keeps)."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import multiprocessing
 import multiprocessing.context
 import os
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..common import cores
 from ..frameworks import detect
 from ..frameworks.adapters import adapter_of
-from ..record.real_memory import dataset_facts
-from ..record.recorder import Recorder
-from ..record.trace import Trace, TraceMeta
-from . import faults, shm
-from .adaptive import DepthController
-from .batch import make_batch
-from .collate import batch_bytes_guess
+from ..record.trace import Trace
+from . import faults
 from .config import BatchSizes
-from .crew import WorkerController
-from .epoch import Epoch, Handed, refuse_second_reader
+from .epoch import Epoch, refuse_second_reader
+from .kept import Kept
 from .options import PrefetchOptions, source_length
-from .resume import Progress, Shape, read_state, state_of
-from .schedule import depth_controller
-from .workers import ProcessWorkers, Pull, ThreadWorkers, Workers, build
+from .place import Place
+from .recording import prefetcher_recorder
 
 if TYPE_CHECKING:
     from ..analysis.report import Report
@@ -159,94 +150,24 @@ class Prefetcher:
         trace_epochs: int | None = 16,
         multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
     ) -> None:
-        options = PrefetchOptions.checked(
-            source,
-            max_bytes=max_bytes,
-            workers=workers,
-            max_workers=max_workers,
-            mode=mode,
-            adaptive=adaptive,
-            depth=depth,
-            max_depth=max_depth,
-            ordered=ordered,
-            batch_size=batch_size,
-            collate_fn=collate_fn,
-            shuffle=shuffle,
-            seed=seed,
-            drop_last=drop_last,
-            sample_memory=sample_memory,
-            timeout=timeout,
-            trace_epochs=trace_epochs,
-            multiprocessing_context=multiprocessing_context,
-        )
-        #: The settings, checked (see :class:`.options.PrefetchOptions`).
-        self.options = options
+        #: The settings, checked (see :class:`.options.PrefetchOptions`): every argument as given, by name.
+        self.options = options = PrefetchOptions.checked(**{k: v for k, v in locals().items() if k != "self"})
         self.max_bytes, self.timeout, self.mode = options.max_bytes, options.timeout, options.mode
-        self._owner = os.getpid()
-        self._indexable = options.indexable
-        self.auto = options.auto
         #: With workers="auto": the most workers building at once (else None).
-        self.max_workers = options.max_workers
+        self.auto, self.max_workers = options.auto, options.max_workers
         # With workers="auto", an epoch starts with as many workers as the one before ended with.
-        self.num_workers = options.workers
-        self.multiprocessing_context = options.multiprocessing_context
+        self.num_workers, self.multiprocessing_context = options.workers, options.multiprocessing_context
         self.adaptive, self.max_depth, self.start_depth = options.adaptive, options.max_depth, options.depth
         self.ordered, self.batch_size, self.collate_fn = options.ordered, options.batch_size, options.collate_fn
         self.shuffle, self.drop_last = options.shuffle, options.drop_last
-        self._next_epoch = 0
-        # The epoch under way and what of it was handed over; one loaded to resume from.
-        self._progress: Progress | None = None
-        self._resumed: Progress | None = None
-        self._source = source
-        self.recorder = self._recorder()
-        self._sizes = BatchSizes()
+        self._owner, self._source, self._indexable = os.getpid(), source, options.indexable
+        self.recorder = prefetcher_recorder(options, source)
+        # Where it stands among its epochs; the sizes of batches seen; what it keeps from one epoch to the next.
+        self._place, self._sizes, self._kept = Place(), BatchSizes(), Kept(options, source, self.recorder)
         self._epoch: Epoch | None = None
         self._closed = False
-        # Held while an epoch is made, replaced or stopped: one epoch at a time.
-        self._lock = threading.RLock()
-        # The shared-memory pools of this prefetcher's workers: what its end removes (no other's).
-        self._pools: list[str] = []
-        # The workers, kept from one epoch to the next (none before the first), and the depth controller.
-        self._kept: list[Workers] = []
-        self._controller: DepthController | None = None
-        self._finalizer = weakref.finalize(self, _close_all, self.recorder, os.getpid(), self._pools, self._kept)
-
-    def _recorder(self) -> Recorder:
-        """The recorder of this prefetcher's epochs, its settings in the trace's meta."""
-        options, source, mode = self.options, self._source, self.mode
-        recorder = Recorder(
-            TraceMeta(
-                loader="prefetcher",
-                framework="queuetune",
-                type=type(source).__qualname__,
-                settings={
-                    "max_bytes": self.max_bytes,
-                    "workers": "auto" if self.auto else self.num_workers,
-                    **({"max_workers": self.max_workers} if self.auto else {}),
-                    "mode": mode,
-                    **({"start_method": self.options.start_method} if mode == "process" else {}),
-                    "adaptive": self.adaptive,
-                    "ordered": self.ordered,
-                },
-                depth=self.start_depth,
-                match_scope="run",
-            ),
-            processes=mode == "process",
-            sample_memory=options.sample_memory,
-            keep_runs=options.trace_epochs,
-            sample_across_runs=True,  # the workers outlive each epoch
-        )
-        recorder.consumer = "prefetcher"
-        if mode == "process":
-            facts = dataset_facts(source, self.options.start_method == "fork")
-            recorder.meta.extra.update({**facts, "batch_size": self.batch_size})
-        if self._indexable:
-            recorder.meta.num_batches = len(self)
-            if self.batch_size is not None:
-                recorder.meta.num_samples = source_length(source)
-        return recorder
-
-    # --- the epoch ---------------------------------------------------------------------
+        self._lock = threading.RLock()  # held while an epoch is made, replaced or stopped: one at a time
+        self._finalizer = self._kept.finalizer(self)
 
     @property
     def source(self) -> Any:
@@ -264,43 +185,11 @@ class Prefetcher:
                 raise ValueError("this Prefetcher is closed")
             refuse_second_reader(self._epoch)
             self._end_epoch()
-            plan, progress = self._plan_and_progress() if self._indexable else (None, None)
-            workers = self._kept_workers() or self._new_workers()
-            self._kept[:] = [workers]
-            crew = None
-            if self.auto:
-                assert self.max_workers is not None
-                crew = WorkerController(workers=workers.count, max_workers=self.max_workers, cores=cores.available())
-            epoch = Epoch(
-                self.options.epoch_config(),
-                plan,
-                workers,
-                self.recorder,
-                self._sizes,
-                crew,
-                self._depth_controller(),
-                progress,
+            plan, handed = (
+                self._place.next_plan(self.options, self._source, self.recorder) if self._indexable else (None, None)
             )
-            self._epoch = epoch
-            return epoch.run(self)
-
-    def _plan_and_progress(self) -> tuple[list[Any], Handed]:
-        """The next epoch's plan (the batches left of it, where it resumes one) and
-        its progress, which its hand-overs update."""
-        progress = self._resumed or Progress(epoch=self._next_epoch)
-        self._resumed = None
-        plan = self.options.plan(source_length(self._source), progress.epoch)
-        progress.batches = len(plan)
-        self._progress = progress
-        self._next_epoch = progress.epoch + 1
-        left = progress.remaining()
-        # The recorder's epoch this one will be (it begins with its first batch), and this prefetcher's.
-        self.recorder.mark("sampler_epoch", {"epoch": self.recorder.epoch + 1, "sampler": progress.epoch})
-        if progress.done or progress.also:
-            self.recorder.mark("resumed", {"epoch": self.recorder.epoch + 1, "batches": len(plan) - len(left)})
-        return [plan[i] for i in left], Handed(progress, left)
-
-    # --- resuming -----------------------------------------------------------------------
+            self._epoch = self._kept.epoch(self.num_workers, plan, handed, self._sizes)
+            return self._epoch.run(self)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this prefetcher stands, as small plain data (JSON-able): the
@@ -323,13 +212,7 @@ class Prefetcher:
         ...     [int(b[0]) for b in resumed] == rest
         True
         """
-        if not self._indexable:
-            raise TypeError(
-                f"a Prefetcher over a plain iterable ({type(self._source).__name__}) cannot be resumed: "
-                "it can only read its iterator again; give an indexable dataset (__getitem__ and __len__)"
-            )
-        progress = self._resumed or self._progress
-        state = state_of(progress, self._next_epoch, self.options.seed, self._shape())
+        state = self._place.state(self.options, self._source)
         self.recorder.checkpoint()
         return state
 
@@ -348,48 +231,13 @@ class Prefetcher:
         ValueError: the state is of a source of 8 items, and this one has 9: resume over the same source
         >>> p.close()
         """
-        if not self._indexable:
-            self.state_dict()  # raises: a plain iterable cannot be resumed
-        shape = self._shape()
-        epoch, done, also, seed = read_state(state, shape)
-        batches = len(self)
-        if done > batches or any(i >= batches for i in also):
-            raise ValueError(f"the state has batches past the {batches} of an epoch of this source")
+        progress, seed = Place.read(state, self.options, self._source)
         with self._lock:
             if self._epoch is not None and self._epoch.running:
                 raise ValueError("a state is loaded between epochs, not while one is being read: load it first")
             # Each epoch's order is drawn from the seed and the epoch's number (see .resume).
             self.options = dataclasses.replace(self.options, seed=seed)
-            self._next_epoch = epoch
-            self._resumed = Progress(epoch=epoch, batches=batches, done=done, also=also)
-
-    def _shape(self) -> Shape:
-        return Shape(source_length(self._source), self.batch_size, self.drop_last, self.shuffle)
-
-    def _kept_workers(self) -> Workers | None:
-        """The workers of the epochs before, if they can build this one's batches
-        (a plain iterable's thread reads the iterator of its own epoch: never)."""
-        if not self._kept:
-            return None
-        workers = self._kept[0]
-        if workers.usable() and self._indexable:
-            return workers
-        self._release_workers()
-        return None
-
-    def _release_workers(self) -> None:
-        """Stop the workers kept from one epoch to the next."""
-        for workers in self._kept:
-            workers.shutdown(wait=True, unclaimed=[])
-        self._kept.clear()
-
-    def _depth_controller(self) -> DepthController:
-        """The depth controller, kept from one epoch to the next: each starts at the depth the last ended with."""
-        if self._controller is None:
-            self._controller = depth_controller(self.options.epoch_config())
-        else:
-            self._controller.new_epoch()
-        return self._controller
+            self._place.resume(progress)
 
     def _end_epoch(self, reason: str = "a new epoch began", wait: bool = True, release: bool = False) -> None:
         if self._epoch is not None:
@@ -398,60 +246,21 @@ class Prefetcher:
                 self.num_workers = self._epoch.crew.workers
             self._epoch = None
 
-    def _new_workers(self) -> Workers:
-        """This epoch's workers, started now (see :func:`.workers.processes._start_workers` for why)."""
-        channel = self.recorder.channel
-        if not self._indexable:
-            return ThreadWorkers(1, Pull(iter(self._source), channel))
-        if self.mode == "process":
-            context = self.multiprocessing_context or multiprocessing.get_context()
-            workers = ProcessWorkers(
-                self.num_workers,
-                self._source,
-                self.batch_size,
-                self.collate_fn,
-                channel,
-                context,
-                self.max_workers,
-                budget=self.max_bytes,
-            )
-            self._pools.append(workers.segments.prefix)
-            return workers
-        guess = None if self.batch_size is None else functools.partial(batch_bytes_guess, self._source, self.batch_size)
-        return ThreadWorkers(
-            self.num_workers,
-            functools.partial(build, self._source, self.batch_size, self.collate_fn, channel),
-            self.max_workers,
-            measure=guess,
-        )
-
     def build_now(self, index: int) -> Any:
         """Build batch ``index`` (of the unshuffled order) in the calling thread."""
-        if not self._indexable:
-            raise TypeError("a plain iterable has no batch index")
-        if self.batch_size is None:
-            return self._source[index]
-        start = index * self.batch_size
-        stop = min(start + self.batch_size, source_length(self._source))
-        return make_batch(self._source, list(range(start, stop)), self.batch_size, self.collate_fn)
-
-    # --- the handle ----------------------------------------------------------------------
+        return self.options.build(self._source, index)
 
     @property
     def depth(self) -> int:
         """The current depth: batches allowed to be being built or ready."""
         epoch = self._epoch
-        if epoch is not None:
-            return epoch.depth
-        return self._controller.depth if self._controller is not None else self.start_depth
+        return epoch.depth if epoch is not None else self._kept.depth()
 
     @property
     def workers(self) -> int:
         """The workers building at once now (with ``workers="auto"``, as last decided)."""
-        epoch = self._epoch
-        if epoch is not None:
-            return epoch.workers.count
-        return self._kept[0].count if self._kept else self.num_workers
+        epoch, kept = self._epoch, self._kept.workers
+        return epoch.workers.count if epoch is not None else kept[0].count if kept else self.num_workers
 
     def trace(self) -> Trace:
         """What was recorded: batches built and taken, and every depth decision."""
@@ -478,7 +287,7 @@ class Prefetcher:
             elsewhere = epoch is not None and epoch.consumer not in (None, threading.get_ident())
             self._end_epoch("close() was called", wait=not elsewhere, release=True)
             if not elsewhere:
-                self._release_workers()
+                self._kept.release()
         if not (elsewhere and epoch.running):  # type: ignore[union-attr]
             self._finalizer()
         # else the consumer, woken, closes the recorder as it leaves the epoch
@@ -488,14 +297,3 @@ class Prefetcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _close_all(recorder: Recorder, pid: int, pools: list[str], kept: list[Workers]) -> None:
-    if os.getpid() == pid:
-        for workers in kept:
-            workers.shutdown(wait=False, unclaimed=[])
-    kept.clear()
-    recorder.close()
-    if os.getpid() == pid and shm.available():
-        for prefix in pools:
-            shm.sweep_pool(prefix)

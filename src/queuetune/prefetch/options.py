@@ -2,10 +2,12 @@
 checked once, each bad one a ``ValueError`` or ``TypeError`` naming it, and
 kept as one frozen record that the rest of the prefetcher reads.
 
->>> options = PrefetchOptions.checked(list(range(10)), max_bytes="1MiB", workers=3)
+>>> from queuetune.prefetch import Prefetcher
+>>> with Prefetcher(list(range(10)), max_bytes="1MiB", workers=3) as p:
+...     options = p.options
 >>> options.max_bytes, options.workers, options.depth, options.mode, options.indexable
 (1048576, 3, 4, 'thread', True)
->>> PrefetchOptions.checked(list(range(10)), max_bytes="1MiB", mode="threads")
+>>> Prefetcher(list(range(10)), max_bytes="1MiB", mode="threads")
 Traceback (most recent call last):
 ...
 ValueError: mode must be 'thread' or 'process', got 'threads'
@@ -26,11 +28,13 @@ import numpy as np
 from ..common import cores
 from ..common.units import _shown, parse_bytes, positive_int
 from ..frameworks import detect
+from .batch import make_batch
 from .config import EpochConfig
 from .resume import epoch_order
 
-MODES = ("thread", "process")
+#: How a Prefetcher's workers run: threads of this process, or processes of their own.
 Mode = Literal["thread", "process"]
+MODES: tuple[Mode, ...] = ("thread", "process")
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,9 @@ class PrefetchOptions:
     def batches(self, count: int) -> int:
         """The batches an epoch over ``count`` items makes.
 
-        >>> PrefetchOptions.checked(list(range(5)), max_bytes=1000, batch_size=2).batches(5)
+        >>> from queuetune.prefetch import Prefetcher
+        >>> with Prefetcher(list(range(5)), max_bytes=1000, batch_size=2) as p:
+        ...     p.options.batches(5)
         3
         """
         if self.batch_size is None:
@@ -83,7 +89,9 @@ class PrefetchOptions:
         """What each batch of epoch ``epoch`` over ``count`` items is made of: a
         batch index, or sample indices.
 
-        >>> PrefetchOptions.checked(list(range(5)), max_bytes=1000, batch_size=2, drop_last=True).plan(5, 0)
+        >>> from queuetune.prefetch import Prefetcher
+        >>> with Prefetcher(list(range(5)), max_bytes=1000, batch_size=2, drop_last=True) as p:
+        ...     p.options.plan(5, 0)
         [[0, 1], [2, 3]]
         """
         order = epoch_order(count, self.shuffle, self.seed, epoch)
@@ -94,6 +102,22 @@ class PrefetchOptions:
         if self.drop_last and groups and len(groups[-1]) < size:
             groups.pop()
         return groups
+
+    def build(self, source: Any, index: int) -> Any:
+        """Batch ``index`` of ``source`` (of the unshuffled order), built in the calling thread.
+
+        >>> from queuetune.prefetch import Prefetcher
+        >>> with Prefetcher(list(range(5)), max_bytes=1000, batch_size=2) as p:
+        ...     p.options.build(p.source, 2).tolist()
+        [4]
+        """
+        if not self.indexable:
+            raise TypeError("a plain iterable has no batch index")
+        if self.batch_size is None:
+            return source[index]
+        start = index * self.batch_size
+        stop = min(start + self.batch_size, source_length(source))
+        return make_batch(source, list(range(start, stop)), self.batch_size, self.collate_fn)
 
     def epoch_config(self) -> EpochConfig:
         """What each epoch is given of these options."""
@@ -113,25 +137,26 @@ class PrefetchOptions:
         source: Any,
         *,
         max_bytes: int | str | float,
-        workers: int | str | None = None,
-        max_workers: int | None = None,
-        mode: str = "thread",
-        adaptive: bool = True,
-        depth: int | None = None,
-        max_depth: int = 64,
-        ordered: bool = True,
-        batch_size: int | None = None,
-        collate_fn: Callable[[list[Any]], Any] | None = None,
-        shuffle: bool = False,
-        seed: int | None = None,
-        drop_last: bool = False,
-        sample_memory: bool = True,
-        timeout: float | None = None,
-        trace_epochs: int | None = 16,
-        multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
+        workers: int | str | None,
+        max_workers: int | None,
+        mode: str,
+        adaptive: bool,
+        depth: int | None,
+        max_depth: int,
+        ordered: bool,
+        batch_size: int | None,
+        collate_fn: Callable[[list[Any]], Any] | None,
+        shuffle: bool,
+        seed: int | None,
+        drop_last: bool,
+        sample_memory: bool,
+        timeout: float | None,
+        trace_epochs: int | None,
+        multiprocessing_context: str | multiprocessing.context.BaseContext | None,
     ) -> PrefetchOptions:
-        """A Prefetcher's options over ``source``; a bad argument is an error naming it."""
-        budget, waited, trace_epochs = _limits(max_bytes, timeout, trace_epochs, mode)
+        """The options of a Prefetcher given these (with its defaults); a bad one is an error naming it."""
+        budget, waited, trace_epochs = _limits(max_bytes, timeout, trace_epochs)
+        how = _check_mode(mode)
         indexable = is_indexable(source)
         auto, count, most = _workers(workers, max_workers, mode, indexable)
         context = _check_context(multiprocessing_context, mode)
@@ -140,15 +165,14 @@ class PrefetchOptions:
         ordered, shuffle = _flag(ordered, "ordered"), _flag(shuffle, "shuffle")
         drop_last, sample_memory = _flag(drop_last, "drop_last"), _flag(sample_memory, "sample_memory")
         batch_size = None if batch_size is None else positive_int(batch_size, "batch size")
-        collate_fn = _check_collate(collate_fn)
-        drawn = _check_seed(seed)
+        collate_fn, drawn = _check_collate(collate_fn), _check_seed(seed)
         if not indexable:
             _check_iterable(source, mode, auto, count, batch_size)
         if collate_fn is not None and batch_size is None:
             raise ValueError("collate_fn needs batch_size")
         return cls(
             budget,
-            mode,  # type: ignore[arg-type]  # one of MODES, checked above
+            how,
             count,
             auto,
             most,
@@ -170,13 +194,18 @@ class PrefetchOptions:
 
 
 def _limits(
-    max_bytes: int | str | float, timeout: Any, trace_epochs: int | None, mode: str
+    max_bytes: int | str | float, timeout: Any, trace_epochs: int | None
 ) -> tuple[int, float | None, int | None]:
-    """The budget in bytes, the timeout and the epochs a trace keeps, checked, and the mode."""
+    """The budget in bytes, the timeout and the epochs a trace keeps, checked."""
     budget = parse_bytes(max_bytes, "max_bytes")
     waited = _check_timeout(timeout)
     if trace_epochs is not None:
         trace_epochs = positive_int(trace_epochs, "trace epochs")
+    return budget, waited, trace_epochs
+
+
+def _check_mode(mode: str) -> Mode:
+    """``mode``, one of :data:`MODES`, where this process may start worker processes if it asks for them."""
     if mode not in MODES:
         raise ValueError(f"mode must be 'thread' or 'process', got {mode!r}")
     if mode == "process" and multiprocessing.current_process().daemon:
@@ -184,7 +213,7 @@ def _limits(
             f"mode='process' cannot start worker processes here: {multiprocessing.current_process().name} "
             "is a daemonic process, and multiprocessing lets those have no children; use mode='thread'"
         )
-    return budget, waited, trace_epochs
+    return "process" if mode == "process" else "thread"
 
 
 def _workers(

@@ -1,36 +1,22 @@
 """One epoch's batches under way: which to start next within the depth and the
-byte budget, the account of their bytes, and what the consumer's requests see."""
+byte budget, and what becomes of each as its build settles and it is handed over."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
-import math
 import threading
 from typing import Any
 
-from ..common.units import format_bytes
 from ..record.recorder import clock
 from .adaptive import DepthController
 from .build_clock import BuildClock
 from .config import STEP_WINDOW, BatchSizes, EpochConfig
-from .errors import BudgetExceeded
 from .idle import IdleAccount
-from .task import Seen, Task
+from .ledger import ByteLedger
+from .stalls import Stalls
+from .task import Task
 from .workers import END, Workers
-
-# A batch's size guessed from one sample is reserved this much larger, and this
-# many bytes more: room for what joining the samples adds.
-GUESS_MARGIN = 1.25
-GUESS_SLACK = 4096
-# Workers idle for the depth alone for more than this share of their time: deeper.
-IDLE_SLACK = 0.02
-# A batch still building this many typical builds after it was started is a
-# stall itself (see :meth:`Schedule.stalled`).
-STALL_BUILDS = 4
-# Workers whose typical build is under this share of their count of consumer
-# steps outpace the consumer enough for a deeper queue to fill between stalls.
-OUTPACE = 0.75
 
 
 def depth_controller(config: EpochConfig) -> DepthController:
@@ -51,20 +37,16 @@ def depth_controller(config: EpochConfig) -> DepthController:
 class Schedule:
     """The batches of one epoch under way, within the depth and a budget in bytes.
 
-    Before a batch is started, room for it is reserved in the budget: the largest
-    of the latest batches (``sizes``, kept across epochs; more while they grow);
-    until a size is known the first batch is built alone to learn it. A batch
-    starts only where a worker is free for it (``workers.gate``), so that it is
-    reserved as the batches are as it starts, and only where the workers' own
-    memory has room for it too (:meth:`.Workers.make_room`). When a batch is
-    built, its reservation becomes its real size; when the consumer takes it,
-    its bytes leave the budget. So the bytes of batches built or being built and
-    not yet taken stay within ``max_bytes``, but for the growth of those under
-    way when the batches grew: such a batch is held, and none starts until
-    the bytes fit again. One with none under way always starts, so that the
-    consumer gets its next batch whatever it holds. A batch larger than
-    ``max_bytes`` by itself is a :class:`.BudgetExceeded` kept in ``error`` for
-    the consumer.
+    Before a batch is started, room for it is reserved in the byte budget's
+    account (``ledger``, a :class:`.ByteLedger`); until a size is known the
+    first batch is built alone to learn it. A batch starts only where a worker
+    is free for it (``workers.gate``), so that it is reserved as the batches are
+    as it starts, and only where the workers' own memory has room for it too
+    (:meth:`.Workers.make_room`); one with none under way always starts, so that
+    the consumer gets its next batch whatever it holds. A batch too large for
+    the budget by itself is an ``error`` kept for the consumer. ``build_clock``
+    times the builds, ``idle`` counts the workers idle for the depth alone, and
+    ``stalls`` says what the consumer's waits tell the depth controller.
 
     ``plan``: what each batch is made of, or None for a plain iterable (read
     until its workers return :data:`.END`). The state is read and changed with
@@ -82,7 +64,7 @@ class Schedule:
     ...     schedule.fill()
     >>> schedule.wait_for([schedule.tasks[0]], 5).position
     0
-    >>> sorted(schedule.tasks), schedule.held, schedule.reserved  # 300 built, 2 x 300 reserved
+    >>> sorted(schedule.tasks), schedule.ledger.held, schedule.ledger.reserved  # 300 built, 2 x 300 reserved
     ([0, 1, 2], 300, 600)
     >>> schedule.stopped = True; release.set(); schedule.workers.shutdown(wait=True, unclaimed=[])
     """
@@ -98,8 +80,7 @@ class Schedule:
         self.config = config
         self.workers = workers
         self.sizes = sizes
-        # Re-entrant: a future that is already done runs its callback at once,
-        # in the thread that adds it, which holds the lock.
+        # Re-entrant: a future already done runs its callback at once, in the thread adding it, which holds it.
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.controller = controller or depth_controller(config)
@@ -110,24 +91,15 @@ class Schedule:
         self.delivered = 0
         # Batches started whose build is not settled yet.
         self.building = 0
-        # Batches built and not taken, and their bytes; bytes reserved for batches being built.
-        self.ready = 0
-        self.held = 0
-        self.reserved = 0
+        self.ledger = ByteLedger(config.max_bytes, sizes)
         # How long the latest builds took, and how busy they kept a CPU.
         self.build_clock = BuildClock()
-        # Since when a worker has sat idle for the depth alone (it finished a batch
-        # and could start no other), or None; the next batch started ends it. And
-        # the seconds of such idleness that ended since the consumer last waited.
-        self.held_back_since: float | None = None
-        self.held_back_seconds = 0.0
         # Workers idle for the depth alone, and what they cost the consumer.
         self.idle = IdleAccount()
+        self.stalls = Stalls(config.ordered, self.build_clock, self.idle, workers)
         self.error: BaseException | None = None
         self.stopped = False
         self.exhausted = False
-
-    # --- starting batches ----------------------------------------------------------------
 
     def fill(self) -> None:
         """Start batches while the depth and the byte budget allow."""
@@ -138,7 +110,7 @@ class Schedule:
             indices = self.plan[position] if self.plan is not None else None
             task = Task(position, indices, self.sizes.reserve, submitted_at=clock())
             self.tasks[position] = task
-            self.reserved += task.reserved
+            self.ledger.reserve(task)
             self.submitted += 1
             self.building += 1
             self.end_hold()
@@ -154,7 +126,8 @@ class Schedule:
     def _start(self, task: Task) -> bool:
         """Submit ``task`` to the workers; False where it could not be (it fails as its build would have)."""
         try:
-            self._submit(task)
+            task.future = self.workers.submit(task.indices, task.reserved)
+            task.future.add_done_callback(functools.partial(self._built, task))
         except Exception as exc:  # such as no room left in /dev/shm for its segment
             self._unstarted(task, exc)
             return False
@@ -168,22 +141,15 @@ class Schedule:
         if not self.config.guess or not isinstance(first.indices, list) or not first.indices:
             return False
         future = self.workers.guess(first.indices[0])
-        if future is None:
-            return False
-        future.add_done_callback(functools.partial(self._guessed, first, start))
-        return True
+        if future is not None:
+            future.add_done_callback(functools.partial(self._guessed, first, start))
+        return future is not None
 
     def _guessed(self, first: Task, start: bool, future: cf.Future[int]) -> None:
         with self.lock:
             if self.stopped:
                 return
-            # Failed or cancelled: the first batch's own build says what went wrong, if anything.
-            if not future.cancelled() and future.exception() is None and not self.sizes.known:
-                guess = math.ceil(future.result() * GUESS_MARGIN) + GUESS_SLACK
-                self.sizes.guess = guess
-                if not first.settled:  # the first batch is held to the guess too
-                    self.reserved += guess - first.reserved
-                    first.reserved = guess
+            self.ledger.guessed(first, future)
             if start:
                 first.submitted_at = clock()
                 if not self._start(first):
@@ -192,12 +158,11 @@ class Schedule:
                 self.fill()
 
     def _unstarted(self, task: Task, exc: Exception) -> None:
-        """A batch that could not be started fails as its build would have: the
-        consumer gets ``exc`` when it comes to that batch."""
+        """A batch not started fails as its build would have: the consumer gets ``exc`` when it comes to it."""
         task.future = None
         task.failure = exc
         task.settled = True
-        self.reserved -= task.reserved
+        self.ledger.settle(task)
         self.building -= 1
         self.changed.notify_all()
 
@@ -221,14 +186,9 @@ class Schedule:
         return self.total is None or self.submitted < self.total
 
     def _budget_has_room(self) -> bool:
-        """Whether the budget has room for one more batch as large as the largest
-        lately: in the batches' bytes, and in the workers' memory where they keep
-        some (process workers' shared memory). With none under way there is always
-        room, so that the consumer gets its next batch whatever it holds meanwhile."""
-        if self.submitted == self.delivered:
-            return True
-        reserve = self.sizes.reserve
-        return self.held + self.reserved + reserve <= self.config.max_bytes and self.workers.room(reserve)
+        """Whether the budget has room for one more batch (see :meth:`.ByteLedger.room`);
+        with none under way there always is (see the class's text)."""
+        return self.submitted == self.delivered or self.ledger.room(self.workers)
 
     def _can_start_but_for_depth(self) -> bool:
         gate = self.workers.gate
@@ -239,9 +199,7 @@ class Schedule:
     def end_hold(self) -> None:
         """A batch may start now: a worker idle for the depth alone is so no longer
         (even if the batch is started a little later, on a worker)."""
-        if self.held_back_since is not None:
-            self.held_back_seconds += clock() - self.held_back_since
-            self.held_back_since = None
+        self.stalls.end_hold()
         self._recount_idle(0)
 
     def _recount_idle(self, idle: int | None = None) -> None:
@@ -252,44 +210,6 @@ class Schedule:
                 left = self.workers.count if self.total is None else self.total - self.submitted
                 idle = max(0, min(self.workers.count - self.building, left))
         self.idle.recount(idle)
-
-    def idle_workers(self) -> int | None:
-        """The most workers that sat idle for the depth alone at once while the
-        consumer waited, since the depth last changed (or the epoch began: its
-        first wait included), where in all they sat so for more than
-        ``IDLE_SLACK`` of the workers' time, over a
-        typical build or longer, in order; else None. Out of order a batch
-        never waits behind another: a worker idle for the depth has nothing
-        slow ahead of it to cover."""
-        typical = self.build_clock.typical
-        idle, seconds = self.idle.worker_seconds()
-        if not self.config.ordered or typical is None or seconds < typical or seconds <= 0:
-            return None
-        mean = idle / seconds
-        return self.idle.most if mean > IDLE_SLACK * self.workers.count else None
-
-    def held_back(self, waited: bool) -> bool:
-        """On a request that ``waited``: whether, since the consumer last waited,
-        workers sat idle for the depth alone for half a typical build or more in
-        all (time the consumer now lacks, not the jitter of builds finishing a
-        little out of order); then the count starts again. False on a request
-        that did not wait."""
-        if not waited:
-            return False
-        now = clock()
-        lost = self.held_back_seconds
-        if self.held_back_since is not None:
-            lost += now - self.held_back_since
-            self.held_back_since = now
-        self.held_back_seconds = 0.0
-        typical = self.build_clock.typical
-        return typical is not None and lost >= typical / 2
-
-    def _submit(self, task: Task) -> None:
-        task.future = self.workers.submit(task.indices, task.reserved)
-        task.future.add_done_callback(functools.partial(self._built, task))
-
-    # --- the byte account ----------------------------------------------------------------
 
     def _built(self, task: Task, future: cf.Future[Any]) -> None:
         with self.lock:
@@ -302,7 +222,7 @@ class Schedule:
                 self.changed.notify_all()
 
     def _account(self, task: Task, future: cf.Future[Any]) -> None:
-        self.reserved -= task.reserved
+        self.ledger.settle(task)
         if future.cancelled():
             task.cancelled = True
             return
@@ -323,16 +243,14 @@ class Schedule:
             self.workers.discard(batch)
             return
         size = self.workers.size(batch)
-        task.size = size
         task.batch = batch
-        self.held += size
-        self.ready += 1
+        self.ledger.built(task, size)
         if self.error is None:  # the first fault is the one to report
-            self.error = self._budget_fault(task, size)
+            self.error = self.ledger.fault(task, size)
         self.sizes.learn(size)
         self.fill()
-        if self.held_back_since is None and self._can_start_but_for_depth():
-            self.held_back_since = clock()
+        if self.stalls.held_back_since is None and self._can_start_but_for_depth():
+            self.stalls.held_back_since = clock()
 
     def wait_for(self, tasks: list[Task], timeout: float | None) -> Task | None:
         """The first of ``tasks`` whose build is settled, waiting up to ``timeout``
@@ -343,19 +261,6 @@ class Schedule:
             if not found or self.stopped:
                 return None
             return next(t for t in tasks if t.settled)
-
-    def _budget_fault(self, task: Task, size: int) -> BudgetExceeded | None:
-        """The error if the batch just built is larger than the whole budget by itself.
-        A batch larger than those before that fits is held: no batch starts until
-        the bytes in flight leave room again."""
-        max_bytes = self.config.max_bytes
-        if size <= max_bytes:
-            return None
-        return BudgetExceeded(
-            f"batch {task.position} of the epoch: {format_bytes(size)} ({size} bytes) does not fit in "
-            f"max_bytes={format_bytes(max_bytes)} ({max_bytes} bytes) by itself: give a larger max_bytes "
-            "or make the batches smaller"
-        )
 
     def hand_over(self, task: Task) -> Any:
         """Take ``task``'s built batch out of the account as the consumer gets it;
@@ -371,91 +276,11 @@ class Schedule:
             return END
         self.idle.consumer_waits(False)
         self.delivered += 1
-        self.ready -= 1
-        self.held -= task.size or 0
+        self.ledger.taken(task)
         # Under the lock: a stop() from another thread sweeps the files.
         return self.workers.adopt(batch)
 
     def clear(self) -> None:
         """Forget every batch (the epoch is stopped and its workers are gone)."""
         self.tasks.clear()
-        self.held = self.reserved = self.ready = 0
-
-    # --- what the consumer's requests see ------------------------------------------------
-
-    def next_up(self) -> list[Task]:
-        """The batches one of which the consumer takes next: the next in order, or
-        with ``ordered=False`` every one started and not taken."""
-        if self.config.ordered:
-            task = self.tasks.get(self.delivered)
-            return [] if task is None else [task]
-        return [t for t in self.tasks.values() if not t.taken]
-
-    def seen(self, waited: bool) -> Seen:
-        """What a request finds, for the depth controller; ``waited``: the batch it
-        takes is not built yet. A request that did not wait cannot deepen: what
-        only deepening needs (``can_grow``, ``limit``) is not worked out for it."""
-        full = self.ready >= self.controller.depth
-        # Depth helps only while a worker sits idle for the lack of it, not
-        # for the lack of batches left to start (the epoch's end).
-        left = not self.exhausted and (self.total is None or self.submitted < self.total)
-        if not waited:
-            return Seen(False, full, can_grow=False, limit=None, left=left)
-        largest = self.sizes.reserve
-        busy = self.building >= self.workers.count
-        return Seen(
-            waited=waited,
-            full=full,
-            can_grow=not busy and left,
-            # Before the first batch is built its size is unknown: no deeper yet.
-            limit=self.config.max_bytes // largest if largest else (None if self.sizes.known else 1),
-            all_busy=busy,
-            left=left,
-        )
-
-    def stalled(self, step: float | None) -> bool:
-        """Whether the batch just handed over was a stall that more depth can cover.
-
-        It held up the ones behind it: in order, with every batch behind it (if
-        any) already built, or still building for more than ``STALL_BUILDS``
-        typical builds since it was started: stalls themselves, as two seeded
-        close together are (a stall, not a depth too small for the load, where
-        the batches behind are building at the workers' pace). And the workers
-        outpace the consumer by a third or more (typical build < ``OUTPACE`` x
-        workers x ``step``, the consumer's typical step), so the queue fills
-        between stalls, and at least one other builds behind a stall while the
-        consumer, in order, takes nothing; otherwise more depth is memory the
-        workers cannot fill (and a wait of a few steps, a worker's hiccup while
-        they barely keep pace, would deepen by as many), and a plain iterable's
-        one worker stops at the stall. Out of order, the others are handed over
-        meanwhile: a wait says nothing.
-
-        >>> from queuetune.prefetch.workers import ThreadWorkers
-        >>> schedule = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(8, str), BatchSizes())
-        >>> schedule.build_clock.learn(1.0)
-        >>> now = clock()
-        >>> schedule.tasks[1] = Task(1, None, 0, submitted_at=now - 10)
-        >>> schedule.building = 1
-        >>> schedule.stalled(0.5)  # the one behind has built for 10 typical builds: a stall too
-        True
-        >>> schedule.tasks[2] = Task(2, None, 0, submitted_at=now)
-        >>> schedule.building = 2
-        >>> schedule.stalled(0.5)  # one behind was just started: the workers' pace holds it up
-        False
-        >>> schedule.workers.shutdown(wait=True, unclaimed=[])
-        >>> two = Schedule(EpochConfig(1000, 4, 64, True, None), [], ThreadWorkers(2, str), BatchSizes())
-        >>> two.build_clock.learn(0.0045)
-        >>> two.stalled(0.0025), two.stalled(0.0040)  # the workers build 1.1 and 1.8 x what it takes
-        (False, True)
-        >>> two.workers.shutdown(wait=True, unclaimed=[])
-        """
-        typical = self.build_clock.typical
-        if not self.config.ordered or step is None or typical is None:
-            return False
-        count = self.workers.count
-        if count < 2 or typical >= OUTPACE * count * step:
-            return False
-        if self.building == 0:
-            return True
-        since = clock() - STALL_BUILDS * typical
-        return all(task.settled or task.submitted_at < since for task in self.tasks.values())
+        self.ledger.clear()
