@@ -32,10 +32,9 @@ class Prefetcher:
     ``source`` is indexable (a Keras ``PyDataset``, a torch map-style dataset,
     anything with ``__getitem__`` and ``__len__``; with ``batch_size`` its items
     are samples that ``collate_fn`` joins into batches) or a plain iterable (a
-    generator, an iterator: read by one worker thread). Each ``for`` loop over
-    the prefetcher is one epoch: every batch exactly once, in order unless
-    ``ordered=False``, nothing read past the end, no batch carried into the next
-    epoch.
+    generator, an iterator: read by one worker thread). Each ``for`` loop is one
+    epoch: every batch exactly once, in order unless ``ordered=False``, nothing
+    read past the end, no batch carried into the next epoch.
 
     The workers (threads or processes) and the depth are kept from one epoch to
     the next, as torch's ``persistent_workers=True`` keeps its workers, so each
@@ -64,37 +63,27 @@ class Prefetcher:
 
     ``workers``: how many build at once (by default 2 for an indexable source
     and 1 for a plain iterable, which one thread reads: more is a ``ValueError``),
-    or ``"auto"`` (indexable sources only): start with one, add
-    workers while the consumer waits for builds and the machine has idle cores
-    for them, stop adding when throughput stops rising, remove them when they
-    idle (see :class:`.crew.WorkerController`); ``max_workers`` caps them (by
-    default one per core in process mode; four per core, 8 to 32, in thread
-    mode, where a build that waits on I/O or runs outside the GIL needs no core
-    of its own). Each epoch starts with the count the one before ended with.
-    In process mode with ``fork`` all ``max_workers`` processes are forked as
-    the first epoch starts (forking later, with threads running, is not safe)
-    and those not building idle; with ``spawn``/``forkserver`` they start as added.
+    or ``"auto"`` (indexable sources only): added while the consumer waits for
+    builds and idle cores can take them, removed when they idle (see
+    :class:`.crew.WorkerController`), at most ``max_workers`` (by default one per
+    core in process mode; four per core, 8 to 32, in thread mode). Each epoch
+    starts with the count the one before ended with.
 
     ``timeout``: seconds the consumer waits for one batch (its build, and in
-    process mode its copy into shared memory) before a ``TimeoutError``
-    naming the batch (the epoch then stops its workers; in thread mode a build
-    that never returns keeps its thread until it does, so use ``mode="process"``
-    for builds that can hang). ``close()`` from another thread wakes a waiting
-    consumer with :class:`PrefetcherClosed`.
+    process mode its copy into shared memory) before a ``TimeoutError`` naming
+    the batch; the epoch then stops its workers (a thread whose build never
+    returns keeps running: use ``mode="process"`` for builds that can hang).
+    ``close()`` from another thread wakes a waiting consumer with :class:`PrefetcherClosed`.
 
     ``multiprocessing_context`` (``mode="process"`` only), as for torch's
-    ``DataLoader``: ``"fork"``, ``"forkserver"``, ``"spawn"`` or a context from
-    ``multiprocessing.get_context``; ``None`` takes Python's default start
-    method (``fork`` on Linux up to Python 3.13, ``forkserver`` from 3.14,
-    ``spawn`` on macOS). With ``forkserver`` and ``spawn`` the source and
-    ``collate_fn`` are pickled to each worker, so they must be defined at a
-    module's top level; ``fork`` copies them. Python keeps one fork server and
-    one resource tracker process per interpreter for these two, started on
-    first use.
+    ``DataLoader``: ``"fork"``, ``"forkserver"``, ``"spawn"``, a context from
+    ``multiprocessing.get_context``, or ``None`` for Python's default. With
+    ``forkserver`` and ``spawn`` the source and ``collate_fn`` are pickled to
+    each worker, so define them at a module's top level (docs/prefetcher.md
+    says when each start method forks its workers, and what Python keeps).
 
-    ``trace_epochs``: how many of the latest epochs :meth:`trace` keeps (each
-    batch's record costs a few hundred bytes, which over weeks of epochs would
-    grow without end); ``None`` keeps them all.
+    ``trace_epochs``: how many of the latest epochs :meth:`trace` keeps (a batch's
+    record is a few hundred bytes, weeks of epochs many); ``None`` keeps them all.
 
     >>> import numpy as np
     >>> batches = [np.full(1000, i) for i in range(6)]
@@ -116,17 +105,7 @@ class Prefetcher:
     """
 
     def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> Any:
-        # A framework that reads loaders of its own kind (a Keras PyDataset) gets
-        # the prefetcher in that form.
-        try:
-            form = adapter_of(detect(source)).prefetcher_form()
-        except TypeError:  # not iterable: a map-style dataset
-            form = None
-        prefetcher = super().__new__(cls)
-        if cls is not Prefetcher or form is None:
-            return prefetcher
-        Prefetcher.__init__(prefetcher, source, *args, **kwargs)
-        return form(prefetcher)
+        return _in_form(super().__new__(cls), source, args, kwargs)
 
     def __init__(
         self,
@@ -297,3 +276,15 @@ class Prefetcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _in_form(prefetcher: Prefetcher, source: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``prefetcher`` as the framework that reads loaders of ``source``'s kind takes it (a Keras ``PyDataset``)."""
+    try:
+        form = adapter_of(detect(source)).prefetcher_form()
+    except TypeError:  # not iterable: a map-style dataset
+        form = None
+    if type(prefetcher) is not Prefetcher or form is None:
+        return prefetcher
+    Prefetcher.__init__(prefetcher, source, *args, **kwargs)
+    return form(prefetcher)

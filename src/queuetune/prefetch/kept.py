@@ -94,7 +94,7 @@ class Kept:
         return self.controller
 
     def _started(self, count: int) -> Workers:
-        """``count`` workers, started now (see :func:`.workers.processes._start_workers` for why)."""
+        """``count`` workers, started now (see :func:`.workers.lifecycle._start_workers` for why)."""
         options, source, channel = self.options, self.source, self.recorder.channel
         if not options.indexable:
             return ThreadWorkers(1, Pull(iter(source), channel))
