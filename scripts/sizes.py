@@ -47,7 +47,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.prefetch.workers.processes.ProcessWorkers.__init__": 78,
     "function:queuetune.program.run_program": 71,
     "function:queuetune.render.explain.explain": 90,
-    "function:queuetune.render.text.report_rows": 66,
     "function:queuetune.tune.recommend.recommend": 83,
     "function:queuetune.tune.tuner.tune": 152,
     "methods:queuetune.prefetch.handle.Prefetcher": 23,
