@@ -46,7 +46,6 @@ KNOWN: dict[str, int] = {
     "function:queuetune.prefetch.handle.Prefetcher.__init__": 73,
     "function:queuetune.prefetch.workers.processes.ProcessWorkers.__init__": 78,
     "function:queuetune.program.run_program": 71,
-    "function:queuetune.render.explain.explain": 90,
     "function:queuetune.tune.recommend.recommend": 83,
     "function:queuetune.tune.tuner.tune": 152,
     "methods:queuetune.prefetch.handle.Prefetcher": 23,
