@@ -38,7 +38,6 @@ KNOWN: dict[str, int] = {
     "class:queuetune.prefetch.shm.pool.Pool": 317,
     "class:queuetune.prefetch.workers.processes.ProcessWorkers": 326,
     "class:queuetune.record.recorder.Recorder": 259,
-    "function:queuetune.demo.run_demo": 96,
     "function:queuetune.estimate.memory.footprint": 74,
     "function:queuetune.frameworks.ray.spec.Ray.read_ahead": 71,
     "function:queuetune.prefetch.adaptive.DepthController.observe": 73,
