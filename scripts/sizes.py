@@ -23,10 +23,6 @@ LIMITS = {"module": 500, "class": 250, "methods": 20, "function": 60, "benchmark
 
 #: Units over their limit, by name, with the size each had when it was listed (lines, or methods).
 KNOWN: dict[str, int] = {
-    "function:queuetune.analysis.report.analyze": 95,
-    "function:queuetune.demo.run_demo": 96,
-    "function:queuetune.render.explain.explain": 90,
-    "function:queuetune.render.text.report_rows": 66,
 }
 
 

@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from queuetune.analysis.report import analyze, verdict
+from queuetune.analysis.report import SECTIONS, Report, analyze, assemble, section_of, verdict
+from queuetune.analysis.waits import Waits
 from queuetune.record.matching import match
 from queuetune.record.trace import Consumed, Mark, MemorySample, Produced, Trace
 
 
 def run_marks(begin, end, run=0):
     return [Mark(begin, "run_begin", run), Mark(end, "run_end", run)]
+
+
+def test_the_sections_hold_every_field_of_the_report_once():
+    named = [f.name for kind in SECTIONS for f in dataclasses.fields(kind)]
+    assert len(named) == len(set(named))
+    assert {"meta", *named} == {f.name for f in dataclasses.fields(Report)}
+    assert all(dataclasses.fields(kind) and kind.__dataclass_params__.frozen for kind in SECTIONS)
+
+
+def test_a_report_is_its_sections_side_by_side():
+    produced = [Produced(i * 0.1, i * 0.1 + 0.05, 10, index=i) for i in range(4)]
+    consumed = [Consumed(0.5 + i if i else 0.0, 0.5 + i) for i in range(3)]
+    trace = Trace(produced=produced, consumed=consumed, marks=run_marks(0.0, 4.5), end=4.5)
+    r = analyze(trace)
+    assert assemble(r.meta, *(section_of(kind, r) for kind in SECTIONS)) == r
+    waits = section_of(Waits, r)
+    assert (waits.input_wait_seconds, waits.verdict) == (r.input_wait_seconds, r.verdict)
 
 
 def test_queue_that_fills_ahead_of_a_slow_consumer():

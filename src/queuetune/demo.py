@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .analysis.report import Report
+import numpy as np
+
+from .analysis.counts import Counts
+from .analysis.in_flight import InFlight
+from .analysis.report import Report, section_of
+from .analysis.timing import Timings
+from .analysis.waits import Waits
 from .api import probe_of, watch
 from .estimate.experiment import ARTICLE, DemoResult, RunResult, advice
 from .estimate.memory import footprint
@@ -32,6 +38,8 @@ class DemoRun:
 
 #: The least time a step of the demo's ``predict`` takes (see :func:`run_demo`).
 STEP_SECONDS = 0.005
+#: The model's inputs and classes.
+INPUTS, CLASSES = 60, 10
 
 DEFAULT_RUNS = (
     DemoRun("pydataset", 4, 10),
@@ -64,17 +72,55 @@ def run_demo(
 
     require("keras", "keras")
     import keras
-    import numpy as np
 
-    inputs, classes = 60, 10
-    inp = keras.Input((inputs,))
-    model = keras.Model(inp, keras.layers.Dense(classes, activation="softmax")(inp))
+    model = _model(keras)
+    results = []
+    batch_nbytes = 0
+    for run in runs:
+        if progress:
+            progress(run.label)
+        predicted, report = _predict(keras, model, _loader(keras, run, batch_size), steps, step_seconds)
+        batch_nbytes = int(section_of(Timings, report).batch_bytes.median or 0)
+        results.append(_run_result(run, batch_size, predicted, report, keras.backend.backend()))
+    return DemoResult(
+        keras=keras.__version__,
+        backend=keras.backend.backend(),
+        model=f"Dense({INPUTS}->{CLASSES}) softmax",
+        step_ms=1000 * step_seconds,
+        steps=steps,
+        batch_size=batch_size,
+        batch_bytes=batch_nbytes,
+        runs=results,
+        article=ARTICLE,
+        advice=advice(results),
+    )
+
+
+def _model(keras: Any) -> Any:
+    """The one-layer model of the article, compiled."""
+    inp = keras.Input((INPUTS,))
+    model = keras.Model(inp, keras.layers.Dense(CLASSES, activation="softmax")(inp))
     model.compile("adam", "categorical_crossentropy")
+    return model
 
-    def make_batch(rng: np.random.Generator) -> tuple[Any, Any]:
-        x = rng.standard_normal((batch_size, inputs)).astype("float32")
-        y = np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)]
-        return x, y
+
+def _batch(rng: np.random.Generator, batch_size: int) -> tuple[Any, Any]:
+    """Random inputs and one-hot labels."""
+    x = rng.standard_normal((batch_size, INPUTS)).astype("float32")
+    y = np.eye(CLASSES, dtype="float32")[rng.integers(0, CLASSES, batch_size)]
+    return x, y
+
+
+def _generator(batch_size: int) -> Iterator[tuple[Any, Any]]:
+    rng = np.random.default_rng(0)
+    while True:
+        yield _batch(rng, batch_size)
+
+
+def _loader(keras: Any, run: DemoRun, batch_size: int) -> Any:
+    """The run's loader, watched: a plain generator, or a PyDataset of no end with its workers and queue."""
+    if run.loader == "generator":
+        return watch(_generator(batch_size), name=run.label)
 
     class RandomBatches(keras.utils.PyDataset):  # type: ignore[misc]  # keras ships no types: its base is Any
         def __init__(self, **kwargs: Any) -> None:
@@ -86,60 +132,38 @@ def run_demo(
             return None
 
         def __getitem__(self, index: int) -> tuple[Any, Any]:
-            return make_batch(self.rng)
+            return _batch(self.rng, batch_size)
+
+    return watch(RandomBatches(workers=run.workers, max_queue_size=run.max_queue_size), name=run.label)
+
+
+def _step_time(keras: Any, seconds: float) -> Any:
+    """A callback that makes each step of ``predict`` take at least ``seconds``."""
 
     class StepTime(keras.callbacks.Callback):  # type: ignore[misc]  # keras ships no types: its base is Any
-        def __init__(self, seconds: float) -> None:
-            super().__init__()
-            self.seconds = seconds
-
         def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
-            time.sleep(self.seconds)
+            time.sleep(seconds)
 
-    def generator() -> Any:
-        rng = np.random.default_rng(0)
-        while True:
-            yield make_batch(rng)
+    return StepTime()
 
-    results = []
-    batch_nbytes = 0
-    for run in runs:
-        if progress:
-            progress(run.label)
-        if run.loader == "generator":
-            loader = watch(generator(), name=run.label)
-        else:
-            loader = watch(
-                RandomBatches(workers=run.workers, max_queue_size=run.max_queue_size),
-                name=run.label,
-            )
-        probe = probe_of(loader)
-        try:
-            # The step's time goes before the probe's callback, which must come last.
-            callbacks = [StepTime(step_seconds), probe.keras_callback(print_report=False)]
-            predictions = model.predict(loader, steps=steps, verbose=0, callbacks=callbacks)
-            probe.settle()
-            report = probe.report()
-        finally:
-            probe.close()
-        batch_nbytes = int(report.batch_bytes.median or 0)
-        results.append(_run_result(run, batch_size, len(predictions), report, keras.backend.backend()))
-    return DemoResult(
-        keras=keras.__version__,
-        backend=keras.backend.backend(),
-        model=f"Dense({inputs}->{classes}) softmax",
-        step_ms=1000 * step_seconds,
-        steps=steps,
-        batch_size=batch_size,
-        batch_bytes=batch_nbytes,
-        runs=results,
-        article=ARTICLE,
-        advice=advice(results),
-    )
+
+def _predict(keras: Any, model: Any, loader: Any, steps: int, step_seconds: float) -> tuple[int, Report]:
+    """``predict`` over ``steps`` of the watched ``loader``: the samples predicted, and the loader's report."""
+    probe = probe_of(loader)
+    try:
+        # The step's time goes before the probe's callback, which must come last.
+        callbacks = [_step_time(keras, step_seconds), probe.keras_callback(print_report=False)]
+        predictions = model.predict(loader, steps=steps, verbose=0, callbacks=callbacks)
+        probe.settle()
+        report = probe.report()
+    finally:
+        probe.close()
+    return len(predictions), report
 
 
 def _run_result(run: DemoRun, batch_size: int, predicted: int, report: Report, backend: str) -> RunResult:
-    batch = int(report.batch_bytes.median or 1)
+    counts, flight, waits = section_of(Counts, report), section_of(InFlight, report), section_of(Waits, report)
+    batch = int(section_of(Timings, report).batch_bytes.median or 1)
     if run.loader == "generator":
         estimate = footprint(batch, "generator", backend=backend)
     else:
@@ -151,22 +175,22 @@ def _run_result(run: DemoRun, batch_size: int, predicted: int, report: Report, b
         max_queue_size=run.max_queue_size,
         batch_size=batch_size,
         predicted_samples=predicted,
-        consumed_batches=report.consumed_batches,
-        consumed_samples=(report.consumed_batches or 0) * batch_size,
-        produced_batches=report.produced_batches,
-        produced_samples=report.produced_batches * batch_size,
-        read_ahead_batches=report.read_ahead_batches,
-        peak_in_flight_batches=report.peak_in_flight_batches,
-        peak_in_flight_bytes=report.peak_in_flight_bytes,
+        consumed_batches=counts.consumed_batches,
+        consumed_samples=(counts.consumed_batches or 0) * batch_size,
+        produced_batches=counts.produced_batches,
+        produced_samples=counts.produced_batches * batch_size,
+        read_ahead_batches=counts.read_ahead_batches,
+        peak_in_flight_batches=flight.peak_in_flight_batches,
+        peak_in_flight_bytes=flight.peak_in_flight_bytes,
         estimated_footprint_bytes=estimate.total_bytes,
         estimated_depth=estimate.depth,
         estimated_batches=estimate.total_batches,
-        input_wait_seconds=report.input_wait_seconds,
-        wall_seconds=report.wall_seconds,
-        first_batch_seconds=None if report.start is None else report.start.first_batch_seconds,
-        built_before_asked=None if report.start is None else report.start.built_before_asked,
-        steady_wait_seconds=report.steady_wait_seconds,
-        steady_seconds=report.steady_seconds,
-        input_bound_fraction=report.input_bound_fraction,
-        verdict=report.verdict,
+        input_wait_seconds=waits.input_wait_seconds,
+        wall_seconds=waits.wall_seconds,
+        first_batch_seconds=None if waits.start is None else waits.start.first_batch_seconds,
+        built_before_asked=None if waits.start is None else waits.start.built_before_asked,
+        steady_wait_seconds=waits.steady_wait_seconds,
+        steady_seconds=waits.steady_seconds,
+        input_bound_fraction=waits.input_bound_fraction,
+        verdict=waits.verdict,
     )

@@ -1,5 +1,6 @@
 """Analysis: what a trace says. The report (:mod:`.report`) and the passes it is
-made of: batches in flight (:mod:`.in_flight`), the consumer's waits
+made of, each giving one section of it: the counts (:mod:`.counts`), batches in
+flight (:mod:`.in_flight`), the timings (:mod:`.timing`), the consumer's waits
 (:mod:`.waits`), coverage (:mod:`.coverage`) and memory by cause
 (:mod:`.memory`); ranks side by side (:mod:`.ranks`) and resumes across
 restarts (:mod:`.resumes`). Pure functions of the trace: no clock, no process,

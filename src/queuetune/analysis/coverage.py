@@ -193,6 +193,26 @@ def coverage(trace: Trace, matches: list[int | None]) -> list[Coverage]:
     return result
 
 
+@dataclass(frozen=True)
+class Coverages:
+    """The report's section of coverage: each epoch's (``coverage``), and whether
+    some epoch's is partial (``coverage_partial``: batches left without sample
+    keys, which its counts leave out; see :attr:`Coverage.partial`)."""
+
+    coverage: list[Coverage]
+    coverage_partial: bool
+
+
+def coverage_of(trace: Trace, matches: list[int | None]) -> Coverages:
+    """The coverage section of ``trace``, whose consumed batches are ``matches`` of its produced ones.
+
+    >>> coverage_of(Trace(), [])
+    Coverages(coverage=[], coverage_partial=False)
+    """
+    found = coverage(trace, matches)
+    return Coverages(found, any(c.partial for c in found))
+
+
 def resumed_epochs(trace: Trace) -> dict[int, int]:
     """The epochs that resumed one another process began: epoch, the batches
     handed over there (from ``resumed`` marks).

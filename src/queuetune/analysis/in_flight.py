@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..record.matching import Span
+from ..record.matching import Matching, Span, run_floors
 from ..record.trace import Produced, Trace
 
 SERIES_POINTS = 500
@@ -25,6 +25,102 @@ class NodeHeld:
     peak_held_bytes: int
     read_ahead_batches: int
     read_ahead_bytes: int
+
+
+@dataclass(frozen=True)
+class Flows:
+    """How batches left flight: ``flows``, the releases as (time, batches, bytes);
+    ``freed``, when each produced batch was let go of (None: never); ``unmatched``,
+    the produced batches no consumption took; ``read_ahead``, the batches built
+    and never handed over, by count (at most ``len(unmatched)``; below 0 where
+    consumption outran the recorded builds)."""
+
+    flows: list[tuple[float, int, int]]
+    freed: list[float | None]
+    unmatched: list[Produced]
+    read_ahead: int
+
+
+def flows_of(trace: Trace, runs: dict[int, Span], releases: list[float | None], matching: Matching) -> Flows:
+    """The releases of a trace's batches: by the rows taken from them (``meta.match == "rows"``)
+    or by the consumed batches they were, and, where batches belong to their run
+    (``meta.match_scope == "run"``), those never handed over let go with their run.
+
+    >>> from queuetune.record.matching import match, releases_of, runs_of
+    >>> from queuetune.record.trace import Consumed
+    >>> t = Trace(produced=[Produced(0.0, 1.0, 10), Produced(0.0, 1.5, 10)], consumed=[Consumed(0.0, 1.0)])
+    >>> runs = runs_of(t)
+    >>> f = flows_of(t, runs, releases_of(t.consumed, runs, t.end), match(t, runs))
+    >>> f.read_ahead, [p.nbytes for p in f.unmatched]
+    (1, [10])
+    """
+    produced, consumed = trace.produced, trace.consumed
+    if trace.meta.match == "rows":
+        freed = row_releases(trace, releases)
+        flows = [(r, 1, p.nbytes) for p, r in zip(produced, freed) if r is not None]
+        released = {i for i, r in enumerate(freed) if r is not None}
+        read_ahead = len(produced) - len(released)
+    else:
+        matches = matching.consumed
+        consumed_bytes = [produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)]
+        flows = [(r, 1, size) for r, size in zip(releases, consumed_bytes) if r is not None]
+        flows += [(runs[r].begin, 1, produced[i].nbytes) for r, i in matching.hidden]
+        released = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
+        read_ahead = len(produced) - len(consumed) - len(matching.hidden)
+        freed = freed_at(produced, matches, releases, matching.hidden, runs)
+    unmatched = [p for i, p in enumerate(produced) if i not in released]
+    if trace.meta.match_scope == "run":
+        floors = run_floors(runs, bool(trace.meta.pre_run_consumes))
+        flows += [(t, 1, size) for t, size in dropped_with_run(unmatched, runs, floors)]
+    return Flows(flows, freed, unmatched, read_ahead)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """The report's section of batches in flight (built, not yet released): the
+    peak and the time-weighted mean, the most built at once, the most shared
+    memory a Prefetcher in process mode kept for its batches (``peak_pool_bytes``,
+    from its ``pool`` marks; None without), per node (``nodes``), and over time
+    (``series``, whose ``t`` = 0 is ``series_start`` seconds after the trace's start)."""
+
+    peak_in_flight_batches: int
+    peak_in_flight_bytes: int
+    mean_in_flight_batches: float
+    peak_building_batches: int
+    peak_pool_bytes: int | None
+    nodes: dict[str, NodeHeld]
+    series: dict[str, list[float]]
+    series_start: float | None
+
+
+#: Batches and bytes in flight as step functions: the times of their changes, and their values.
+Steps = tuple[list[float], list[int], list[int]]
+
+
+def in_flight_of(trace: Trace, flows: Flows, steps: Steps) -> InFlight:
+    """The in-flight section of a trace, from its releases (``flows``) and the step
+    functions they make (``steps``, :func:`in_flight_steps`).
+
+    >>> t = Trace(produced=[Produced(0.0, 1.0, 10)], end=2.0)
+    >>> f = Flows([(1.5, 1, 10)], [1.5], [], 0)
+    >>> s = in_flight_of(t, f, in_flight_steps(t.produced, f.flows))
+    >>> s.peak_in_flight_bytes, s.mean_in_flight_batches, s.series_start
+    (10, 0.25, 1.0)
+    """
+    produced = trace.produced
+    times, batches, held = steps
+    return InFlight(
+        # The step functions start at 0 before their first change; a consumed batch whose production
+        # was not recorded (a trace cut short by a fault) must not take them below it.
+        peak_in_flight_batches=int(max([0, *batches])),
+        peak_in_flight_bytes=int(max([0, *held])),
+        mean_in_flight_batches=time_mean(times, batches, trace.start, trace.end),
+        peak_building_batches=peak_overlap([(p.start, p.end) for p in produced]),
+        peak_pool_bytes=max((int(m.value) for m in trace.marks if m.kind == "pool"), default=None),
+        nodes=held_by_node(produced, flows.freed),
+        series=downsample(times, batches, held),
+        series_start=times[0] - trace.start if times else None,
+    )
 
 
 def dropped_with_run(
@@ -45,9 +141,7 @@ def dropped_with_run(
     return released
 
 
-def in_flight_steps(
-    produced: list[Produced], flows: list[tuple[float, int, int]]
-) -> tuple[list[float], list[int], list[int]]:
+def in_flight_steps(produced: list[Produced], flows: list[tuple[float, int, int]]) -> Steps:
     """Step functions of batches and bytes built and not yet released by the consumer;
     ``flows`` are the releases, (time, batches, bytes). Changes at the same instant
     are applied together."""

@@ -3,7 +3,7 @@
 whose unique memory grows with the samples they read (copy-on-read).
 
 Pure functions of a :class:`~queuetune.record.trace.Trace` and its in-flight series;
-:func:`queuetune.analysis.report.analyze` calls :func:`memory_use`.
+:func:`queuetune.analysis.report.analyze` takes the report's :class:`Memory` from :func:`memory_of`.
 """
 
 from __future__ import annotations
@@ -192,6 +192,33 @@ class MemoryUse:
     def _shared(self) -> str:
         grew = f"{self.shared_growth / MiB:,.0f} MiB"
         return f"shared memory beyond the batches in flight grew by {grew}: a pool that grows, or files left behind"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The report's section of memory: the peaks of the process's RSS, of its
+    workers' unique memory and of both (None where memory was not sampled), and
+    the tree's real memory by cause (``memory``; None where it was not read)."""
+
+    peak_rss_bytes: int | None
+    peak_children_bytes: int | None
+    peak_total_bytes: int | None
+    memory: MemoryUse | None
+
+
+def memory_of(trace: Trace, flight_times: list[float], flight_bytes: list[int]) -> Memory:
+    """The memory section of ``trace``, with the bytes in flight as in :func:`memory_use`.
+
+    >>> m = memory_of(Trace(memory=[MemorySample(1.0, 50, 7, 0)]), [], [])
+    >>> m.peak_rss_bytes, m.peak_children_bytes, m.peak_total_bytes, m.memory
+    (50, 7, 57, None)
+    """
+    return Memory(
+        peak_rss_bytes=max((m.rss for m in trace.memory), default=None),
+        peak_children_bytes=max((m.children for m in trace.memory), default=None),
+        peak_total_bytes=max((m.rss + m.children for m in trace.memory), default=None),
+        memory=memory_use(trace, flight_times, flight_bytes),
+    )
 
 
 def memory_use(trace: Trace, flight_times: list[float], flight_bytes: list[int]) -> MemoryUse | None:

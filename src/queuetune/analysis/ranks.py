@@ -16,8 +16,11 @@ from typing import Any
 from ..common.jsonio import dumps
 from ..record.matching import match
 from ..record.trace import Trace
+from .counts import Counts
 from .coverage import EpochItems, epoch_items
-from .report import MODERATE, Report, analyze
+from .report import MODERATE, Report, analyze, section_of
+from .timing import Timings
+from .waits import Waits
 
 
 @dataclass
@@ -156,12 +159,12 @@ def analyze_ranks(traces: list[Trace], reports: list[Report] | None = None) -> R
 
 
 def _rank_loader(name: str, report: Report) -> RankLoader:
+    consumed, waits = section_of(Counts, report).consumed_batches, section_of(Waits, report)
     rate = None
-    if report.consumed_batches and report.wall_seconds:
-        rate = report.consumed_batches / report.wall_seconds
-    return RankLoader(
-        name, rate, report.input_bound_fraction, report.steady_wait_seconds, report.consumer_step.median, report.verdict
-    )
+    if consumed and waits.wall_seconds:
+        rate = consumed / waits.wall_seconds
+    step = section_of(Timings, report).consumer_step.median
+    return RankLoader(name, rate, waits.input_bound_fraction, waits.steady_wait_seconds, step, waits.verdict)
 
 
 def _merge(name: str, members: list[tuple[int, Trace, Report]], world: int) -> RanksLoader:

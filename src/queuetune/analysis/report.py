@@ -1,50 +1,43 @@
-"""Pure functions from a Trace to a Report: read-ahead, in flight, waits, memory, coverage."""
+"""Pure functions from a Trace to a Report: read-ahead, in flight, waits, memory, coverage.
+
+:func:`analyze` runs one small pure pass per section of the report, each its own
+typed record: :class:`~.counts.Counts`, :class:`~.in_flight.InFlight`,
+:class:`~.timing.Timings`, :class:`~.waits.Waits`, :class:`~.memory.Memory`,
+:class:`~.coverage.Coverages` and :class:`Remarks`. A :class:`Report` holds
+their fields side by side (the form its constructor and its JSON keep), and
+:func:`section_of` takes one section back, for the consumer that needs it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
-
-import numpy as np
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 from ..common.jsonio import dumps
-from ..record.matching import match, releases_of, run_floors, runs_of
+from ..record.matching import match, releases_of, runs_of
 from ..record.trace import Trace, TraceMeta
-from .coverage import Coverage, Repeat, coverage
-from .in_flight import (
-    NodeHeld,
-    downsample,
-    dropped_with_run,
-    freed_at,
-    held_by_node,
-    in_flight_steps,
-    peak_overlap,
-    row_releases,
-    time_mean,
-)
-from .memory import MemoryUse, memory_use
-from .waits import Start, busy_share, split_wait, start_and_steady, starting_batches
+from .counts import Counts, counts_of
+from .coverage import Coverage, Coverages, Repeat, coverage_of
+from .in_flight import InFlight, NodeHeld, flows_of, in_flight_of, in_flight_steps
+from .memory import Memory, MemoryUse, memory_of
+from .timing import Timing, Timings, timings_of
+from .waits import HIGH, MODERATE, Start, Verdict, Waits, verdict, waits_of
 
-MODERATE, HIGH = 0.05, 0.20
-#: The TensorFlow Profiler's words for an input-wait fraction (see :func:`verdict`).
-Verdict = Literal["unknown", "not input-bound", "moderately input-bound", "highly input-bound"]
-
-
-@dataclass
-class Timing:
-    """Median, 95th percentile and mean of a set of durations, in seconds."""
-
-    n: int = 0
-    median: float | None = None
-    p95: float | None = None
-    mean: float | None = None
-
-    @classmethod
-    def of(cls, values: list[float]) -> Timing:
-        if not values:
-            return cls()
-        arr = np.asarray(values, dtype=float)
-        return cls(len(arr), float(np.median(arr)), float(np.percentile(arr, 95)), float(arr.mean()))
+__all__ = [
+    "HIGH",
+    "MODERATE",
+    "SECTIONS",
+    "Coverage",
+    "Remarks",
+    "Report",
+    "Timing",
+    "Verdict",
+    "analyze",
+    "assemble",
+    "remarks_of",
+    "section_of",
+    "verdict",
+]
 
 
 @dataclass
@@ -69,6 +62,13 @@ class Report:
     (``steady_starved_seconds``); the waits to take batches already built are
     the hand-over (``steady_handover_seconds``, ``handover`` per batch), which no
     worker count or depth removes (see :func:`split_wait`).
+
+    Its fields are its sections' (:data:`SECTIONS`), side by side after ``meta``;
+    :func:`section_of` takes one back:
+
+    >>> from queuetune.analysis.waits import Waits
+    >>> section_of(Waits, r).steady_seconds
+    1.0
     """
 
     meta: TraceMeta
@@ -167,113 +167,65 @@ class Report:
         return cls(**fields)
 
 
-def verdict(fraction: float | None) -> Verdict:
-    """The TensorFlow Profiler's words for an input-wait fraction.
+@dataclass(frozen=True)
+class Remarks:
+    """The report's section of what was said: the errors the run recorded, and notes."""
 
-    >>> verdict(0.01), verdict(0.05), verdict(0.2)
-    ('not input-bound', 'moderately input-bound', 'highly input-bound')
+    errors: list[str]
+    notes: list[str]
+
+
+def remarks_of(trace: Trace, asked: bool) -> Remarks:
+    """The errors ``trace`` recorded, and a note where no consumption was (``asked`` false).
+
+    >>> remarks_of(Trace(), True)
+    Remarks(errors=[], notes=[])
     """
-    if fraction is None:
-        return "unknown"
-    if fraction >= HIGH:
-        return "highly input-bound"
-    if fraction >= MODERATE:
-        return "moderately input-bound"
-    return "not input-bound"
-
-
-def analyze(trace: Trace) -> Report:
-    """Turn a :class:`Trace` into a :class:`Report` (pure; no clock, no I/O)."""
-    produced, consumed = trace.produced, trace.consumed
-    runs = runs_of(trace)
-    releases = releases_of(consumed, runs, trace.end)
-    matching = match(trace, runs)
-    matches = matching.consumed
-    notes: list[str] = []
-    has_consumer = bool(consumed) or any(m.kind == "run_begin" for m in trace.marks)
-    if not has_consumer:
+    notes = []
+    if not asked:
         notes.append(
             "no consumption recorded: iterate the watched loader, or pass the probe's "
             "keras_callback() to fit/predict/evaluate"
         )
+    return Remarks([str(m.value) for m in trace.marks if m.kind == "error"], notes)
 
-    if trace.meta.match == "rows":
-        freed = row_releases(trace, releases)
-        flows = [(r, 1, p.nbytes) for p, r in zip(produced, freed) if r is not None]
-        released = {i for i, r in enumerate(freed) if r is not None}
-        read_ahead = len(produced) - len(released)
-    else:
-        consumed_bytes = [produced[j].nbytes if j is not None else (c.nbytes or 0) for c, j in zip(consumed, matches)]
-        flows = [(r, 1, size) for r, size in zip(releases, consumed_bytes) if r is not None]
-        flows += [(runs[r].begin, 1, produced[i].nbytes) for r, i in matching.hidden]
-        released = {j for j in matches if j is not None} | {i for _, i in matching.hidden}
-        read_ahead = len(produced) - len(consumed) - len(matching.hidden)
-        freed = freed_at(produced, matches, releases, matching.hidden, runs)
-    unmatched = [p for i, p in enumerate(produced) if i not in released]
-    if trace.meta.match_scope == "run":
-        floors = run_floors(runs, bool(trace.meta.pre_run_consumes))
-        flows += [(t, 1, size) for t, size in dropped_with_run(unmatched, runs, floors)]
-    times, batches, held = in_flight_steps(produced, flows)
-    # The step functions start at 0 before their first change; a consumed batch whose
-    # production was not recorded (a trace cut short by a fault) must not take them below it.
-    peak_batches = int(max([0, *batches]))
-    peak_bytes = int(max([0, *held]))
-    mean_batches = time_mean(times, batches, trace.start, trace.end)
 
-    waits = [c.consumed - c.requested for c in consumed]
-    wall = sum(end - begin for begin, end in runs.values()) if runs else None
-    wait_total = float(sum(waits)) if has_consumer else None
-    starting = starting_batches(produced, consumed, matches)
-    start, steady_wait, steady = (
-        start_and_steady(produced, consumed, runs, starting) if has_consumer else (None, None, None)
-    )
-    split = split_wait(produced, consumed, matches, starting)
-    starved = handed = None
-    if steady_wait is not None:
-        starved, handed = split.starved, split.handover
-    fraction = (starved / steady) if (steady and starved is not None) else None
-    if fraction is not None:
-        fraction = min(max(fraction, 0.0), 1.0)
+#: The sections a :class:`Report` is made of; their fields and ``meta`` are its fields.
+SECTIONS = (Counts, InFlight, Timings, Waits, Memory, Coverages, Remarks)
+Section = TypeVar("Section", Counts, InFlight, Timings, Waits, Memory, Coverages, Remarks)
 
-    errors = [str(m.value) for m in trace.marks if m.kind == "error"]
-    peak_rss = max((m.rss for m in trace.memory), default=None)
-    peak_children = max((m.children for m in trace.memory), default=None)
-    peak_total = max((m.rss + m.children for m in trace.memory), default=None)
-    return Report(
-        meta=replace(trace.meta),
-        produced_batches=len(produced),
-        consumed_batches=len(consumed) if has_consumer else None,
-        consumed_outside_steps=len(matching.hidden),
-        read_ahead_batches=max(0, read_ahead) if has_consumer else None,
-        read_ahead_bytes=sum(p.nbytes for p in unmatched) if has_consumer else None,
-        peak_in_flight_batches=peak_batches,
-        peak_in_flight_bytes=peak_bytes,
-        mean_in_flight_batches=mean_batches,
-        peak_building_batches=peak_overlap([(p.start, p.end) for p in produced]),
-        peak_pool_bytes=max((int(m.value) for m in trace.marks if m.kind == "pool"), default=None),
-        producer_time=Timing.of([p.end - p.start for p in produced]),
-        consumer_step=Timing.of([r - c.consumed for c, r in zip(consumed, releases) if r is not None]),
-        input_wait_seconds=wait_total,
-        wall_seconds=wall,
-        start=start,
-        steady_wait_seconds=steady_wait,
-        steady_seconds=steady,
-        input_bound_fraction=fraction,
-        verdict=verdict(fraction),
-        batch_bytes=Timing.of([float(p.nbytes) for p in produced]),
-        peak_rss_bytes=peak_rss,
-        peak_children_bytes=peak_children,
-        peak_total_bytes=peak_total,
-        coverage=coverage(trace, matches),
-        errors=errors,
-        series=downsample(times, batches, held),
-        notes=notes,
-        nodes=held_by_node(produced, freed),
-        series_start=times[0] - trace.start if times else None,
-        steady_starved_seconds=starved,
-        steady_handover_seconds=handed,
-        handover=Timing.of(split.per_batch),
-        handover_seen=split.seen,
-        build_busy_share=busy_share(produced),
-        memory=memory_use(trace, times, held),
+
+def section_of(kind: type[Section], report: Report) -> Section:
+    """The section ``kind`` of ``report``: the consumer that needs the waits takes the waits.
+
+    >>> from queuetune.analysis.waits import Waits
+    >>> section_of(Waits, analyze(Trace())).verdict
+    'unknown'
+    """
+    return kind(**{f.name: getattr(report, f.name) for f in fields(kind)})
+
+
+def assemble(meta: TraceMeta, *sections: Counts | InFlight | Timings | Waits | Memory | Coverages | Remarks) -> Report:
+    """The report of a loader described by ``meta`` whose sections are ``sections`` (each of :data:`SECTIONS`)."""
+    return Report(meta=replace(meta), **{f.name: getattr(s, f.name) for s in sections for f in fields(s)})
+
+
+def analyze(trace: Trace) -> Report:
+    """Turn a :class:`Trace` into a :class:`Report` (pure; no clock, no I/O): a pass a section."""
+    runs = runs_of(trace)
+    releases = releases_of(trace.consumed, runs, trace.end)
+    matching = match(trace, runs)
+    asked = bool(trace.consumed) or any(m.kind == "run_begin" for m in trace.marks)
+    flows = flows_of(trace, runs, releases, matching)
+    steps = in_flight_steps(trace.produced, flows.flows)
+    times, _, held = steps
+    return assemble(
+        trace.meta,
+        counts_of(trace, flows, len(matching.hidden), asked),
+        in_flight_of(trace, flows, steps),
+        timings_of(trace.produced, trace.consumed, releases),
+        waits_of(trace, runs, matching.consumed, asked),
+        memory_of(trace, times, held),
+        coverage_of(trace, matching.consumed),
+        remarks_of(trace, asked),
     )

@@ -4,9 +4,15 @@ yet built against the hand-over of batches built, and how busy the builds were."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from ..record.matching import Span
-from ..record.trace import Consumed, Produced
+from ..record.trace import Consumed, Produced, Trace
+from .timing import Timing
+
+MODERATE, HIGH = 0.05, 0.20
+#: The TensorFlow Profiler's words for an input-wait fraction (see :func:`verdict`).
+Verdict = Literal["unknown", "not input-bound", "moderately input-bound", "highly input-bound"]
 
 
 @dataclass
@@ -158,3 +164,74 @@ def start_and_steady(
     )
     steady = sum(max(0.0, runs[r].end - t) for r, t in began.items())
     return start, steady_wait, steady
+
+
+def verdict(fraction: float | None) -> Verdict:
+    """The TensorFlow Profiler's words for an input-wait fraction.
+
+    >>> verdict(0.01), verdict(0.05), verdict(0.2)
+    ('not input-bound', 'moderately input-bound', 'highly input-bound')
+    """
+    if fraction is None:
+        return "unknown"
+    if fraction >= HIGH:
+        return "highly input-bound"
+    if fraction >= MODERATE:
+        return "moderately input-bound"
+    return "not input-bound"
+
+
+@dataclass(frozen=True)
+class Waits:
+    """The report's section of the consumer's waits: over whole runs
+    (``input_wait_seconds`` of ``wall_seconds``), at the start (``start``) and in
+    the steady state (``steady_wait_seconds`` of ``steady_seconds``), that split
+    into waits for builds (``steady_starved_seconds``, what
+    ``input_bound_fraction`` and ``verdict`` are about) and the hand-over
+    (``steady_handover_seconds``, ``handover`` per batch, where
+    ``handover_seen``); and how busy the builds were (``build_busy_share``, see
+    :func:`busy_share`)."""
+
+    input_wait_seconds: float | None
+    wall_seconds: float | None
+    start: Start | None
+    steady_wait_seconds: float | None
+    steady_seconds: float | None
+    input_bound_fraction: float | None
+    verdict: Verdict
+    steady_starved_seconds: float | None
+    steady_handover_seconds: float | None
+    handover: Timing
+    handover_seen: bool
+    build_busy_share: float | None
+
+
+def waits_of(trace: Trace, runs: dict[int, Span], matches: list[int | None], asked: bool) -> Waits:
+    """The waits of a trace whose runs are ``runs`` and whose consumed batches are
+    ``matches`` of its produced ones; ``asked``: whether any consumption was recorded.
+
+    >>> built, taken = [Produced(0.0, 1.0, 10)], [Consumed(0.0, 1.0)]
+    >>> w = waits_of(Trace(produced=built, consumed=taken), {0: Span(0.0, 2.0)}, [0], True)
+    >>> w.input_wait_seconds, w.wall_seconds, w.steady_seconds, w.verdict
+    (1.0, 2.0, 1.0, 'not input-bound')
+    """
+    produced, consumed = trace.produced, trace.consumed
+    starting = starting_batches(produced, consumed, matches)
+    start, steady_wait, steady = start_and_steady(produced, consumed, runs, starting) if asked else (None, None, None)
+    split = split_wait(produced, consumed, matches, starting)
+    starved, handed = (split.starved, split.handover) if steady_wait is not None else (None, None)
+    fraction = min(max(starved / steady, 0.0), 1.0) if (steady and starved is not None) else None
+    return Waits(
+        input_wait_seconds=float(sum(c.consumed - c.requested for c in consumed)) if asked else None,
+        wall_seconds=sum(end - begin for begin, end in runs.values()) if runs else None,
+        start=start,
+        steady_wait_seconds=steady_wait,
+        steady_seconds=steady,
+        input_bound_fraction=fraction,
+        verdict=verdict(fraction),
+        steady_starved_seconds=starved,
+        steady_handover_seconds=handed,
+        handover=Timing.of(split.per_batch),
+        handover_seen=split.seen,
+        build_busy_share=busy_share(produced),
+    )

@@ -12,8 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.report import MODERATE
-from .text import findings, report_rows, rows
+from ..analysis.coverage import Coverages
+from ..analysis.report import section_of
+from ..analysis.waits import MODERATE, Waits
+from .measures import report_rows
+from .text import findings, rows
 from .timeline import timeline_svg
 
 if TYPE_CHECKING:
@@ -101,12 +104,7 @@ def _section(section: Section, number: int) -> str:
     out = [f'<section id="loader-{number}"><h2>{_e(section.label)}</h2>']
     if section.headline:
         out.append(f'<p class="headline"><strong>{_code(section.headline)}</strong></p>')
-    if report.input_bound_fraction is not None:
-        out.append(
-            f'<p class="verdict">Steady state: the consumer waited for input '
-            f"{report.input_bound_fraction:.1%} of the time: <strong>{_e(report.verdict)}</strong>."
-            f"{_handover(report)}</p>"
-        )
+    out.extend(_verdict(section_of(Waits, report)))
     if section.recommendation:
         out.append(f'<p class="recommendation">Recommendation: {_code(section.recommendation)}</p>')
     figure = timeline_svg(section.trace, report)
@@ -114,36 +112,54 @@ def _section(section: Section, number: int) -> str:
         out.append("<p class=\"note\">Figures need matplotlib: pip install 'queuetune[plot]'.</p>")
     else:
         out.append(f'<figure class="timeline">{figure}<figcaption>{_caption(section.trace)}</figcaption></figure>')
-    if report.coverage:
-        out.append("<h3>Coverage</h3><table><tr><th>run</th><th>epoch</th><th>consumed</th>")
-        out.append("<th>more than once</th><th>never</th></tr>")
-        for cov in report.coverage:
-            total = "" if cov.total is None else f" of {cov.total}"
-            never = "-" if cov.never_count is None else str(cov.never_count)
-            if cov.cut_short:
-                reached = "" if cov.not_reached is None else f": {cov.not_reached} not reached"
-                never = f"epoch cut short after {cov.batches} batches{reached}"
-            elif cov.resumed_after is not None:
-                here = "" if cov.not_reached is None else f": {cov.not_reached} not consumed in this run"
-                never = f"resumed after {cov.resumed_after} batches handed over before the restart{here}"
-            out.append(
-                f"<tr><td>{cov.run}</td><td>{cov.epoch}</td><td>{cov.consumed}{total} {_e(_plural(cov.unit))}</td>"
-                f"<td>{len(cov.duplicates)}</td><td>{never}</td></tr>"
-            )
-        out.append("</table>")
-        for cause in dict.fromkeys(cov.cause for cov in report.coverage if cov.cause):
-            out.append(f'<p class="note">Coverage: {_code(cause)}.</p>')
-        for cov in report.coverage:
-            if cov.partial:
-                out.append(
-                    f'<p class="note">Coverage partial in run {cov.run} epoch {cov.epoch}: '
-                    f"{cov.unkeyed} of {cov.batches} batches not keyed, left out of its counts.</p>"
-                )
+    out.extend(_coverage(section_of(Coverages, report)))
     out.append('<h3>Measures</h3><table class="measures">')
     for label, value in report_rows(report):
         out.append(f"<tr><td>{_e(label)}</td><td>{_code(value)}</td></tr>")
     out.append("</table></section>")
     return "\n".join(out)
+
+
+def _verdict(waits: Waits) -> list[str]:
+    """The steady state's verdict, where it is known."""
+    if waits.input_bound_fraction is None:
+        return []
+    return [
+        f'<p class="verdict">Steady state: the consumer waited for input '
+        f"{waits.input_bound_fraction:.1%} of the time: <strong>{_e(waits.verdict)}</strong>."
+        f"{_handover(waits)}</p>"
+    ]
+
+
+def _coverage(coverages: Coverages) -> list[str]:
+    """Each epoch's coverage as a table row, then its causes and the epochs counted in part."""
+    if not coverages.coverage:
+        return []
+    out = ["<h3>Coverage</h3><table><tr><th>run</th><th>epoch</th><th>consumed</th>"]
+    out.append("<th>more than once</th><th>never</th></tr>")
+    for cov in coverages.coverage:
+        total = "" if cov.total is None else f" of {cov.total}"
+        never = "-" if cov.never_count is None else str(cov.never_count)
+        if cov.cut_short:
+            reached = "" if cov.not_reached is None else f": {cov.not_reached} not reached"
+            never = f"epoch cut short after {cov.batches} batches{reached}"
+        elif cov.resumed_after is not None:
+            here = "" if cov.not_reached is None else f": {cov.not_reached} not consumed in this run"
+            never = f"resumed after {cov.resumed_after} batches handed over before the restart{here}"
+        out.append(
+            f"<tr><td>{cov.run}</td><td>{cov.epoch}</td><td>{cov.consumed}{total} {_e(_plural(cov.unit))}</td>"
+            f"<td>{len(cov.duplicates)}</td><td>{never}</td></tr>"
+        )
+    out.append("</table>")
+    for cause in dict.fromkeys(cov.cause for cov in coverages.coverage if cov.cause):
+        out.append(f'<p class="note">Coverage: {_code(cause)}.</p>')
+    for cov in coverages.coverage:
+        if cov.partial:
+            out.append(
+                f'<p class="note">Coverage partial in run {cov.run} epoch {cov.epoch}: '
+                f"{cov.unkeyed} of {cov.batches} batches not keyed, left out of its counts.</p>"
+            )
+    return out
 
 
 def _e(text: Any) -> str:
@@ -159,11 +175,11 @@ def _code(text: Any) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
 
 
-def _handover(report: Report) -> str:
+def _handover(waits: Waits) -> str:
     """The sentence on the waits for batches already built, where they are 5 % of the steady state or more
     (where a wait for builds would be moderately input-bound)."""
-    handed, steady = report.steady_handover_seconds, report.steady_seconds
-    if not report.handover_seen or not handed or not steady or handed / steady < MODERATE:
+    handed, steady = waits.steady_handover_seconds, waits.steady_seconds
+    if not waits.handover_seen or not handed or not steady or handed / steady < MODERATE:
         return ""
     return (
         f" It also waited {handed / steady:.1%} of the time for the hand-over of batches already built "

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..analysis.in_flight import InFlight
+from ..analysis.report import section_of
 from .text import worker_name
 
 if TYPE_CHECKING:
@@ -61,8 +63,9 @@ def _loader_events(pid: int, label: str, trace: Trace, report: Report, origin: f
         events.append(_span("wait", "consumer", c.requested, c.consumed, pid, 0, origin, {"run": c.run}))
         if after is not None and after.run == c.run:
             events.append(_span("step", "consumer", c.consumed, after.requested, pid, 0, origin, {"run": c.run}))
-    offset = trace.start + (report.series_start or 0.0)
-    series = report.series
+    in_flight = section_of(InFlight, report)
+    offset = trace.start + (in_flight.series_start or 0.0)
+    series = in_flight.series
     for t, batches, held in zip(series["t"], series["batches"], series["bytes"]):
         ts = _us(offset + t, origin)
         events.append({"name": "in flight (batches)", "ph": "C", "ts": ts, "pid": pid, "args": {"batches": batches}})

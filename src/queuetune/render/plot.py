@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from queuetune.analysis.in_flight import InFlight
+from queuetune.analysis.report import section_of
+from queuetune.analysis.timing import Timings
 from queuetune.common.units import format_number
 
 if TYPE_CHECKING:
@@ -68,7 +71,8 @@ def plot_in_flight(report: Report) -> Figure:
     b'\\x89PNG'
     """
     Figure = _figure_class()
-    series = report.series
+    in_flight = section_of(InFlight, report)
+    series = in_flight.series
     figure = Figure(figsize=(10, 4))
     axes = figure.add_subplot()
     other = axes.twinx()
@@ -85,7 +89,7 @@ def plot_in_flight(report: Report) -> Figure:
     axes.set_xlabel("seconds since the first batch was built")
     axes.set_ylabel("batches in flight", color="tab:blue")
     other.set_ylabel("MiB in flight", color="tab:orange")
-    batch = report.batch_bytes.median
+    batch = section_of(Timings, report).batch_bytes.median
     peak = max([0.0, *series["batches"], *((b / batch) for b in series["bytes"] if batch)])
     top = peak * 1.15 + 0.5
     axes.set_ylim(0, top)
@@ -103,7 +107,7 @@ def plot_in_flight(report: Report) -> Figure:
         frameon=False,
     )
     name = report.meta.name or report.meta.type or report.meta.loader or "loader"
-    axes.set_title(f"{name}: peak {report.peak_in_flight_batches} batches in flight")
+    axes.set_title(f"{name}: peak {in_flight.peak_in_flight_batches} batches in flight")
     figure.tight_layout()
     return figure
 

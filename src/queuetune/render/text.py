@@ -16,13 +16,11 @@ from ..common.units import format_bytes, format_number, format_seconds
 from ..estimate.memory import BatchSpec, Footprint
 from ..prefetch.shm.files import PoolFiles
 from .explain import explain
+from .measures import report_rows, shown_seconds
 
 if TYPE_CHECKING:
-    from ..analysis.coverage import Coverage
-    from ..analysis.memory import Causes
     from ..analysis.ranks import RanksReport
-    from ..analysis.report import Report, Timing
-    from ..analysis.waits import Start
+    from ..analysis.report import Report
     from ..estimate.experiment import DemoResult
     from ..record.trace import TraceMeta
     from ..run.result import ProgramResult
@@ -42,86 +40,6 @@ def report_table(report: Report) -> Table:
     return table
 
 
-def report_rows(report: Report) -> list[tuple[str, str]]:
-    """(label, value) rows, in reading order."""
-    rows = [("produced (built)", f"{report.produced_batches} batches")]
-    if report.consumed_batches is not None:
-        rows.append(("consumed (reached the model)", f"{report.consumed_batches} batches"))
-        rows.append(
-            (
-                "read-ahead at the end (never used)",
-                f"{report.read_ahead_batches} batches, {format_bytes(report.read_ahead_bytes or 0)}",
-            )
-        )
-    rows.append(
-        (
-            "peak in flight (built, not released)",
-            f"{report.peak_in_flight_batches} batches, {format_bytes(report.peak_in_flight_bytes)}",
-        )
-    )
-    if report.peak_pool_bytes is not None:
-        budget = (report.meta.settings or {}).get("max_bytes")
-        within = f" of max_bytes={format_bytes(budget)}" if type(budget) is int and budget > 0 else ""
-        rows.append(
-            ("shared-memory pool (peak)", f"{format_bytes(report.peak_pool_bytes)}{within}: in flight, in use, spare")
-        )
-    rows.append(("mean in flight", f"{report.mean_in_flight_batches:.1f} batches"))
-    rows.append(("peak being built at once", f"{report.peak_building_batches} batches"))
-    if report.batch_bytes.median is not None:
-        rows.append(("batch size (median)", format_bytes(int(report.batch_bytes.median))))
-    rows.append(("producer time per batch", _timing(report.producer_time)))
-    rows.append(("consumer time per step", _timing(report.consumer_step)))
-    if report.start is not None:
-        rows.append(("start", _start(report.start)))
-    if report.input_bound_fraction is not None:
-        rows.append(
-            (
-                "input wait (steady state)",
-                f"{_seconds(report.steady_wait_seconds)} of {_seconds(report.steady_seconds)}"
-                f"{_waits(report)}; with the start, "
-                f"{_seconds(report.input_wait_seconds)} of {_seconds(report.wall_seconds)}",
-            )
-        )
-    if report.memory is not None and report.memory.peak is not None:
-        rows.append(("real memory (peak, by cause)", _causes(report.memory.peak)))
-        finding = report.memory.finding()
-        if finding:
-            rows.append(("copy-on-read", finding))
-    if report.memory is not None:
-        rows.extend(("note", note) for note in report.memory.notes)
-    if report.peak_rss_bytes is not None:
-        rows.append(("peak RSS (process)", format_bytes(report.peak_rss_bytes)))
-        rows.append(("peak unique memory of workers", format_bytes(report.peak_children_bytes or 0)))
-    for node, held in report.nodes.items():
-        rows.append(
-            (
-                f"node {node}",
-                f"built {held.produced_batches} ({format_bytes(held.produced_bytes)}); held at most "
-                f"{held.peak_held_batches} ({format_bytes(held.peak_held_bytes)}); at the end "
-                f"{held.read_ahead_batches} ({format_bytes(held.read_ahead_bytes)})",
-            )
-        )
-    for cov in report.coverage:
-        rows.append((f"coverage run {cov.run} epoch {cov.epoch}", _coverage(cov, report.meta.num_batches)))
-    for error in report.errors:
-        rows.append(("error", error))
-    for note in report.notes:
-        rows.append(("note", note))
-    return rows
-
-
-def _causes(peak: Causes) -> str:
-    parts = [
-        ("batches in flight", peak.in_flight),
-        ("workers' baseline", peak.worker_baseline),
-        ("workers' growth", peak.worker_growth),
-        ("shared memory beyond in flight", peak.shared_beyond),
-        ("the consumer", peak.consumer),
-    ]
-    shown = ", ".join(f"{name} {format_bytes(size)}" for name, size in parts)
-    return f"{format_bytes(peak.total)} (PSS of the process tree and its shared memory): {shown}"
-
-
 def _title(meta: TraceMeta) -> str:
     settings = meta.settings or {}
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
@@ -129,80 +47,6 @@ def _title(meta: TraceMeta) -> str:
     if meta.rank is not None:
         name = f"rank {meta.rank} of {meta.world_size}: {name}"
     return f"queuetune: {name} ({meta.framework or '?'}{', ' + described if described else ''})"
-
-
-def _start(start: Start) -> str:
-    text = (
-        f"first batch after {format_seconds(start.first_batch_seconds)}, "
-        f"{start.built_before_asked} batches built before the first request"
-    )
-    if start.runs > 1:
-        text += f"; {format_seconds(start.seconds)} to the first batch over {start.runs} runs"
-    return text
-
-
-def _timing(t: Timing) -> str:
-    if not t.n:
-        return "-"
-    return f"median {_seconds(t.median)}, p95 {_seconds(t.p95)} (n={t.n})"
-
-
-def _waits(report: Report) -> str:
-    """The input wait's share; where the consumer also waited for batches already
-    built, the two apart: the builds' share is the one the verdict reads."""
-    handed, steady = report.steady_handover_seconds, report.steady_seconds
-    if not (report.handover_seen and handed and steady):
-        return f" ({report.input_bound_fraction:.1%}): {report.verdict}"
-    return (
-        f": {_seconds(report.steady_starved_seconds)} ({report.input_bound_fraction:.1%}) for batches not yet "
-        f"built: {report.verdict}; {_seconds(handed)} ({handed / steady:.1%}) for the hand-over of batches "
-        "already built"
-    )
-
-
-def _seconds(seconds: float | None) -> str:
-    """A duration in the unit that fits it (:func:`~queuetune.common.units.format_seconds`); ``-`` for none."""
-    return "-" if seconds is None else format_seconds(seconds)
-
-
-def _coverage(cov: Coverage, num_batches: int | None = None) -> str:
-    """One epoch's coverage in words (``num_batches``: the batches a whole epoch has, where known)."""
-    total = f" of {cov.total}" if cov.total is not None else ""
-    text = (
-        f"{cov.consumed}{total} {cov.unit}es consumed"
-        if cov.unit == "batch"
-        else f"{cov.consumed}{total} samples consumed"
-    )
-    if cov.unit == "sample key":
-        text += f", told apart by key; more than once: {len(cov.duplicates)} ({cov.extra} extra)"
-        if cov.repeats:
-            shown = [f"{_key(r.item)} ×{r.count} (workers {', '.join(r.workers)})" for r in cov.repeats[:2]]
-            text += ", e.g. " + ", ".join(shown) + (", …" if len(cov.duplicates) > len(shown) else "")
-        if cov.partial:
-            text += f"; coverage partial: {cov.unkeyed} of {cov.batches} batches not keyed, left out of these counts"
-        text += _cut_short(cov, num_batches)
-        return text + (f"; {cov.cause}" if cov.cause else "")
-    text += f"; more than once: {_listing(cov.duplicates)}"
-    text += _cut_short(cov, num_batches)
-    if cov.never_count is not None:
-        listed = _listing(cov.never)
-        more = " …" if cov.never_count > len(cov.never) and not listed.endswith("…") else ""
-        text += f"; never: {cov.never_count}" + (f" ({listed}{more})" if cov.never else "")
-    return text
-
-
-def _cut_short(cov: Coverage, num_batches: int | None) -> str:
-    unit = "batches" if cov.unit == "batch" else "samples"
-    if cov.resumed_after is not None and not cov.cut_short:
-        text = f"; resumed after {cov.resumed_after} batches handed over before the restart"
-        return text + (f": {cov.not_reached} {unit} not consumed in this run" if cov.not_reached is not None else "")
-    if not cov.cut_short:
-        return ""
-    text = f"; epoch cut short after {cov.batches}" + (f" of {num_batches}" if num_batches is not None else "")
-    text += " batches"
-    if cov.not_reached is not None:
-        text += f": {cov.not_reached} {'batches' if cov.unit == 'batch' else 'samples'} not reached"
-    return text
 
 
 def worker_name(worker: str) -> str:
@@ -214,15 +58,6 @@ def worker_name(worker: str) -> str:
     if worker.startswith("thread-"):
         return f"thread {worker[7:]}"
     return f"process {worker}" if worker else "the consumer's thread"
-
-
-def _key(item: int) -> str:
-    """A sample's key: small integers as they are (a user's ids), fingerprints in hex."""
-    return str(item) if abs(item) < 2**31 else f"{item % 2**64:016x}"
-
-
-def _listing(items: list[int]) -> str:
-    return ", ".join(map(str, items[:10])) + (" …" if len(items) > 10 else "") if items else "none"
 
 
 # --- the estimate: a batch, a footprint, the seed table -------------------------------
@@ -323,7 +158,7 @@ def rows(report: RanksReport) -> list[tuple[str, ...]]:
             wait = "-"
             if loader.input_wait_fraction is not None and loader.input_wait_seconds is not None:
                 wait = f"{loader.input_wait_fraction:.1%} ({format_seconds(loader.input_wait_seconds)})"
-            step = _seconds(loader.step_median_seconds)
+            step = shown_seconds(loader.step_median_seconds)
             out.append((str(rank.rank), loader.loader, rate, wait, step, loader.verdict))
     return out
 
@@ -386,7 +221,7 @@ def demo_text(result: DemoResult) -> list[RenderableType]:
             f"{run.read_ahead_batches}",
             f"{run.peak_in_flight_batches} ({format_bytes(run.peak_in_flight_bytes)})",
             f"{run.estimated_batches} ({format_bytes(run.estimated_footprint_bytes)})",
-            _seconds(first),
+            shown_seconds(first),
             "-" if fraction is None else f"{fraction:.0%}",
         )
     out.append(table)

@@ -11,12 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..analysis.in_flight import InFlight
+from ..analysis.memory import Memory
+from ..analysis.report import section_of
+from ..analysis.timing import Timings
 from ..common.units import format_bytes
 from ..record.matching import Span, match, releases_of, runs_of
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from ..analysis.memory import MemoryUse
     from ..analysis.report import Report
     from ..record.trace import Trace
 
@@ -65,8 +70,8 @@ def timeline_figure(trace: Trace, report: Report) -> Figure | None:
     span = max(trace.end - trace.start, 1e-6)
     lane_axes.set_xlim(-0.01 * span, 1.01 * span)
     shown = _draw_lanes(lane_axes, trace, names, lanes)
-    _draw_in_flight(flight, trace, report)
-    _draw_memory(memory, trace, report)
+    _draw_in_flight(flight, trace, section_of(InFlight, report), section_of(Timings, report).batch_bytes.median)
+    _draw_memory(memory, trace, section_of(Memory, report).memory)
     memory.set_xlabel("seconds since the loader was watched")
     figure.tight_layout()
     # Now that the layout is fixed: one column of the consumer's lane per pixel of
@@ -242,9 +247,10 @@ def _draw_consumer(axes: Any, shares: dict[str, Any], edges: Any, labels: list[s
     axes.set_yticks(range(len(labels)), labels, fontsize=8)
 
 
-def _draw_in_flight(axes: Any, trace: Trace, report: Report) -> None:
-    series = report.series
-    offset = report.series_start or 0.0
+def _draw_in_flight(axes: Any, trace: Trace, in_flight: InFlight, batch: float | None) -> None:
+    """Batches and bytes in flight over time, with the depth or budget (``batch``: the median batch's bytes)."""
+    series = in_flight.series
+    offset = in_flight.series_start or 0.0
     times = [t + offset for t in series["t"]]
     end = trace.end - trace.start
     other = axes.twinx()
@@ -290,7 +296,6 @@ def _draw_in_flight(axes: Any, trace: Trace, report: Report) -> None:
     # bytes on the right: the bytes' area then meets the batches' line where batches are
     # of one size, and stands above or below it where they are larger or smaller.
     peak = max([0, *series["batches"], depth or 0, *(v for _, v in depths)])
-    batch = report.batch_bytes.median
     if batch:
         peak = max(peak, *(b / batch for b in series["bytes"]), (budget or 0) / batch)
     top = peak * 1.15 + 0.5
@@ -325,13 +330,12 @@ CAUSES = (
 )
 
 
-def _draw_memory(axes: Any, trace: Trace, report: Report) -> None:
+def _draw_memory(axes: Any, trace: Trace, use: MemoryUse | None) -> None:
     axes.set_title("memory", fontsize=10, loc="left")
     if not trace.memory:
         axes.text(0.5, 0.5, "memory was not sampled", ha="center", va="center", transform=axes.transAxes)
         axes.set_yticks([])
         return
-    use = report.memory
     if use is not None and len(use.series) >= 2:
         # The tree's real memory (PSS and its shared memory), stacked by cause.
         axes.set_title("memory as the kernel counts it, by cause", fontsize=10, loc="left")
