@@ -22,8 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LIMITS = {"module": 500, "class": 250, "methods": 20, "function": 60, "benchmark": 300}
 
 #: Units over their limit, by name, with the size each had when it was listed (lines, or methods).
-KNOWN: dict[str, int] = {
-}
+KNOWN: dict[str, int] = {}
 
 
 @dataclass(frozen=True)
