@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 from .api import Probe, print_report, probe_of, report, watch
 from .prefetch import (
     BudgetExceeded,
+    DeviceCopyError,
     Prefetcher,
     PrefetcherClosed,
     SharedMemoryFull,
@@ -16,6 +17,7 @@ from .record.trace import Trace
 
 __all__ = [
     "BudgetExceeded",
+    "DeviceCopyError",
     "Prefetcher",
     "PrefetcherClosed",
     "Probe",

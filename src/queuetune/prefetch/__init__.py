@@ -4,6 +4,7 @@ within a budget in bytes, and :func:`read_ahead`, a fixed read-ahead thread for 
 from .collate import default_collate
 from .errors import (
     BudgetExceeded,
+    DeviceCopyError,
     PrefetcherClosed,
     SharedMemoryFull,
     SharedMemoryWarning,
@@ -15,6 +16,7 @@ from .read_ahead import read_ahead
 
 __all__ = [
     "BudgetExceeded",
+    "DeviceCopyError",
     "Prefetcher",
     "PrefetcherClosed",
     "SharedMemoryFull",

@@ -87,6 +87,9 @@ class Epoch:
         # Run by the consumer as it leaves the epoch: set by the handle's close(),
         # which cannot close what a consumer reading in another thread still uses.
         self.on_leave: Callable[[], Any] | None = None
+        # Set by a device stage: where each hand-over's position goes instead of the
+        # progress, which counts a batch once the stage hands it to the consumer.
+        self.hold: Callable[[int], Any] | None = None
 
     @property
     def depth(self) -> int:
@@ -153,7 +156,7 @@ class Epoch:
         samples = task.indices if isinstance(task.indices, list) else None
         self.recorder.consumed(asked, got, nbytes=task.size, key=task.key, samples=samples)
         if self.handed is not None:
-            self.handed.progress.handed(self.handed.positions[task.position])
+            (self.hold or self.handed.progress.handed)(self.handed.positions[task.position])
         pool = self.workers.pool_bytes()
         if pool is not None and pool != pooled:
             self.recorder.mark("pool", pool)
@@ -167,7 +170,7 @@ class Epoch:
         (break) keeps them for the next. A forked child touches nothing of its parent's."""
         if os.getpid() != self.pid:
             return
-        if self.handed is not None:
+        if self.handed is not None and self.hold is None:  # else the device stage says when it ends
             self.handed.progress.ended = True
         self.stop("the epoch ended", wait=not abandoned, release=abandoned)
         self.recorder.run_end()

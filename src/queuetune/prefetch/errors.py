@@ -15,6 +15,17 @@ class BudgetExceeded(ValueError):
     """
 
 
+class DeviceCopyError(RuntimeError):
+    """A batch could not be staged in pinned memory or copied to the device
+    (``device=``, ``pin_memory=True``); the message names the batch, and the
+    copy's own error is its ``__cause__``. The batches before it were handed over.
+
+    >>> raise DeviceCopyError("batch 3 of the epoch could not be copied to cuda: RuntimeError: no memory")
+    Traceback (most recent call last):
+    queuetune.prefetch.errors.DeviceCopyError: batch 3 of the epoch could not be copied to cuda: RuntimeError: no memory
+    """
+
+
 class WorkerDied(BrokenProcessPool):
     """A worker process died mid-epoch (killed, out of memory, crashed).
 

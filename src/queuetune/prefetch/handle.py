@@ -21,12 +21,13 @@ from .kept import Kept
 from .options import PrefetchOptions, source_length
 from .place import Place
 from .recording import prefetcher_recorder
+from .settings import PrefetcherSettings
 
 if TYPE_CHECKING:
     from ..analysis.report import Report
 
 
-class Prefetcher:
+class Prefetcher(PrefetcherSettings):
     """Builds batches ahead of the consumer within a budget in bytes.
 
     ``source`` is indexable (a Keras ``PyDataset``, a torch map-style dataset,
@@ -85,6 +86,9 @@ class Prefetcher:
     ``trace_epochs``: how many of the latest epochs :meth:`trace` keeps (a batch's
     record is a few hundred bytes, weeks of epochs many); ``None`` keeps them all.
 
+    ``device="cuda"``: arrays and tensors reach the device ``device_depth`` batches ahead, through reused pinned
+    buffers (docs/prefetcher.md, "The device stage"); ``pin_memory=True`` alone hands over pinned tensors.
+
     >>> import numpy as np
     >>> batches = [np.full(1000, i) for i in range(6)]
     >>> with Prefetcher(batches, max_bytes="1MiB") as p:
@@ -128,23 +132,20 @@ class Prefetcher:
         timeout: float | None = None,
         trace_epochs: int | None = 16,
         multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
+        device: str | Any | None = None,
+        pin_memory: bool = False,
+        device_depth: int = 2,
+        device_bytes: int | str | float | None = None,
+        pinned_bytes: int | str | float | None = None,
     ) -> None:
         #: The settings, checked (see :class:`.options.PrefetchOptions`): every argument as given, by name.
         self.options = options = PrefetchOptions.checked(**{k: v for k, v in locals().items() if k != "self"})
-        self.max_bytes, self.timeout, self.mode = options.max_bytes, options.timeout, options.mode
-        #: With workers="auto": the most workers building at once (else None).
-        self.auto, self.max_workers = options.auto, options.max_workers
-        # With workers="auto", an epoch starts with as many workers as the one before ended with.
-        self.num_workers, self.multiprocessing_context = options.workers, options.multiprocessing_context
-        self.adaptive, self.max_depth, self.start_depth = options.adaptive, options.max_depth, options.depth
-        self.ordered, self.batch_size, self.collate_fn = options.ordered, options.batch_size, options.collate_fn
-        self.shuffle, self.drop_last = options.shuffle, options.drop_last
-        self._owner, self._source, self._indexable = os.getpid(), source, options.indexable
+        self._adopt(options)
+        self._owner, self._source, self._indexable, self._closed = os.getpid(), source, options.indexable, False
         self.recorder = prefetcher_recorder(options, source)
         # Where it stands among its epochs; the sizes of batches seen; what it keeps from one epoch to the next.
         self._place, self._sizes, self._kept = Place(), BatchSizes(), Kept(options, source, self.recorder)
         self._epoch: Epoch | None = None
-        self._closed = False
         self._lock = threading.RLock()  # held while an epoch is made, replaced or stopped: one at a time
         self._finalizer = self._kept.finalizer(self)
 
@@ -168,7 +169,7 @@ class Prefetcher:
                 self._place.next_plan(self.options, self._source, self.recorder) if self._indexable else (None, None)
             )
             self._epoch = self._kept.epoch(self.num_workers, plan, handed, self._sizes)
-            return self._epoch.run(self)
+            return self._kept.read(self._epoch, self)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this prefetcher stands, as small plain data (JSON-able): the

@@ -8,6 +8,7 @@ import functools
 import multiprocessing
 import os
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from ..common import cores
@@ -17,6 +18,7 @@ from .adaptive import DepthController
 from .collate import batch_bytes_guess
 from .config import BatchSizes
 from .crew import WorkerController
+from .device.staging import Staging
 from .epoch import Epoch, Handed
 from .options import PrefetchOptions
 from .schedule import depth_controller
@@ -46,6 +48,8 @@ class Kept:
         self.workers: list[Workers] = []
         self.pools: list[str] = []
         self.controller: DepthController | None = None
+        # The device stage (device= or pin_memory=True), else None: batches go to the consumer as they are.
+        self.staging = None if options.device is None else Staging(options.device)
 
     def epoch(self, count: int, plan: list[Any] | None, handed: Handed | None, sizes: BatchSizes) -> Epoch:
         """An epoch of ``plan`` (None: a plain iterable's), on the workers kept
@@ -60,13 +64,18 @@ class Kept:
         config = options.epoch_config()
         return Epoch(config, plan, workers, self.recorder, sizes, crew, self._depth_controller(), handed)
 
+    def read(self, epoch: Epoch, owner: object) -> Iterator[Any]:
+        """The consumer's iterator over ``epoch`` (kept alive with ``owner``): its own
+        loop, or the device stage's over it."""
+        return epoch.run(owner) if self.staging is None else self.staging.run(epoch, owner)
+
     def depth(self) -> int:
         """The depth the last epoch ended with (before the first, the depth to start at)."""
         return self.options.depth if self.controller is None else self.controller.depth
 
     def finalizer(self, owner: object) -> weakref.finalize[..., object]:
         """What lets go of these workers, their pools and the recorder once ``owner`` is gone, or when called."""
-        return weakref.finalize(owner, close_all, self.recorder, os.getpid(), self.pools, self.workers)
+        return weakref.finalize(owner, close_all, self.recorder, os.getpid(), self.pools, self.workers, self.staging)
 
     def release(self) -> None:
         """Stop the workers kept from one epoch to the next."""
@@ -112,10 +121,14 @@ class Kept:
         )
 
 
-def close_all(recorder: Recorder, pid: int, pools: list[str], kept: list[Workers]) -> None:
+def close_all(
+    recorder: Recorder, pid: int, pools: list[str], kept: list[Workers], staging: Staging | None = None
+) -> None:
     """What a Prefetcher's end lets go of: its workers (``kept``), its recorder and,
-    in the process that made them, its shared-memory ``pools``."""
+    in the process that made them, its shared-memory ``pools`` and its device stage's buffers."""
     if os.getpid() == pid:
+        if staging is not None:
+            staging.release()
         for workers in kept:
             workers.shutdown(wait=False, unclaimed=[])
     kept.clear()

@@ -30,6 +30,8 @@ from ..common.units import _shown, parse_bytes, positive_int
 from ..frameworks import detect
 from .batch import make_batch
 from .config import EpochConfig
+from .device import seam
+from .device.settings import DeviceOptions, device_options
 from .resume import epoch_order
 
 #: How a Prefetcher's workers run: threads of this process, or processes of their own.
@@ -44,7 +46,8 @@ class PrefetchOptions:
     with ``auto``, which adds more up to ``max_workers``); ``depth``: the depth
     it starts at; ``seed``: the one given, or drawn as it was made (so that a
     state taken later holds the order it drew); ``indexable``: the source has
-    ``__getitem__`` and a length (else it is a plain iterable, read by one thread).
+    ``__getitem__`` and a length (else it is a plain iterable, read by one thread);
+    ``device``: the device stage's settings, None where it is off.
     """
 
     max_bytes: int
@@ -66,6 +69,7 @@ class PrefetchOptions:
     timeout: float | None
     trace_epochs: int | None
     indexable: bool
+    device: DeviceOptions | None = None
 
     @property
     def start_method(self) -> str:
@@ -153,11 +157,12 @@ class PrefetchOptions:
         timeout: float | None,
         trace_epochs: int | None,
         multiprocessing_context: str | multiprocessing.context.BaseContext | None,
+        **stage: Any,
     ) -> PrefetchOptions:
-        """The options of a Prefetcher given these (with its defaults); a bad one is an error naming it."""
+        """The options of a Prefetcher given these (with its defaults; ``stage``: the
+        device stage's, see :func:`.device.settings.device_options`); a bad one is an error naming it."""
         budget, waited, trace_epochs = _limits(max_bytes, timeout, trace_epochs)
-        how = _check_mode(mode)
-        indexable = is_indexable(source)
+        how, indexable = _check_mode(mode), is_indexable(source)
         auto, count, most = _workers(workers, max_workers, mode, indexable)
         context = _check_context(multiprocessing_context, mode)
         adaptive = _flag(adaptive, "adaptive")
@@ -165,11 +170,9 @@ class PrefetchOptions:
         ordered, shuffle = _flag(ordered, "ordered"), _flag(shuffle, "shuffle")
         drop_last, sample_memory = _flag(drop_last, "drop_last"), _flag(sample_memory, "sample_memory")
         batch_size = None if batch_size is None else positive_int(batch_size, "batch size")
-        collate_fn, drawn = _check_collate(collate_fn), _check_seed(seed)
+        collate_fn, drawn = _check_collate(collate_fn, batch_size), _check_seed(seed)
         if not indexable:
             _check_iterable(source, mode, auto, count, batch_size)
-        if collate_fn is not None and batch_size is None:
-            raise ValueError("collate_fn needs batch_size")
         return cls(
             budget,
             how,
@@ -190,6 +193,7 @@ class PrefetchOptions:
             waited,
             trace_epochs,
             indexable,
+            seam.checked(device_options(**stage, max_bytes=budget)),
         )
 
 
@@ -317,11 +321,13 @@ def _flag(value: Any, name: str) -> bool:
     return bool(value)
 
 
-def _check_collate(collate_fn: object) -> Callable[[list[Any]], Any] | None:
+def _check_collate(collate_fn: object, batch_size: int | None) -> Callable[[list[Any]], Any] | None:
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(
             f"collate_fn must be a callable or None, got {_shown(collate_fn)} ({type(collate_fn).__name__})"
         )
+    if collate_fn is not None and batch_size is None:
+        raise ValueError("collate_fn needs batch_size")
     return collate_fn
 
 

@@ -1,0 +1,120 @@
+"""The copy to a CUDA device with torch (:class:`CudaTransfer`): pinned staging
+buffers, copies on a side stream, an event the consumer's stream waits on.
+torch is imported here alone, and only when a Prefetcher asks for a device or
+for pinned memory.
+
+>>> from queuetune.prefetch.device.settings import DeviceOptions
+>>> try:  # where CUDA serves device="cuda", nothing is raised
+...     check_cuda(DeviceOptions("cuda", True, 2, None, 1 << 20))
+... except RuntimeError as error:
+...     assert "device='cuda' needs CUDA" in str(error)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .settings import DeviceOptions
+from .transfer import MOVABLE_DTYPES
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as error:
+        raise RuntimeError("device= and pin_memory=True need torch: pip install 'queuetune[torch]'") from error
+    return torch
+
+
+def check_cuda(options: DeviceOptions) -> None:
+    """Raise a ``RuntimeError`` naming ``options.device`` where CUDA cannot serve it
+    (torch absent, a CPU build, no GPU, an index past the GPUs)."""
+    torch = _torch()
+    if not torch.cuda.is_available():
+        asked = f"device={options.device!r}" if options.device else "pin_memory=True"
+        raise RuntimeError(
+            f"{asked} needs CUDA, and torch {torch.__version__} sees none here "
+            "(torch.cuda.is_available() is False): leave device=None and pin_memory=False"
+        )
+    if options.device is not None:
+        index = torch.device(options.device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise RuntimeError(f"device={options.device!r}: torch sees {torch.cuda.device_count()} CUDA devices")
+
+
+class CudaTransfer:
+    """Copies to ``options.device`` on a stream of its own (with no device,
+    ``pin_memory`` alone: the pinned leaves are handed over themselves)."""
+
+    def __init__(self, options: DeviceOptions) -> None:
+        check_cuda(options)
+        self.torch = torch = _torch()
+        self.device = None if options.device is None else torch.device(options.device)
+        self.lends = self.device is None
+        self.stream = None if self.device is None else torch.cuda.Stream(device=self.device)
+
+    def nbytes(self, leaf: Any) -> int | None:
+        torch = self.torch
+        if isinstance(leaf, np.ndarray):
+            return int(leaf.nbytes) if leaf.dtype in MOVABLE_DTYPES and leaf.dtype.isnative else None
+        if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu" and leaf.layout == torch.strided:
+            return int(leaf.numel() * leaf.element_size())
+        return None
+
+    def allocate(self, nbytes: int) -> Any:
+        # torch's caching host allocator: a buffer given back is kept pinned, not pinned again
+        return self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=True)
+
+    def stage(self, leaf: Any, buffer: Any) -> Any:
+        torch = self.torch
+        source = torch.from_numpy(np.ascontiguousarray(leaf)) if isinstance(leaf, np.ndarray) else leaf
+        size = source.numel() * source.element_size()
+        if size == 0:  # no bytes to view as another dtype
+            return torch.empty(source.shape, dtype=source.dtype, pin_memory=True)
+        staged = buffer[:size].view(source.dtype).view(source.shape)
+        staged.copy_(source)
+        return staged
+
+    def start(self, staged: list[Any]) -> Any:
+        if self.device is None:
+            return _Lent(staged)
+        torch = self.torch
+        with torch.cuda.stream(self.stream):
+            leaves = [leaf.to(self.device, non_blocking=True) for leaf in staged]
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return _CudaCopy(torch, self.device, leaves, event)
+
+
+class _CudaCopy:
+    """One batch's copies on the side stream, and the event recorded after them."""
+
+    def __init__(self, torch: Any, device: Any, leaves: list[Any], event: Any) -> None:
+        self.torch, self.device, self.leaves, self.event = torch, device, leaves, event
+
+    def ready(self) -> list[Any]:
+        stream = self.torch.cuda.current_stream(self.device)
+        stream.wait_event(self.event)
+        for leaf in self.leaves:
+            # allocated on the side stream: freed on the consumer's only once its work on it is done
+            leaf.record_stream(stream)
+        leaves, self.leaves = self.leaves, []
+        return leaves
+
+    def finished(self) -> None:
+        self.event.synchronize()
+
+
+class _Lent:
+    """Pinned leaves handed over as they are (``pin_memory`` with no device)."""
+
+    def __init__(self, leaves: list[Any]) -> None:
+        self.leaves = leaves
+
+    def ready(self) -> list[Any]:
+        return self.leaves
+
+    def finished(self) -> None:
+        return None

@@ -1,0 +1,236 @@
+"""One epoch's batches on their way to the device (:class:`Flight`): taken from
+the epoch's iterator of host batches, staged into pinned buffers, their copies
+started up to ``depth`` batches ahead of the consumer within ``device_bytes``,
+handed over in order; :class:`Stage`, the consumer's iterator over it."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import faults
+from ..errors import BudgetExceeded, DeviceCopyError
+from .leaves import fill, split
+from .pinned import Buffer, PinnedPool
+from .settings import DeviceOptions
+from .transfer import Copy, Transfer
+
+_NOTHING = object()
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a hand-over tells the epoch's place (``handed``), and the stage's end (``ended``)."""
+
+    handed: Callable[[], None] = _nothing
+    ended: Callable[[], None] = _nothing
+
+
+@dataclass
+class _Entry:
+    """A batch ahead of the consumer: its ``number`` in the epoch, its ``shape``
+    (:func:`.leaves.split`), its ``copy`` and ``buffers``, the ``nbytes`` it takes
+    on the device; or the ``error`` it met (``named``: raised as the copy's error)."""
+
+    number: int
+    shape: Any = None
+    copy: Copy | None = None
+    buffers: list[Buffer] = field(default_factory=list)
+    nbytes: int = 0
+    error: BaseException | None = None
+    named: bool = False
+
+
+class Flight:
+    """The copies ahead of one epoch's consumer, read from ``host`` (the epoch's
+    iterator) with ``transfer`` into ``pool``'s buffers, within ``options``.
+
+    >>> import numpy as np
+    >>> from .transfer import HostTransfer
+    >>> transfer = HostTransfer()
+    >>> flight = Flight(iter([np.arange(3), {"x": np.ones(2), "name": "b"}]), transfer,
+    ...                 PinnedPool(transfer.allocate, 1 << 20), DeviceOptions("cuda", True, 2, None, 1 << 20))
+    >>> list(Stage(flight))
+    [array([0, 1, 2]), {'x': array([1., 1.]), 'name': 'b'}]
+    """
+
+    def __init__(
+        self, host: Iterator[Any], transfer: Transfer, pool: PinnedPool, options: DeviceOptions, hooks: Hooks = Hooks()
+    ) -> None:
+        self.host, self.transfer, self.pool, self.options, self.hooks = host, transfer, pool, options, hooks
+        self.entries: deque[_Entry] = deque()
+        self.waiting: Any = _NOTHING  # taken from the host, not started: no room yet
+        self.exhausted = False
+        self.taken = 0  # batches taken from the host
+        self.handed = 0
+        self.bytes = 0  # on the device, ahead of the consumer
+        self.lock = threading.Lock()
+        self.busy = False
+        self.stopped: str | None = None  # why, once stopped from outside
+        self.ended = False  # read to its end, failed, or stopped
+        self.cleaned = False
+
+    def next(self) -> Any:
+        """The next batch, its copy waited for on the consumer's stream alone."""
+        with self.lock:
+            if self.stopped is not None:
+                raise faults.closed(self.stopped, self.handed)
+            if self.ended:
+                raise StopIteration
+            self.busy = True
+        try:
+            self._fill()
+            if not self.entries:
+                raise StopIteration
+            return self._hand(self.entries.popleft())
+        except BaseException:
+            self.ended = True
+            raise
+        finally:
+            with self.lock:
+                self.busy = False
+                done = self.ended or self.stopped is not None
+            if done:
+                self._clean()
+
+    def drop(self, reason: str) -> None:
+        """Stop: nothing more is handed over (reading again is :class:`.PrefetcherClosed`);
+        the copies ahead are let go of, their buffers given back, the host's iterator closed."""
+        with self.lock:
+            if self.ended or self.stopped is not None:
+                busy = self.busy
+                if self.stopped is None:
+                    self.stopped = reason
+            else:
+                self.stopped, busy = reason, self.busy
+        if not busy:  # else the consumer cleans up as it leaves next()
+            self._clean()
+
+    def _fill(self) -> None:
+        """Start copies until ``depth`` are ahead, the budget is full or the host is read out."""
+        while not self.exhausted and len(self.entries) < self.options.depth:
+            if self.entries and self.entries[-1].error is not None:
+                return
+            if self.waiting is _NOTHING:
+                try:
+                    self.waiting = next(self.host)
+                except StopIteration:
+                    self.exhausted = True
+                    return
+                except Exception as error:  # the host's own (a worker's fault): after the batches before it
+                    self.entries.append(_Entry(self.taken, error=error))
+                    self.exhausted = True
+                    return
+            if not self._start(self.waiting):
+                return
+            self.waiting = _NOTHING
+            self.taken += 1
+
+    def _start(self, batch: Any) -> bool:
+        """Stage ``batch`` and start its copy, or False where the budgets have no room for it yet."""
+        sizes: list[int] = []
+
+        def moves(leaf: Any) -> bool:
+            nbytes = self.transfer.nbytes(leaf)
+            if nbytes is not None:
+                sizes.append(nbytes)
+            return nbytes is not None
+
+        leaves, shape = split(batch, moves)
+        total, budget = sum(sizes), self.options.device_bytes
+        entry = _Entry(self.taken, shape, nbytes=total)
+        if budget is not None and self.bytes + total > budget:
+            if self.entries:
+                return False
+            entry.error = BudgetExceeded(
+                f"batch {entry.number} of the epoch takes {total} bytes on the device, more than device_bytes={budget}"
+            )
+        buffers = None if entry.error is not None else self.pool.take(sizes)
+        if buffers is None and entry.error is None:
+            if self.entries:
+                return False
+            entry.error = BudgetExceeded(
+                f"batch {entry.number} of the epoch needs {total} bytes of pinned staging buffers, "
+                f"more than pinned_bytes={self.pool.limit} holds"
+            )
+        if buffers is not None:
+            entry.buffers = buffers
+            try:
+                entry.copy = self.transfer.start([self.transfer.stage(x, b.memory) for x, b in zip(leaves, buffers)])
+            except Exception as error:
+                entry.error, entry.named = error, True
+        if entry.error is not None:
+            self.pool.give(entry.buffers)
+            entry.buffers, entry.nbytes = [], 0
+        self.bytes += entry.nbytes
+        self.entries.append(entry)
+        return True
+
+    def _hand(self, entry: _Entry) -> Any:
+        """``entry``'s batch, ready on the consumer's stream; its error, named."""
+        self.bytes -= entry.nbytes
+        if entry.error is not None:
+            raise self._named(entry, entry.error) if entry.named else entry.error
+        assert entry.copy is not None
+        try:
+            leaves = entry.copy.ready()
+        except Exception as error:
+            self.pool.give(entry.buffers, entry.copy)
+            raise self._named(entry, error) from error
+        if self.transfer.lends:
+            self.pool.lend(entry.buffers)
+        else:
+            self.pool.give(entry.buffers, entry.copy)
+        self.handed += 1
+        self.hooks.handed()
+        return fill(entry.shape, leaves)
+
+    def _named(self, entry: _Entry, error: BaseException) -> DeviceCopyError:
+        where = self.options.device or "pinned memory"
+        named = DeviceCopyError(
+            f"batch {entry.number} of the epoch could not be copied to {where}: {type(error).__name__}: {error}"
+        )
+        named.__cause__ = error
+        return named
+
+    def _clean(self) -> None:
+        """Let go of every copy ahead (their buffers back to the pool) and of the host's iterator."""
+        with self.lock:
+            if self.cleaned:
+                return
+            self.cleaned = True
+        for entry in self.entries:
+            self.pool.give(entry.buffers, entry.copy)
+        self.entries.clear()
+        self.waiting, self.bytes = _NOTHING, 0
+        close = getattr(self.host, "close", None)
+        if close is not None:
+            close()
+        self.hooks.ended()
+
+
+class Stage:
+    """The consumer's iterator over a :class:`Flight`; the flight is dropped once
+    this is let go of (a ``break``), or by :meth:`close`."""
+
+    def __init__(self, flight: Flight) -> None:
+        self.flight = flight
+        self._finalizer = weakref.finalize(self, flight.drop, "its iterator was let go of")
+
+    def __iter__(self) -> Stage:
+        return self
+
+    def __next__(self) -> Any:
+        return self.flight.next()
+
+    def close(self) -> None:
+        """Drop the flight: what is ahead is let go of."""
+        self._finalizer()
