@@ -500,3 +500,69 @@ def test_import_queuetune_and_a_prefetcher_with_no_device_import_no_torch() -> N
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_close_from_another_thread_wakes_the_consumer(mode: str) -> None:
+    source = Batches(40, [500], "float32", "array")
+    with substituted(lambda: FakeTransfer(delay=0.05)):
+        p = Prefetcher(source, max_bytes="1MiB", mode=mode, workers=1, device="cuda", device_depth=3)
+    outcome: list[BaseException | int] = []
+
+    def consume() -> None:
+        count = 0
+        try:
+            for _batch in p:
+                count += 1
+        except PrefetcherClosed as error:
+            outcome.append(error)
+        outcome.append(count)
+
+    reader = threading.Thread(target=consume, name="test-consumer")
+    reader.start()
+    while not FakeTransfer.made or FakeTransfer.made[0].started < 3:
+        time.sleep(0.005)
+    p.close()
+    reader.join(60)
+    assert not reader.is_alive()
+    assert isinstance(outcome[0], PrefetcherClosed)
+    assert isinstance(outcome[-1], int) and outcome[-1] < 40
+    assert_clean(p)
+
+
+DTYPED = [np.dtype(name) for name in DTYPES]
+
+
+@pytest.mark.parametrize("dtype", DTYPED, ids=str)
+def test_cuda_staging_is_bit_for_bit_on_the_host(dtype: np.dtype[Any]) -> None:
+    """CudaTransfer's staging into a byte buffer (the pinned one where CUDA is,
+    a plain one here): every dtype, strides, read-only arrays, tensors, no bytes."""
+    from queuetune.prefetch.device.cuda import CudaTransfer
+    from queuetune.prefetch.device.pinned import size_class
+
+    transfer = CudaTransfer.__new__(CudaTransfer)  # no CUDA here: its staging alone
+    transfer.torch, transfer.device, transfer.lends, transfer.stream = torch, None, True, None
+    rng = np.random.default_rng(0)
+    base = (rng.standard_normal((6, 10)) * 100).astype(dtype)
+    frozen = base.copy()
+    frozen.flags.writeable = False
+    leaves = [
+        base,
+        base[:, ::3],
+        base.T,
+        frozen,
+        base[:0],
+        torch.from_numpy(base.copy()),
+        torch.from_numpy(base.T.copy()).T,
+    ]
+    for leaf in leaves:
+        nbytes = transfer.nbytes(leaf)
+        assert nbytes is not None
+        staged = transfer.stage(leaf, torch.zeros(size_class(nbytes), dtype=torch.uint8))
+        expected = leaf.numpy() if isinstance(leaf, torch.Tensor) else leaf
+        assert tuple(staged.shape) == expected.shape
+        assert staged.numpy().tobytes() == np.ascontiguousarray(expected).tobytes()
+    assert transfer.nbytes(np.array(["text"])) is None
+    assert transfer.nbytes(np.arange(3, dtype=">i4")) is None
+    assert transfer.nbytes("text") is None

@@ -69,12 +69,18 @@ class CudaTransfer:
 
     def stage(self, leaf: Any, buffer: Any) -> Any:
         torch = self.torch
-        source = torch.from_numpy(np.ascontiguousarray(leaf)) if isinstance(leaf, np.ndarray) else leaf
-        size = source.numel() * source.element_size()
-        if size == 0:  # no bytes to view as another dtype
-            return torch.empty(source.shape, dtype=source.dtype, pin_memory=True)
-        staged = buffer[:size].view(source.dtype).view(source.shape)
-        staged.copy_(source)
+        if isinstance(leaf, np.ndarray):
+            dtype, size = torch.from_numpy(np.empty(0, leaf.dtype)).dtype, leaf.nbytes
+            if size == 0:  # no bytes to view as another dtype, nothing to pin
+                return torch.empty(leaf.shape, dtype=dtype)
+            # numpy copies into the buffer: any strides, and a read-only array (a segment's view) as well
+            np.copyto(buffer.numpy()[:size].view(leaf.dtype).reshape(leaf.shape), leaf, casting="no")
+            return buffer[:size].view(dtype).view(leaf.shape)
+        size = leaf.numel() * leaf.element_size()
+        if size == 0:
+            return torch.empty(leaf.shape, dtype=leaf.dtype)
+        staged = buffer[:size].view(leaf.dtype).view(leaf.shape)
+        staged.copy_(leaf)
         return staged
 
     def start(self, staged: list[Any]) -> Any:

@@ -3,6 +3,7 @@ their bytes counted against a budget."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,10 +55,16 @@ class PinnedPool:
         self.held = 0
         self.peak = 0
         self.closed = False
+        # The consumer takes and gives; close() may come from another thread.
+        self.lock = threading.RLock()
 
     def take(self, sizes: list[int]) -> list[Buffer] | None:
         """A buffer for each of ``sizes`` (spare ones first), or None where they
         do not fit in the limit even with every spare buffer let go of."""
+        with self.lock:
+            return self._take(sizes)
+
+    def _take(self, sizes: list[int]) -> list[Buffer] | None:
         classes = [size_class(n) for n in sizes]
         reused: list[Buffer | None] = [self._spare(c) for c in classes]
         needed = sum(c for c, b in zip(classes, reused, strict=True) if b is None)
@@ -73,23 +80,29 @@ class PinnedPool:
 
     def give(self, buffers: list[Buffer], copy: Copy | None = None) -> None:
         """``buffers`` back, spare (read by ``copy``: waited for before they are written again)."""
-        for buffer in buffers:
-            if copy is not None:
-                buffer.copy = copy
-            if self.closed:
-                self._free(buffer)
-            else:
-                self.spare.setdefault(buffer.size, []).append(buffer)
+        with self.lock:
+            for buffer in buffers:
+                self._give(buffer, copy)
+
+    def _give(self, buffer: Buffer, copy: Copy | None) -> None:
+        if copy is not None:
+            buffer.copy = copy
+        if self.closed:
+            self._free(buffer)
+        else:
+            self.spare.setdefault(buffer.size, []).append(buffer)
 
     def lend(self, buffers: list[Buffer]) -> None:
         """``buffers`` are the consumer's now (pinned leaves handed over): no longer held here."""
-        self.held -= sum(b.size for b in buffers)
+        with self.lock:
+            self.held -= sum(b.size for b in buffers)
 
     def close(self) -> None:
         """Let go of every spare buffer, and of each buffer given back from now on."""
-        self.closed = True
-        while self.spare:
-            self._free(self._largest_spare())
+        with self.lock:
+            self.closed = True
+            while self.spare:
+                self._free(self._largest_spare())
 
     def _spare(self, size: int) -> Buffer | None:
         shelf = self.spare.get(size)

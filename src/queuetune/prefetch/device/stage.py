@@ -88,6 +88,8 @@ class Flight:
             self.busy = True
         try:
             self._fill()
+            if self.stopped is not None:  # close() from another thread while this one took from the epoch
+                raise faults.closed(self.stopped, self.handed)
             if not self.entries:
                 raise StopIteration
             return self._hand(self.entries.popleft())
@@ -224,6 +226,7 @@ class Stage:
     def __init__(self, flight: Flight) -> None:
         self.flight = flight
         self._finalizer = weakref.finalize(self, flight.drop, "its iterator was let go of")
+        self._finalizer.atexit = False  # at exit, the Prefetcher's own end lets go of everything
 
     def __iter__(self) -> Stage:
         return self
