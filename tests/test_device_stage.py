@@ -566,3 +566,22 @@ def test_cuda_staging_is_bit_for_bit_on_the_host(dtype: np.dtype[Any]) -> None:
     assert transfer.nbytes(np.array(["text"])) is None
     assert transfer.nbytes(np.arange(3, dtype=">i4")) is None
     assert transfer.nbytes("text") is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_on_cuda_batches_arrive_on_the_device_bit_for_bit(mode: str) -> None:
+    source = Batches(12, [100_000, 90_000], "float32", "dict")
+    p = Prefetcher(source, max_bytes="64MiB", mode=mode, device="cuda", device_depth=3, device_bytes="4MiB")
+    try:
+        for _epoch in range(2):
+            for i, batch in enumerate(p):
+                assert batch["x"].device.type == "cuda" and batch["y"].device.type == "cuda"
+                assert batch["name"] == f"batch {i}"
+                expected = source[i]
+                assert_same(batch["x"].cpu().numpy(), expected["x"])
+                assert_same(batch["y"].cpu(), expected["y"])
+        assert p._kept.staging.pool.peak <= p.options.device.pinned_bytes
+    finally:
+        assert_clean(p)

@@ -80,7 +80,8 @@ class CudaTransfer:
         if size == 0:
             return torch.empty(leaf.shape, dtype=leaf.dtype)
         staged = buffer[:size].view(leaf.dtype).view(leaf.shape)
-        staged.copy_(leaf)
+        with torch.no_grad():  # the data, not a step of the graph of a tensor that requires grad
+            staged.copy_(leaf)
         return staged
 
     def start(self, staged: list[Any]) -> Any:
