@@ -446,6 +446,7 @@ def test_pin_memory_alone_lends_its_buffers_to_the_consumer() -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here")
+@pytest.mark.timeout(60)
 def test_device_cuda_without_cuda_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match=r"device='cuda' needs CUDA.*torch.cuda.is_available\(\) is False"):
         Prefetcher([np.zeros(3)], max_bytes="1MiB", device="cuda")
@@ -466,6 +467,7 @@ def test_device_cuda_without_cuda_is_a_clear_error() -> None:
         ({"device_bytes": "1GiB"}, ValueError, "device_bytes needs device="),
     ],
 )
+@pytest.mark.timeout(60)
 def test_bad_device_keywords_are_named(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
     with substituted(FakeTransfer), pytest.raises(error, match=message):
         Prefetcher([np.zeros(3)], max_bytes="1MiB", **kwargs)
@@ -491,6 +493,7 @@ def test_off_means_the_path_of_before(monkeypatch: pytest.MonkeyPatch) -> None:
     assert_nothing_left_running()
 
 
+@pytest.mark.timeout(150)
 def test_import_queuetune_and_a_prefetcher_with_no_device_import_no_torch() -> None:
     code = (
         "import sys, numpy as np, queuetune\n"
@@ -535,6 +538,7 @@ DTYPED = [np.dtype(name) for name in DTYPES]
 
 
 @pytest.mark.parametrize("dtype", DTYPED, ids=str)
+@pytest.mark.timeout(60)
 def test_cuda_staging_is_bit_for_bit_on_the_host(dtype: np.dtype[Any]) -> None:
     """CudaTransfer's staging into a byte buffer (the pinned one where CUDA is,
     a plain one here): every dtype, strides, read-only arrays, tensors, no bytes."""
@@ -583,5 +587,27 @@ def test_on_cuda_batches_arrive_on_the_device_bit_for_bit(mode: str) -> None:
                 assert_same(batch["x"].cpu().numpy(), expected["x"])
                 assert_same(batch["y"].cpu(), expected["y"])
         assert p._kept.staging.pool.peak <= p.options.device.pinned_bytes
+    finally:
+        assert_clean(p)
+
+
+class Stream:
+    """A plain iterable (no length, no index): read by one thread, not resumable."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __iter__(self) -> Any:
+        return iter([{"x": np.full(7, i), "tag": i} for i in range(self.count)])
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_iterable_and_a_torch_device_go_through_the_stage() -> None:
+    with substituted(FakeTransfer):
+        p = Prefetcher(Stream(5), max_bytes="1MiB", device=torch.device("cuda", 0), device_depth=4)
+    try:
+        assert p.options.device is not None and p.options.device.device == "cuda:0"
+        for _epoch in range(2):
+            assert [(int(b["x"][0]), b["tag"]) for b in p] == [(i, i) for i in range(5)]
     finally:
         assert_clean(p)
