@@ -81,10 +81,10 @@ class Flight:
     def next(self) -> Any:
         """The next batch, its copy waited for on the consumer's stream alone."""
         with self.lock:
-            if self.stopped is not None:
-                raise faults.closed(self.stopped, self.handed)
             if self.ended:
                 raise StopIteration
+            if self.stopped is not None:
+                raise faults.closed(self.stopped, self.handed)
             self.busy = True
         try:
             self._fill()
@@ -107,12 +107,9 @@ class Flight:
         """Stop: nothing more is handed over (reading again is :class:`.PrefetcherClosed`);
         the copies ahead are let go of, their buffers given back, the host's iterator closed."""
         with self.lock:
-            if self.ended or self.stopped is not None:
-                busy = self.busy
-                if self.stopped is None:
-                    self.stopped = reason
-            else:
-                self.stopped, busy = reason, self.busy
+            if self.stopped is None and not self.ended:
+                self.stopped = reason
+            busy = self.busy
         if not busy:  # else the consumer cleans up as it leaves next()
             self._clean()
 
