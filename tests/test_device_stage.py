@@ -611,3 +611,92 @@ def test_a_plain_iterable_and_a_torch_device_go_through_the_stage() -> None:
             assert [(int(b["x"][0]), b["tag"]) for b in p] == [(i, i) for i in range(5)]
     finally:
         assert_clean(p)
+
+
+@pytest.mark.timeout(60)
+def test_the_consumers_stream_waits_on_the_batchs_event_alone() -> None:
+    """CudaTransfer's copy, with torch's CUDA calls stood in for: the copies run on
+    the side stream, the consumer's stream waits on their event, each tensor is
+    recorded on the consumer's stream, and nothing synchronises the whole device."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from queuetune.prefetch.device.cuda import CudaTransfer
+
+    calls: list[tuple[str, object]] = []
+    current: list[object] = ["consumer"]
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_event(self, event: object) -> None:
+            calls.append((f"{self.name} waits on", event))
+
+    class Event:
+        def record(self, stream: Stream) -> None:
+            calls.append(("event recorded on", stream.name))
+
+        def synchronize(self) -> None:
+            calls.append(("event synchronised", self))
+
+    class Tensor:
+        def __init__(self, where: str) -> None:
+            self.where = where
+
+        def to(self, device: str, non_blocking: bool = False) -> Tensor:
+            calls.append(("copied on", current[-1]))
+            assert non_blocking
+            return Tensor(device)
+
+        def record_stream(self, stream: Stream) -> None:
+            calls.append(("recorded on", stream.name))
+
+    @contextlib.contextmanager
+    def on(stream: Stream) -> Any:
+        current.append(stream.name)
+        try:
+            yield
+        finally:
+            current.pop()
+
+    def synchronize() -> None:
+        calls.append(("device synchronised", None))
+
+    consumer = Stream("consumer")
+    cuda = SimpleNamespace(stream=on, Event=Event, current_stream=lambda device=None: consumer, synchronize=synchronize)
+    transfer = CudaTransfer.__new__(CudaTransfer)
+    transfer.torch, transfer.device, transfer.lends = SimpleNamespace(cuda=cuda), "cuda", False
+    transfer.stream = Stream("side")
+    copy = transfer.start([Tensor("pinned"), Tensor("pinned")])
+    leaves = copy.ready()
+    assert [leaf.where for leaf in leaves] == ["cuda", "cuda"]
+    event = next(e for kind, e in calls if kind == "consumer waits on")
+    assert isinstance(event, Event)
+    assert calls == [
+        ("copied on", "side"),
+        ("copied on", "side"),
+        ("event recorded on", "side"),
+        ("consumer waits on", event),
+        ("recorded on", "consumer"),
+        ("recorded on", "consumer"),
+    ]
+    copy.finished()  # before its buffers are written again: that copy's event, not the device
+    assert calls[-1] == ("event synchronised", event)
+
+
+@pytest.mark.timeout(60)
+def test_a_loop_owns_the_prefetcher_it_alone_holds() -> None:
+    source = Batches(6, [100], "int64", "array")
+    with substituted(FakeTransfer):
+        got = list(Prefetcher(source, max_bytes="1MiB", device="cuda", device_depth=3))
+        assert [int(b[0]) for b in got] == [int(source[i][0]) for i in range(6)]
+        for i, _batch in enumerate(Prefetcher(source, max_bytes="1MiB", device="cuda")):
+            if i == 2:
+                break
+    del got
+    import gc
+
+    gc.collect()
+    assert_nothing_left_running()
+    assert shm_files() == []
