@@ -465,6 +465,7 @@ def test_device_cuda_without_cuda_is_a_clear_error() -> None:
         ({"device": "cuda", "pinned_bytes": -1}, ValueError, "pinned_bytes"),
         ({"pin_memory": "yes"}, TypeError, "pin_memory must be True or False"),
         ({"device_bytes": "1GiB"}, ValueError, "device_bytes needs device="),
+        ({"pinned_bytes": "1GiB"}, ValueError, "pinned_bytes needs device= or pin_memory=True"),
     ],
 )
 @pytest.mark.timeout(60)

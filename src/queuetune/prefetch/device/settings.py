@@ -47,6 +47,8 @@ def device_options(
     if name is None and device_bytes is not None:
         raise ValueError("device_bytes needs device= (the batches on the device are what it holds)")
     if name is None and not pin_memory:
+        if pinned_bytes is not None:
+            raise ValueError("pinned_bytes needs device= or pin_memory=True (the pinned buffers are what it holds)")
         return None
     depth = positive_int(device_depth, "device_depth")
     budget = None if device_bytes is None else parse_bytes(device_bytes, "device_bytes")
