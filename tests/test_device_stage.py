@@ -278,6 +278,41 @@ def test_pinned_buffers_are_reused_not_made_afresh() -> None:
         assert_clean(p)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_built_batch_is_handed_over_without_waiting_for_the_builds_behind_it(mode: str, tmp_path: Path) -> None:
+    """Batch 1 is built only once batch 0 has reached the step: a stage that took
+    batches ahead before handing over the one asked for would wait for it forever."""
+    source = Gated(tmp_path / "go")
+    with substituted(FakeTransfer):
+        p = Prefetcher(source, max_bytes="1MiB", device="cuda", device_depth=3, workers=2, mode=mode, timeout=60)
+    try:
+        batches = iter(p)
+        first = next(batches)
+        (tmp_path / "go").touch()
+        assert [int(first[0])] + [int(b[0]) for b in batches] == [0, 1, 2, 3]
+    finally:
+        assert_clean(p)
+
+
+class Gated:
+    """Four batches; every one after the first is built once the file ``gate`` exists."""
+
+    def __init__(self, gate: Path) -> None:
+        self.gate = gate
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        deadline = time.monotonic() + 50
+        while index > 0 and not self.gate.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"batch {index} was asked for before batch 0 reached the step")
+            time.sleep(0.01)
+        return np.full(8, index)
+
+
 @pytest.mark.timeout(300)
 @SETTINGS
 @given(

@@ -47,3 +47,16 @@ def seen(schedule: Schedule, waited: bool) -> Seen:
         all_busy=busy,
         left=left,
     )
+
+
+def answered_now(schedule: Schedule) -> bool:
+    """Whether the consumer's next request would be answered without waiting for
+    a build: its batch is built, or the epoch has ended or failed. Takes the
+    schedule's lock."""
+    with schedule.lock:
+        if schedule.stopped or schedule.error is not None:
+            return True
+        if schedule.total is not None and schedule.delivered >= schedule.total:
+            return True
+        pending = next_up(schedule)
+        return any(task.settled for task in pending) if pending else schedule.exhausted

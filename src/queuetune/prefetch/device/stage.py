@@ -63,9 +63,18 @@ class Flight:
     """
 
     def __init__(
-        self, host: Iterator[Any], transfer: Transfer, pool: PinnedPool, options: DeviceOptions, hooks: Hooks = Hooks()
+        self,
+        host: Iterator[Any],
+        transfer: Transfer,
+        pool: PinnedPool,
+        options: DeviceOptions,
+        hooks: Hooks = Hooks(),
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self.host, self.transfer, self.pool, self.options, self.hooks = host, transfer, pool, options, hooks
+        # Whether the host hands its next batch without waiting for its build: a batch
+        # ahead is taken only then, so the consumer never waits for a later batch than its own.
+        self.ready = ready
         self.entries: deque[_Entry] = deque()
         self.waiting: Any = _NOTHING  # taken from the host, not started: no room yet
         self.exhausted = False
@@ -119,6 +128,8 @@ class Flight:
             if self.entries and self.entries[-1].error is not None:
                 return
             if self.waiting is _NOTHING:
+                if self.entries and not self.ready():
+                    return
                 try:
                     self.waiting = next(self.host)
                 except StopIteration:

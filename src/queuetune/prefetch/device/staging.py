@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..request import answered_now
 from . import seam
 from .pinned import PinnedPool
 from .settings import DeviceOptions
@@ -58,7 +59,8 @@ class Staging:
             epoch.hold = positions.append
             progress = handed.progress
             hooks = Hooks(lambda: progress.handed(positions.popleft()), lambda: setattr(progress, "ended", True))
-        flight = Flight(epoch.run(owner), transfer, self.pool, self.options, hooks)
+        schedule = epoch.schedule
+        flight = Flight(epoch.run(owner), transfer, self.pool, self.options, hooks, lambda: answered_now(schedule))
         self._flight = weakref.ref(flight)
         return Stage(flight)
 
