@@ -237,6 +237,7 @@ REPORT_KEYS = {
     "build_busy_share",
     "memory",
     "coverage_partial",
+    "device",
 }
 
 
@@ -246,6 +247,7 @@ def test_report_json_schema():
     data = json.loads(analyze(trace).to_json())
     assert set(data) == REPORT_KEYS
     assert data["peak_pool_bytes"] is None  # no pool marks: not a Prefetcher in process mode
+    assert data["device"] is None  # no device stage's marks
     assert set(data["producer_time"]) == {"n", "median", "p95", "mean"}
     assert set(data["start"]) == {"runs", "first_batch_seconds", "seconds", "built_before_asked"}
     assert set(data["series"]) == {"t", "batches", "bytes"}

@@ -9,6 +9,7 @@ flight resumes at the first batch not handed over."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,10 +30,12 @@ if __name__ == "__main__":
 from tests.helpers import assert_nothing_left_running  # noqa: E402
 
 from queuetune import BudgetExceeded, DeviceCopyError, Prefetcher, PrefetcherClosed  # noqa: E402
+from queuetune.analysis.report import Report, analyze  # noqa: E402
 from queuetune.prefetch.device import seam  # noqa: E402
 from queuetune.prefetch.device.leaves import split  # noqa: E402
 from queuetune.prefetch.device.transfer import HostCopy, HostTransfer  # noqa: E402
 from queuetune.prefetch.shm import files  # noqa: E402
+from queuetune.record.trace import Trace  # noqa: E402
 
 SETTINGS = settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
@@ -736,3 +739,51 @@ def test_a_loop_owns_the_prefetcher_it_alone_holds() -> None:
     gc.collect()
     assert_nothing_left_running()
     assert shm_files() == []
+
+
+# -- what the report shows of the stage -----------------------------------------------
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(size=st.sampled_from([64, 1000, 4096]), depth=st.integers(1, 3), mode=st.sampled_from(["thread", "process"]))
+def test_the_report_shows_each_copys_time_and_the_pinned_and_device_bytes(size: int, depth: int, mode: str) -> None:
+    delay = 0.01
+    source = Batches(6, [size], "float32", "dict")
+    most = largest(source)
+    device_bytes, pinned = depth * most, max(1 << 16, 4 * most)
+    with substituted(lambda: FakeTransfer(delay=delay)):
+        p = Prefetcher(
+            source, max_bytes="8MiB", workers=2, mode=mode, device="cuda",
+            device_depth=depth, device_bytes=device_bytes, pinned_bytes=pinned,
+        )  # fmt: skip
+    try:
+        for _epoch in range(2):
+            assert len(list(p)) == len(source)
+        trace = p.trace()
+        device = p.report().device
+        assert device is not None and device.copies == 2 * len(source)
+        # a bound, not a speed: each copy sleeps until `delay` after it started
+        assert device.copy_median_seconds is not None and device.copy_median_seconds >= delay
+        assert device.copy_max_seconds is not None and device.copy_max_seconds >= device.copy_median_seconds
+        assert 0 < device.peak_pinned_bytes <= pinned
+        assert most <= device.peak_device_bytes <= device_bytes
+        numbers = [m.value["batch"] for m in trace.marks if m.kind == "device_copy"]
+        assert numbers == [*range(len(source))] * 2
+        # the marks read back from the trace's JSON, the report's section from its JSON
+        again = Trace.from_json(trace.to_json())
+        assert analyze(again).device == device
+        assert Report.from_dict(json.loads(p.report().to_json())).device == device
+    finally:
+        assert_clean(p)
+
+
+@pytest.mark.timeout(120)
+def test_a_report_without_the_stage_shows_none_of_it() -> None:
+    with Prefetcher(Batches(4, [100], "float32", "array"), max_bytes="1MiB", workers=2) as p:
+        assert len(list(p)) == 4
+        report = p.report()
+    assert report.device is None
+    assert json.loads(report.to_json())["device"] is None
+    assert not [m for m in p.trace().marks if m.kind in ("device_copy", "pinned_bytes", "device_bytes")]
+    assert_nothing_left_running()

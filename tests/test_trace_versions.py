@@ -140,6 +140,11 @@ def test_report_command_refuses_unsupported_trace_in_one_line(name):
         ({"meta": {"match_scope": "run", "pre_run_consumes": "abc"}}, "meta.pre_run_consumes must be an integer"),
         ({"meta": {"settings": [1]}}, "meta.settings must be an object"),
         ({"produced": [{"start": 0.0, "end": 0.0, "nbytes": -1}]}, "produced[0].nbytes must be >= 0"),
+        # the device stage's marks: a copy's batch and seconds, the bytes as counts
+        ({"marks": [{"t": 0.0, "kind": "device_copy", "value": 0.5}]}, "'device_copy' mark must be"),
+        ({"marks": [{"t": 0.0, "kind": "device_copy", "value": {"batch": 0, "seconds": -1}}]}, "'device_copy' mark"),
+        ({"marks": [{"t": 0.0, "kind": "pinned_bytes", "value": -4}]}, "'pinned_bytes' mark must be an integer"),
+        ({"marks": [{"t": 0.0, "kind": "device_bytes", "value": "1"}]}, "'device_bytes' mark must be an integer"),
     ],
 )
 def test_malformed_version_1_content_names_the_field(change, fragment):

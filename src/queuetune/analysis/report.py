@@ -3,7 +3,7 @@
 :func:`analyze` runs one small pure pass per section of the report, each its own
 typed record: :class:`~.counts.Counts`, :class:`~.in_flight.InFlight`,
 :class:`~.timing.Timings`, :class:`~.waits.Waits`, :class:`~.memory.Memory`,
-:class:`~.coverage.Coverages` and :class:`Remarks`. A :class:`Report` holds
+:class:`~.coverage.Coverages`, :class:`Remarks` and :class:`~.device.Device`. A :class:`Report` holds
 their fields side by side (the form its constructor and its JSON keep), and
 :func:`section_of` takes one section back, for the consumer that needs it.
 """
@@ -18,6 +18,7 @@ from ..record.matching import match, releases_of, runs_of
 from ..record.trace import Trace, TraceMeta
 from .counts import Counts, counts_of
 from .coverage import Coverage, Coverages, Repeat, coverage_of
+from .device import Device, DeviceUse, device_of
 from .in_flight import InFlight, NodeHeld, flows_of, in_flight_of, in_flight_steps
 from .memory import Memory, MemoryUse, memory_of
 from .timing import Timing, Timings, timings_of
@@ -127,6 +128,10 @@ class Report:
     #: its counts leave out (see :attr:`Coverage.unkeyed`). Derived from
     #: ``coverage`` where not given (a report saved before it existed).
     coverage_partial: bool = False
+    #: What a Prefetcher's device stage did: each batch's copy time, the peaks of its
+    #: pinned staging buffers and of its batches on the device ahead of the step
+    #: (see :mod:`queuetune.analysis.device`); None where no stage ran.
+    device: DeviceUse | None = None
 
     def __post_init__(self) -> None:
         self.coverage_partial = self.coverage_partial or any(c.partial for c in self.coverage)
@@ -163,6 +168,7 @@ class Report:
         fields["nodes"] = {name: NodeHeld(**held) for name, held in data.get("nodes", {}).items()}
         fields["handover"] = Timing(**data.get("handover", {}))
         fields["memory"] = MemoryUse.from_dict(data["memory"]) if data.get("memory") else None
+        fields["device"] = DeviceUse.from_dict(data["device"]) if data.get("device") else None
         fields["series"] = data.get("series", {})
         return cls(**fields)
 
@@ -191,8 +197,8 @@ def remarks_of(trace: Trace, asked: bool) -> Remarks:
 
 
 #: The sections a :class:`Report` is made of; their fields and ``meta`` are its fields.
-SECTIONS = (Counts, InFlight, Timings, Waits, Memory, Coverages, Remarks)
-Section = TypeVar("Section", Counts, InFlight, Timings, Waits, Memory, Coverages, Remarks)
+SECTIONS = (Counts, InFlight, Timings, Waits, Memory, Coverages, Remarks, Device)
+Section = TypeVar("Section", Counts, InFlight, Timings, Waits, Memory, Coverages, Remarks, Device)
 
 
 def section_of(kind: type[Section], report: Report) -> Section:
@@ -205,7 +211,9 @@ def section_of(kind: type[Section], report: Report) -> Section:
     return kind(**{f.name: getattr(report, f.name) for f in fields(kind)})
 
 
-def assemble(meta: TraceMeta, *sections: Counts | InFlight | Timings | Waits | Memory | Coverages | Remarks) -> Report:
+def assemble(
+    meta: TraceMeta, *sections: Counts | InFlight | Timings | Waits | Memory | Coverages | Remarks | Device
+) -> Report:
     """The report of a loader described by ``meta`` whose sections are ``sections`` (each of :data:`SECTIONS`)."""
     return Report(meta=replace(meta), **{f.name: getattr(s, f.name) for s in sections for f in fields(s)})
 
@@ -228,4 +236,5 @@ def analyze(trace: Trace) -> Report:
         memory_of(trace, times, held),
         coverage_of(trace, matching.consumed),
         remarks_of(trace, asked),
+        device_of(trace),
     )

@@ -159,7 +159,10 @@ _META = {
     "epoch_samples": "count | None",
 }
 #: Marks whose value is a count: a run or epoch number, a depth, workers, bytes.
-_COUNTED_MARKS = ("run_begin", "run_end", "epoch_begin", "epoch_end", "pool", "cut_short", "depth", "workers")
+_COUNTED_MARKS = (
+    *("run_begin", "run_end", "epoch_begin", "epoch_end", "pool", "cut_short", "depth", "workers"),
+    *("pinned_bytes", "device_bytes"),
+)
 
 
 def _settings(value: Any) -> bool:
@@ -232,7 +235,21 @@ def _build(kind: type, data: Any, where: str) -> Any:
             record.key = _tuple(record.key)
     if kind is Mark and record.kind in _COUNTED_MARKS and not _count(record.value):
         raise Malformed(f"{where}.value of a {record.kind!r} mark must be {_COUNT}, got {_shown(record.value)}")
+    if kind is Mark and record.kind == "device_copy" and not _device_copy(record.value):
+        raise Malformed(f"{where}.value of a 'device_copy' mark must be {_DEVICE_COPY}, got {_shown(record.value)}")
     return record
+
+
+_DEVICE_COPY = '{"batch": an integer >= 0, "seconds": a finite number >= 0}'
+
+
+def _device_copy(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and _count(value.get("batch"))
+        and _finite(value.get("seconds"))
+        and value["seconds"] >= 0
+    )
 
 
 def _is_key(value: Any) -> bool:

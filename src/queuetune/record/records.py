@@ -70,6 +70,9 @@ MarkKind = Literal[
     "resumed",
     "checkpoint",
     "sampler_epoch",
+    "device_copy",
+    "pinned_bytes",
+    "device_bytes",
 ]
 
 
@@ -86,7 +89,12 @@ class Mark:
     ``checkpoint`` where the loader's state was taken (what it hands over after
     is replayed where a run resumes from that state); ``sampler_epoch`` where an
     epoch began with a sampler that draws by epoch (``{"epoch": e, "sampler": s}``:
-    this trace's epoch ``e`` drew the sampler's epoch ``s``, as ``set_epoch`` set it)."""
+    this trace's epoch ``e`` drew the sampler's epoch ``s``, as ``set_epoch`` set it);
+    and a Prefetcher's device stage: ``device_copy`` as a batch is handed over
+    (``{"batch": n, "seconds": s}``: batch ``n`` of the epoch, ``s`` seconds from the
+    start of its staging to its copy found ready), ``pinned_bytes`` (its pinned
+    staging buffers) and ``device_bytes`` (its batches on the device ahead of the
+    step) as they change."""
 
     t: float
     kind: MarkKind

@@ -6,6 +6,7 @@ handed over in order; :class:`Stage`, the consumer's iterator over it."""
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -22,16 +23,21 @@ from .transfer import Copy, Transfer
 _NOTHING = object()
 
 
-def _nothing() -> None:
+def _nothing(*_: Any) -> None:
     return None
 
 
 @dataclass(frozen=True)
 class Hooks:
-    """What a hand-over tells the epoch's place (``handed``), and the stage's end (``ended``)."""
+    """What a hand-over tells the epoch's place (``handed``), and the stage's end
+    (``ended``); what the trace is told: each batch's copy as it is handed over
+    (``copied``: its number, the seconds from its staging to its copy found ready),
+    and the pinned bytes held and the device's bytes ahead as they may change (``levels``)."""
 
     handed: Callable[[], None] = _nothing
     ended: Callable[[], None] = _nothing
+    copied: Callable[[int, float], None] = _nothing
+    levels: Callable[[int, int], None] = _nothing
 
 
 @dataclass
@@ -47,6 +53,7 @@ class _Entry:
     nbytes: int = 0
     error: BaseException | None = None
     named: bool = False
+    begun: float = 0.0
 
 
 class Flight:
@@ -172,7 +179,7 @@ class Flight:
                 f"more than pinned_bytes={self.pool.limit} holds"
             )
         if buffers is not None:
-            entry.buffers = buffers
+            entry.buffers, entry.begun = buffers, time.perf_counter()
             try:
                 entry.copy = self.transfer.start([self.transfer.stage(x, b.memory) for x, b in zip(leaves, buffers)])
             except Exception as error:
@@ -182,6 +189,7 @@ class Flight:
             entry.buffers, entry.nbytes = [], 0
         self.bytes += entry.nbytes
         self.entries.append(entry)
+        self.hooks.levels(self.pool.held, self.bytes)
         return True
 
     def _hand(self, entry: _Entry) -> Any:
@@ -195,10 +203,12 @@ class Flight:
         except Exception as error:
             self.pool.give(entry.buffers, entry.copy)
             raise self._named(entry, error) from error
+        self.hooks.copied(entry.number, time.perf_counter() - entry.begun)
         if self.transfer.lends:
             self.pool.lend(entry.buffers)
         else:
             self.pool.give(entry.buffers, entry.copy)
+        self.hooks.levels(self.pool.held, self.bytes)
         self.handed += 1
         self.hooks.handed()
         return fill(entry.shape, leaves)
@@ -221,6 +231,7 @@ class Flight:
             self.pool.give(entry.buffers, entry.copy)
         self.entries.clear()
         self.waiting, self.bytes = _NOTHING, 0
+        self.hooks.levels(self.pool.held, 0)
         close = getattr(self.host, "close", None)
         if close is not None:
             close()

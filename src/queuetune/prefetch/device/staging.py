@@ -7,10 +7,12 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..request import answered_now
 from . import seam
+from .notes import Notes
 from .pinned import PinnedPool
 from .settings import DeviceOptions
 from .stage import Flight, Hooks, Stage
@@ -52,13 +54,18 @@ class Staging:
         transfer = self._transfer
         if self.pool is None:
             self.pool = PinnedPool(transfer.allocate, self.options.pinned_bytes)
-        hooks = Hooks()
+        notes = Notes(epoch.recorder)
+        hooks = Hooks(copied=notes.copied, levels=notes.levels)
         handed = epoch.handed
         if handed is not None:
             positions: deque[int] = deque()
             epoch.hold = positions.append
             progress = handed.progress
-            hooks = Hooks(lambda: progress.handed(positions.popleft()), lambda: setattr(progress, "ended", True))
+
+            def ended() -> None:
+                progress.ended = True
+
+            hooks = replace(hooks, handed=lambda: progress.handed(positions.popleft()), ended=ended)
         schedule = epoch.schedule
         flight = Flight(epoch.run(owner), transfer, self.pool, self.options, hooks, lambda: answered_now(schedule))
         self._flight = weakref.ref(flight)
