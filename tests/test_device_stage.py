@@ -9,6 +9,7 @@ flight resumes at the first batch not handed over."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
@@ -36,6 +38,9 @@ from queuetune.prefetch.device.leaves import split  # noqa: E402
 from queuetune.prefetch.device.transfer import HostCopy, HostTransfer  # noqa: E402
 from queuetune.prefetch.shm import files  # noqa: E402
 from queuetune.record.trace import Trace  # noqa: E402
+from queuetune.render.html import Section, html_report  # noqa: E402
+from queuetune.render.measures import report_rows  # noqa: E402
+from queuetune.render.text import report_table  # noqa: E402
 
 SETTINGS = settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
@@ -743,6 +748,16 @@ def test_a_loop_owns_the_prefetcher_it_alone_holds() -> None:
 
 # -- what the report shows of the stage -----------------------------------------------
 
+DEVICE_ROWS = ("pinned bytes (peak)", "device bytes ahead (peak)", "copy a batch")
+
+
+def shown_rows(report: Report, trace: Trace) -> dict[str, str]:
+    """``report``'s rows by label, and the whole of its text table (``text``) and HTML page (``html``)."""
+    console = Console(width=400, record=True, file=io.StringIO())
+    console.print(report_table(report))
+    page = html_report([Section("a", trace, report)])
+    return {**dict(report_rows(report)), "text": console.export_text(), "html": page}
+
 
 @pytest.mark.timeout(300)
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -774,6 +789,9 @@ def test_the_report_shows_each_copys_time_and_the_pinned_and_device_bytes(size: 
         again = Trace.from_json(trace.to_json())
         assert analyze(again).device == device
         assert Report.from_dict(json.loads(p.report().to_json())).device == device
+        shown = shown_rows(p.report(), trace)
+        assert all(shown[label] in shown["text"] and shown[label] in shown["html"] for label in DEVICE_ROWS)
+        assert f"(n={2 * len(source)})" in shown["copy a batch"]
     finally:
         assert_clean(p)
 
@@ -785,5 +803,7 @@ def test_a_report_without_the_stage_shows_none_of_it() -> None:
         report = p.report()
     assert report.device is None
     assert json.loads(report.to_json())["device"] is None
+    shown = shown_rows(report, p.trace())
+    assert not any(label in shown or label in shown["text"] or label in shown["html"] for label in DEVICE_ROWS)
     assert not [m for m in p.trace().marks if m.kind in ("device_copy", "pinned_bytes", "device_bytes")]
     assert_nothing_left_running()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..analysis.counts import Counts
 from ..analysis.coverage import Coverages
+from ..analysis.device import Device
 from ..analysis.in_flight import InFlight
 from ..analysis.memory import Memory
 from ..analysis.report import Remarks, section_of
@@ -41,6 +42,7 @@ def report_rows(report: Report) -> Rows:
         *timing_rows(section_of(Timings, report)),
         *wait_rows(section_of(Waits, report)),
         *memory_rows(section_of(Memory, report)),
+        *device_rows(section_of(Device, report)),
         *node_rows(flight.nodes),
         *coverage_rows(section_of(Coverages, report), report.meta.num_batches),
         *remark_rows(section_of(Remarks, report)),
@@ -108,6 +110,28 @@ def memory_rows(memory: Memory) -> Rows:
         rows.append(("peak RSS (process)", format_bytes(memory.peak_rss_bytes)))
         rows.append(("peak unique memory of workers", format_bytes(memory.peak_children_bytes or 0)))
     return rows
+
+
+def device_rows(device: Device) -> Rows:
+    """A Prefetcher's device stage, where one ran: the peaks of its pinned staging
+    buffers and of its batches on the device ahead of the step, and each batch's copy.
+
+    >>> from queuetune.analysis.device import DeviceUse
+    >>> device_rows(Device(DeviceUse(4, 0.002, 0.005, 8192, 4096)))  # doctest: +NORMALIZE_WHITESPACE
+    [('pinned bytes (peak)', '8.0 KiB'), ('device bytes ahead (peak)', '4.0 KiB'),
+     ('copy a batch', 'median 2.00 ms, largest 5.00 ms (n=4)')]
+    >>> device_rows(Device(None))
+    []
+    """
+    use = device.device
+    if use is None:
+        return []
+    copy = f"median {shown_seconds(use.copy_median_seconds)}, largest {shown_seconds(use.copy_max_seconds)}"
+    return [
+        ("pinned bytes (peak)", format_bytes(use.peak_pinned_bytes)),
+        ("device bytes ahead (peak)", format_bytes(use.peak_device_bytes)),
+        ("copy a batch", f"{copy} (n={use.copies})" if use.copies else "-"),
+    ]
 
 
 def node_rows(nodes: dict[str, NodeHeld]) -> Rows:
