@@ -415,3 +415,26 @@ def test_a_copying_worker_heads_for_its_baseline_and_the_objects_and_never_below
     # samples the worker holds more than its baseline and the objects' bytes.
     [growth] = _copying_worker([10, 30, 50, 70], objects_mib=40)
     assert growth.held == 70 * mib and growth.heading == 70 * mib
+
+
+def test_the_device_section_is_read_from_the_stages_marks_and_absent_without_them():
+    marks = [
+        *run_marks(0.0, 1.0),
+        Mark(0.1, "pinned_bytes", 8192),
+        Mark(0.1, "device_bytes", 4096),
+        Mark(0.2, "device_copy", {"batch": 0, "seconds": 0.003}),
+        Mark(0.2, "device_bytes", 0),
+        Mark(0.3, "device_copy", {"batch": 1, "seconds": 0.001}),
+        Mark(0.3, "device_copy", {"batch": 2, "seconds": 0.002}),
+    ]
+    trace = Trace(produced=[Produced(0, 1, 5, index=0)], consumed=[Consumed(0, 1)], marks=marks, end=1)
+    device = analyze(trace).device
+    assert device is not None
+    assert (device.copies, device.copy_median_seconds, device.copy_max_seconds) == (3, 0.002, 0.003)
+    assert (device.peak_pinned_bytes, device.peak_device_bytes) == (8192, 4096)
+    data = json.loads(analyze(trace).to_json())
+    assert Report.from_dict(data).device == device
+    # a report saved before the section existed (no "device" key) reads as one without a stage
+    plain = json.loads(analyze(Trace(produced=[Produced(0, 1, 5, index=0)])).to_json())
+    del plain["device"]
+    assert Report.from_dict(plain).device is None
