@@ -430,7 +430,7 @@ def test_the_device_section_is_read_from_the_stages_marks_and_absent_without_the
     trace = Trace(produced=[Produced(0, 1, 5, index=0)], consumed=[Consumed(0, 1)], marks=marks, end=1)
     device = analyze(trace).device
     assert device is not None
-    assert (device.copies, device.copy_median_seconds, device.copy_max_seconds) == (3, 0.002, 0.003)
+    assert (device.copies, device.staged_median_seconds, device.staged_max_seconds) == (3, 0.002, 0.003)
     assert (device.peak_pinned_bytes, device.peak_device_bytes) == (8192, 4096)
     data = json.loads(analyze(trace).to_json())
     assert Report.from_dict(data).device == device

@@ -748,7 +748,7 @@ def test_a_loop_owns_the_prefetcher_it_alone_holds() -> None:
 
 # -- what the report shows of the stage -----------------------------------------------
 
-DEVICE_ROWS = ("pinned bytes (peak)", "device bytes ahead (peak)", "copy a batch")
+DEVICE_ROWS = ("pinned bytes (peak)", "device bytes ahead (peak)", "staged to handed over")
 
 
 def shown_rows(report: Report, trace: Trace) -> dict[str, str]:
@@ -779,8 +779,8 @@ def test_the_report_shows_each_copys_time_and_the_pinned_and_device_bytes(size: 
         device = p.report().device
         assert device is not None and device.copies == 2 * len(source)
         # a bound, not a speed: each copy sleeps until `delay` after it started
-        assert device.copy_median_seconds is not None and device.copy_median_seconds >= delay
-        assert device.copy_max_seconds is not None and device.copy_max_seconds >= device.copy_median_seconds
+        assert device.staged_median_seconds is not None and device.staged_median_seconds >= delay
+        assert device.staged_max_seconds is not None and device.staged_max_seconds >= device.staged_median_seconds
         assert 0 < device.peak_pinned_bytes <= pinned
         assert most <= device.peak_device_bytes <= device_bytes
         numbers = [m.value["batch"] for m in trace.marks if m.kind == "device_copy"]
@@ -791,7 +791,7 @@ def test_the_report_shows_each_copys_time_and_the_pinned_and_device_bytes(size: 
         assert Report.from_dict(json.loads(p.report().to_json())).device == device
         shown = shown_rows(p.report(), trace)
         assert all(shown[label] in shown["text"] and shown[label] in shown["html"] for label in DEVICE_ROWS)
-        assert f"(n={2 * len(source)})" in shown["copy a batch"]
+        assert f"(n={2 * len(source)})" in shown["staged to handed over"]
     finally:
         assert_clean(p)
 

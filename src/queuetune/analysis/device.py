@@ -15,14 +15,14 @@ from ..record.trace import Trace
 @dataclass
 class DeviceUse:
     """The device stage's copies: ``copies`` batches handed over, the median and
-    the largest of their copy times in seconds (from the start of a batch's
-    staging to its copy found ready); the most bytes of pinned staging buffers
-    held (``peak_pinned_bytes``) and of batches on the device ahead of the step
+    the largest of their times in seconds from the start of a batch's staging
+    to its hand-over (a bound on its copy's time: its wait ahead of the step
+    counts too); the most bytes of pinned staging buffers held (``peak_pinned_bytes``) and of batches on the device ahead of the step
     (``peak_device_bytes``)."""
 
     copies: int = 0
-    copy_median_seconds: float | None = None
-    copy_max_seconds: float | None = None
+    staged_median_seconds: float | None = None
+    staged_max_seconds: float | None = None
     peak_pinned_bytes: int = 0
     peak_device_bytes: int = 0
 
@@ -46,8 +46,9 @@ def device_of(trace: Trace) -> Device:
     >>> marks = [Mark(0.0, "pinned_bytes", 4096), Mark(0.0, "device_bytes", 2048),
     ...          Mark(0.1, "device_copy", {"batch": 0, "seconds": 0.25}),
     ...          Mark(0.2, "device_copy", {"batch": 1, "seconds": 0.75})]
-    >>> device_of(Trace(marks=marks)).device
-    DeviceUse(copies=2, copy_median_seconds=0.5, copy_max_seconds=0.75, peak_pinned_bytes=4096, peak_device_bytes=2048)
+    >>> device_of(Trace(marks=marks)).device  # doctest: +NORMALIZE_WHITESPACE
+    DeviceUse(copies=2, staged_median_seconds=0.5, staged_max_seconds=0.75,
+              peak_pinned_bytes=4096, peak_device_bytes=2048)
     >>> device_of(Trace()).device is None
     True
     """
@@ -59,8 +60,8 @@ def device_of(trace: Trace) -> Device:
     return Device(
         DeviceUse(
             copies=len(seconds),
-            copy_median_seconds=float(np.median(seconds)) if seconds else None,
-            copy_max_seconds=max(seconds, default=None),
+            staged_median_seconds=float(np.median(seconds)) if seconds else None,
+            staged_max_seconds=max(seconds, default=None),
             peak_pinned_bytes=max((int(m.value) for m in marks if m.kind == "pinned_bytes"), default=0),
             peak_device_bytes=max((int(m.value) for m in marks if m.kind == "device_bytes"), default=0),
         )

@@ -119,18 +119,18 @@ def device_rows(device: Device) -> Rows:
     >>> from queuetune.analysis.device import DeviceUse
     >>> device_rows(Device(DeviceUse(4, 0.002, 0.005, 8192, 4096)))  # doctest: +NORMALIZE_WHITESPACE
     [('pinned bytes (peak)', '8.0 KiB'), ('device bytes ahead (peak)', '4.0 KiB'),
-     ('copy a batch', 'median 2.00 ms, largest 5.00 ms (n=4)')]
+     ('staged to handed over', 'median 2.00 ms, largest 5.00 ms (n=4)')]
     >>> device_rows(Device(None))
     []
     """
     use = device.device
     if use is None:
         return []
-    copy = f"median {shown_seconds(use.copy_median_seconds)}, largest {shown_seconds(use.copy_max_seconds)}"
+    copy = f"median {shown_seconds(use.staged_median_seconds)}, largest {shown_seconds(use.staged_max_seconds)}"
     return [
         ("pinned bytes (peak)", format_bytes(use.peak_pinned_bytes)),
         ("device bytes ahead (peak)", format_bytes(use.peak_device_bytes)),
-        ("copy a batch", f"{copy} (n={use.copies})" if use.copies else "-"),
+        ("staged to handed over", f"{copy} (n={use.copies})" if use.copies else "-"),
     ]
 
 
