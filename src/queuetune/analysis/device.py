@@ -17,7 +17,8 @@ class DeviceUse:
     """The device stage's copies: ``copies`` batches handed over, the median and
     the largest of their times in seconds from the start of a batch's staging
     to its hand-over (a bound on its copy's time: its wait ahead of the step
-    counts too); the most bytes of pinned staging buffers held (``peak_pinned_bytes``) and of batches on the device ahead of the step
+    counts too); the most bytes of pinned staging buffers held
+    (``peak_pinned_bytes``) and of batches on the device ahead of the step
     (``peak_device_bytes``)."""
 
     copies: int = 0
