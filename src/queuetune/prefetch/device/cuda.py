@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .settings import DeviceOptions
-from .transfer import MOVABLE_DTYPES
+from .transfer import MOVABLE_DTYPES, HostCopy
 
 
 def _torch() -> Any:
@@ -86,7 +86,7 @@ class CudaTransfer:
 
     def start(self, staged: list[Any]) -> Any:
         if self.device is None:
-            return _Lent(staged)
+            return HostCopy(staged)  # pinned leaves handed over as they are
         torch = self.torch
         with torch.cuda.stream(self.stream):
             leaves = [leaf.to(self.device, non_blocking=True) for leaf in staged]
@@ -112,16 +112,3 @@ class _CudaCopy:
 
     def finished(self) -> None:
         self.event.synchronize()
-
-
-class _Lent:
-    """Pinned leaves handed over as they are (``pin_memory`` with no device)."""
-
-    def __init__(self, leaves: list[Any]) -> None:
-        self.leaves = leaves
-
-    def ready(self) -> list[Any]:
-        return self.leaves
-
-    def finished(self) -> None:
-        return None

@@ -79,7 +79,8 @@ class HostTransfer:
 
 
 class HostCopy:
-    """A :class:`HostTransfer`'s copy: done as it starts."""
+    """A copy done as it starts, its ``leaves`` ready as they are: a :class:`HostTransfer`'s, or
+    pinned leaves lent with no device (``pin_memory=True`` alone)."""
 
     def __init__(self, leaves: list[Any]) -> None:
         self.leaves = leaves
