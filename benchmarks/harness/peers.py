@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,22 +68,12 @@ def run_keras(w: Workload) -> dict[str, Any]:
     model = Sleeper(inputs, keras.layers.Dense(1)(inputs))
     model.compile("sgd", "mse")
     watched = queuetune.watch(Data())
-    probe = queuetune.probe_of(watched)
-    try:
-        model.fit(
-            watched,
-            epochs=1,
-            steps_per_epoch=w.steps,
-            shuffle=False,
-            verbose=0,
-            callbacks=[probe.keras_callback(print_report=False)],
-        )
-        probe.settle(quiet=0.05, timeout=2.0)
-        trace = probe.trace()
-        report = probe.report()
-    finally:
-        probe.close()
-    return result("keras", trace, report, w)
+
+    def fit(probe: Any) -> None:
+        callbacks = [probe.keras_callback(print_report=False)]
+        model.fit(watched, epochs=1, steps_per_epoch=w.steps, shuffle=False, verbose=0, callbacks=callbacks)
+
+    return result("keras", *probed(watched, fit), w)
 
 
 def run_torch(w: Workload) -> dict[str, Any]:
@@ -90,15 +81,18 @@ def run_torch(w: Workload) -> dict[str, Any]:
 
     loader = DataLoader(Batches(w), batch_size=None, num_workers=w.workers, prefetch_factor=2)
     watched = queuetune.watch(loader)
+    return result("torch", *probed(watched, lambda _: consume(watched, w)), w)
+
+
+def probed(watched: Any, read: Callable[[Any], None]) -> tuple[Any, Any]:
+    """The trace and report of ``watched`` once ``read`` (given its probe) has read it and the probe has settled."""
     probe = queuetune.probe_of(watched)
     try:
-        consume(watched, w)
+        read(probe)
         probe.settle(quiet=0.05, timeout=2.0)
-        trace = probe.trace()
-        report = probe.report()
+        return probe.trace(), probe.report()
     finally:
         probe.close()
-    return result("torch", trace, report, w)
 
 
 def run_tf(w: Workload) -> dict[str, Any]:
