@@ -1,9 +1,12 @@
-"""What a Prefetcher's device stage did (:class:`DeviceUse`): each batch's copy
-time, the most pinned memory its staging buffers held, the most bytes of its
-batches on the device ahead of the step; read from its marks."""
+"""What copies to a device took (:class:`DeviceUse`): a Prefetcher's device
+stage (each batch's copy time, the most pinned memory its staging buffers held,
+the most bytes of its batches on the device ahead of the step), a watched
+loader's pinning (``pin_memory=True``), and the step's own copies of its
+batches to the device; read from their marks."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +17,7 @@ from ..record.trace import Trace
 
 @dataclass
 class DeviceUse:
-    """The device stage's copies: ``copies`` batches handed over, the median and
+    """The device stage's copies (a Prefetcher's): ``copies`` batches handed over, the median and
     the largest of their times in seconds from the start of a batch's staging
     to its hand-over (a bound on its copy's time: its wait ahead of the step
     counts too); the most bytes of pinned staging buffers held
@@ -26,6 +29,16 @@ class DeviceUse:
     staged_max_seconds: float | None = None
     peak_pinned_bytes: int = 0
     peak_device_bytes: int = 0
+    #: A watched loader's pinning: the batches it pinned, the median seconds of one.
+    pins: int = 0
+    pin_median_seconds: float | None = None
+    #: The step's copies of its batch to a device: the steps that made any, the median
+    #: seconds a step waited in them, their share of all the steps' time, and the
+    #: share of the bytes they copied that were read from pageable memory.
+    step_copies: int = 0
+    step_copy_median_seconds: float | None = None
+    step_copy_share: float | None = None
+    pageable_share: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceUse:
@@ -40,30 +53,62 @@ class Device:
 
 
 def device_of(trace: Trace) -> Device:
-    """The device section of ``trace``, from its ``device_copy``, ``pinned_bytes``
-    and ``device_bytes`` marks; None where it has none.
+    """The device section of ``trace``, from its ``device_copy``, ``pinned_bytes``,
+    ``device_bytes``, ``pin_copy`` and ``step_copy`` marks; None where it has none.
 
     >>> from queuetune.record.trace import Mark
     >>> marks = [Mark(0.0, "pinned_bytes", 4096), Mark(0.0, "device_bytes", 2048),
     ...          Mark(0.1, "device_copy", {"batch": 0, "seconds": 0.25}),
     ...          Mark(0.2, "device_copy", {"batch": 1, "seconds": 0.75})]
-    >>> device_of(Trace(marks=marks)).device  # doctest: +NORMALIZE_WHITESPACE
-    DeviceUse(copies=2, staged_median_seconds=0.5, staged_max_seconds=0.75,
-              peak_pinned_bytes=4096, peak_device_bytes=2048)
+    >>> use = device_of(Trace(marks=marks)).device
+    >>> use.copies, use.staged_median_seconds, use.staged_max_seconds, use.peak_pinned_bytes, use.peak_device_bytes
+    (2, 0.5, 0.75, 4096, 2048)
+    >>> from queuetune.record.trace import Consumed
+    >>> steps = [Consumed(0.0, 0.0), Consumed(1.0, 1.0), Consumed(2.0, 2.0)]  # two steps of a second
+    >>> copied = [Mark(0.5, "step_copy", {"batch": 0, "seconds": 0.5, "bytes": 8, "pageable": 8})]
+    >>> use = device_of(Trace(consumed=steps, marks=copied)).device
+    >>> use.step_copies, use.step_copy_share, use.pageable_share
+    (1, 0.25, 1.0)
     >>> device_of(Trace()).device is None
     True
     """
-    kinds = ("device_copy", "pinned_bytes", "device_bytes")
+    kinds = ("device_copy", "pinned_bytes", "device_bytes", "pin_copy", "step_copy")
     marks = [m for m in trace.marks if m.kind in kinds]
     if not marks:
         return Device(None)
     seconds = [float(m.value["seconds"]) for m in marks if m.kind == "device_copy"]
+    pins = [float(m.value["seconds"]) for m in marks if m.kind == "pin_copy"]
     return Device(
         DeviceUse(
             copies=len(seconds),
-            staged_median_seconds=float(np.median(seconds)) if seconds else None,
+            staged_median_seconds=_median(seconds),
             staged_max_seconds=max(seconds, default=None),
             peak_pinned_bytes=max((int(m.value) for m in marks if m.kind == "pinned_bytes"), default=0),
             peak_device_bytes=max((int(m.value) for m in marks if m.kind == "device_bytes"), default=0),
+            pins=len(pins),
+            pin_median_seconds=_median(pins),
+            **_step_copies([m.value for m in marks if m.kind == "step_copy"], trace),
         )
     )
+
+
+def _step_copies(values: list[dict[str, Any]], trace: Trace) -> dict[str, Any]:
+    """The step's copies of ``values`` (``step_copy`` marks): how many steps made
+    any, the median seconds of a step's, their share of the steps' time (each
+    step from its batch's hand-over to the next request of its run)."""
+    if not values:
+        return {}
+    waited = [float(v["seconds"]) for v in values]
+    copied = sum(int(v["bytes"]) for v in values)
+    runs = trace.consumed
+    steps = sum(max(0.0, after.requested - c.consumed) for c, after in itertools.pairwise(runs) if after.run == c.run)
+    return {
+        "step_copies": len(values),
+        "step_copy_median_seconds": _median(waited),
+        "step_copy_share": min(1.0, sum(waited) / steps) if steps > 0 else None,
+        "pageable_share": sum(int(v["pageable"]) for v in values) / copied if copied else None,
+    }
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None

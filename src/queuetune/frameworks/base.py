@@ -136,6 +136,8 @@ class Framework:
     shard_advice: str | None = None
     #: What lowers the consumer's time to take a batch already built (None: the general advice).
     handover_advice: str | None = None
+    #: What copies its batches to the device before the step asks (None: the general advice).
+    copy_advice: str | None = None
     #: Why its loader serves an item more than once with no cause the pattern tells, and the fix (None: no advice).
     repeat_advice: str | None = None
     #: Its own tensors, as the Prefetcher moves them (None: it has none).

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -67,7 +68,9 @@ class Kept:
     def read(self, epoch: Epoch, owner: object) -> Iterator[Any]:
         """The consumer's iterator over ``epoch`` (kept alive with ``owner``): its own
         loop, or the device stage's over it."""
-        return epoch.run(owner) if self.staging is None else self.staging.run(epoch, owner)
+        if self.staging is not None:
+            return self.staging.run(epoch, owner)
+        return with_step_copies(epoch.run(owner), self.recorder)
 
     def depth(self) -> int:
         """The depth the last epoch ended with (before the first, the depth to start at)."""
@@ -119,6 +122,26 @@ class Kept:
         return ThreadWorkers(
             count, functools.partial(build, source, size, collate_fn, channel), options.max_workers, measure=guess
         )
+
+
+def with_step_copies(batches: Iterator[Any], recorder: Recorder) -> Iterator[Any]:
+    """``batches``, each step's copies of them to a device recorded where the
+    program uses torch and an accelerator is available (see
+    :mod:`queuetune.frameworks.torch.copies`); else ``batches`` themselves.
+
+    >>> from queuetune.record.trace import TraceMeta
+    >>> recorder = Recorder(TraceMeta())
+    >>> list(with_step_copies(iter([1, 2]), recorder))
+    [1, 2]
+    >>> recorder.close()
+    """
+    torch = sys.modules.get("torch")
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None or not accelerator.is_available():
+        return batches
+    from ..frameworks.torch.copies import watched_steps
+
+    return watched_steps(batches, recorder)
 
 
 def close_all(

@@ -73,6 +73,8 @@ MarkKind = Literal[
     "device_copy",
     "pinned_bytes",
     "device_bytes",
+    "pin_copy",
+    "step_copy",
 ]
 
 
@@ -94,7 +96,11 @@ class Mark:
     (``{"batch": n, "seconds": s}``: batch ``n`` of the epoch, ``s`` seconds from the
     start of its staging to its copy found ready), ``pinned_bytes`` (its pinned
     staging buffers) and ``device_bytes`` (its batches on the device ahead of the
-    step) as they change."""
+    step) as they change; a watched torch loader's ``pin_copy`` as it pins a batch
+    (``{"seconds": s}``) and ``step_copy`` after each step that copied its batch to a
+    device (``{"batch": n, "seconds": s, "bytes": b, "pageable": p}``: the run's batch
+    ``n``, the seconds the step waited in its copies, the bytes copied, those read
+    from pageable memory)."""
 
     t: float
     kind: MarkKind

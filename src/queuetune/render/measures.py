@@ -113,25 +113,43 @@ def memory_rows(memory: Memory) -> Rows:
 
 
 def device_rows(device: Device) -> Rows:
-    """A Prefetcher's device stage, where one ran: the peaks of its pinned staging
-    buffers and of its batches on the device ahead of the step, and each batch's copy.
+    """Copies to a device, where any were seen: a Prefetcher's device stage (the
+    peaks of its pinned staging buffers and of its batches on the device ahead
+    of the step, and each batch's copy), a loader's pinning, the step's copies.
 
     >>> from queuetune.analysis.device import DeviceUse
     >>> device_rows(Device(DeviceUse(4, 0.002, 0.005, 8192, 4096)))  # doctest: +NORMALIZE_WHITESPACE
     [('pinned bytes (peak)', '8.0 KiB'), ('device bytes ahead (peak)', '4.0 KiB'),
      ('staged to handed over', 'median 2.00 ms, largest 5.00 ms (n=4)')]
+    >>> use = DeviceUse(pins=9, pin_median_seconds=0.003, step_copies=8, step_copy_median_seconds=0.012,
+    ...                 step_copy_share=0.4, pageable_share=1.0)
+    >>> device_rows(Device(use))  # doctest: +NORMALIZE_WHITESPACE
+    [('pinned by the loader', 'median 3.00 ms a batch (n=9)'),
+     ('copies to the device in the step', '40 % of the steps, median 12.0 ms a step (n=8), 100 % from pageable memory')]
     >>> device_rows(Device(None))
     []
     """
     use = device.device
     if use is None:
         return []
-    copy = f"median {shown_seconds(use.staged_median_seconds)}, largest {shown_seconds(use.staged_max_seconds)}"
-    return [
-        ("pinned bytes (peak)", format_bytes(use.peak_pinned_bytes)),
-        ("device bytes ahead (peak)", format_bytes(use.peak_device_bytes)),
-        ("staged to handed over", f"{copy} (n={use.copies})" if use.copies else "-"),
-    ]
+    rows: Rows = []
+    if use.copies or use.peak_pinned_bytes or use.peak_device_bytes:
+        copy = f"median {shown_seconds(use.staged_median_seconds)}, largest {shown_seconds(use.staged_max_seconds)}"
+        rows += [
+            ("pinned bytes (peak)", format_bytes(use.peak_pinned_bytes)),
+            ("device bytes ahead (peak)", format_bytes(use.peak_device_bytes)),
+            ("staged to handed over", f"{copy} (n={use.copies})" if use.copies else "-"),
+        ]
+    if use.pins:
+        rows.append(("pinned by the loader", f"median {shown_seconds(use.pin_median_seconds)} a batch (n={use.pins})"))
+    if use.step_copies:
+        share = "-" if use.step_copy_share is None else f"{use.step_copy_share * 100:.0f} %"
+        median = shown_seconds(use.step_copy_median_seconds)
+        text = f"{share} of the steps, median {median} a step (n={use.step_copies})"
+        if use.pageable_share is not None:
+            text += f", {use.pageable_share * 100:.0f} % from pageable memory"
+        rows.append(("copies to the device in the step", text))
+    return rows
 
 
 def node_rows(nodes: dict[str, NodeHeld]) -> Rows:

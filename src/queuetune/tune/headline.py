@@ -26,6 +26,12 @@ Bottleneck = Literal["loading", "the hand-over", "the model", "unknown"]
 
 #: Where no framework says what lowers its hand-over.
 HANDOVER_ADVICE = "fewer or smaller tensors a batch"
+#: Where no framework says what copies its batches ahead of the step.
+COPY_ADVICE = 'copy each batch to the device before the step asks: queuetune.Prefetcher(device="cuda")'
+#: Where the step's batches are already pinned and it still waits for their copies.
+PINNED_COPY_ADVICE = (
+    'copy with .to(device, non_blocking=True), or ahead of the step with queuetune.Prefetcher(device="cuda")'
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
         step, settings = _faster(report, recommendation)
         return Headline("loading", waiting, handover, step, settings, partial, **notes)
     step, settings = _leaner(recommendation)
+    copying = _copying(report)
     if handover is not None and handover >= MODERATE:
         spec = FRAMEWORKS.get(report.meta.framework or "")
         advice = (spec.handover_advice if spec is not None else None) or HANDOVER_ADVICE
@@ -109,8 +116,10 @@ def headline(report: Report, recommendation: Recommendation) -> Headline:
             lower = f"workers copy what they read (copy-on-read), which slows the hand-over{each}: {COPY_ON_READ_FIX}"
         else:
             lower = f"lower the hand-over{each}: {advice}"
+        lower += f"; {copying}" if copying else ""
         step = lower + (f"; {step}" if recommendation.settings is not None else "")
         return Headline("the hand-over", waiting, handover, step, settings, partial, **notes)
+    step = f"{copying}; {step}" if copying else step
     return Headline("the model", waiting, handover, step, settings, partial, **notes)
 
 
@@ -196,6 +205,24 @@ def _leaner(rec: Recommendation) -> tuple[str, dict[str, Any] | None]:
             f"at {_share(rec.share)} of the best throughput"
         ), rec.settings
     return f"keep {_shown(rec.settings)}: no setting is predicted to hold less at the same throughput", None
+
+
+def _copying(report: Report) -> str | None:
+    """The step's wait for copies of its batches to the device, and what copies
+    them ahead, where that wait is a moderate share of its time or more (None
+    otherwise: the copy is not what the step waits for)."""
+    use = report.device
+    if use is None or use.step_copy_share is None or use.step_copy_share < MODERATE:
+        return None
+    pinned = use.pageable_share is not None and use.pageable_share < 0.5
+    spec = FRAMEWORKS.get(report.meta.framework or "")
+    advice = PINNED_COPY_ADVICE if pinned else (spec.copy_advice if spec is not None else None) or COPY_ADVICE
+    each = f", {format_seconds(use.step_copy_median_seconds)} a step" if use.step_copy_median_seconds else ""
+    memory = "pinned" if pinned else "pageable"
+    return (
+        f"the step waits {_share(use.step_copy_share)} of its time for copies of its batches to the device "
+        f"(from {memory} memory{each}): {advice}"
+    )
 
 
 def _plural(unit: str) -> str:

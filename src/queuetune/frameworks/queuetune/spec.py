@@ -30,4 +30,5 @@ QUEUETUNE = Queuetune(
         'fewer or smaller arrays a batch, or mode="thread" where the builds release the GIL '
         "(no copy into shared memory)"
     ),
+    copy_advice='device="cuda", which copies each batch to the device before the step asks',
 )

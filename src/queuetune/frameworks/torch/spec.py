@@ -107,6 +107,10 @@ TORCH = Torch(
         "fewer or smaller tensors a batch, pin_memory=True where batches go to a GPU, "
         'or queuetune.Prefetcher(mode="process"), which hands batches over in shared memory it reuses'
     ),
+    copy_advice=(
+        'pin_memory=True with .to(device, non_blocking=True) in the step, or queuetune.Prefetcher(device="cuda"), '
+        "which copies each batch to the device before the step asks"
+    ),
     tensors=TENSORS,
     tensor_kind=SAMPLE_TENSORS,
 )

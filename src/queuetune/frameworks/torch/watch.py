@@ -19,7 +19,6 @@ require("torch", "torch")
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 from torch.utils.data import _utils as torch_utils  # noqa: E402
-from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter  # noqa: E402
 
 from ...common.imports import ImportHooks  # noqa: E402
 from ...record.fingerprint import SampleKey  # noqa: E402
@@ -29,6 +28,8 @@ from ...record.recorder import Recorder, clock  # noqa: E402
 from ...record.records import MetaFields  # noqa: E402
 from ...record.trace import TraceMeta  # noqa: E402
 from ..base import Adapter, Framework, Watching, has_base  # noqa: E402
+from .copies import StepCopies, may_copy  # noqa: E402
+from .pinning import PinTimed, SingleProcessIterator  # noqa: E402
 from .watched import RecordingSampler, WatchedCollate, wrap_dataset  # noqa: E402
 
 
@@ -43,10 +44,14 @@ class _Run:
         self.recorder = recorder
         self.open = True
         self.handed = 0
+        # The step's copies of its batches to a device, where it may make any.
+        self.copies = StepCopies(recorder) if may_copy() else None
 
     def finish(self, exhausted: bool = False) -> None:
         if self.open:
             self.open = False
+            if self.copies is not None:
+                self.copies.close()
             total = self.recorder.meta.num_batches
             if not exhausted and (total is None or self.handed < total):
                 self.recorder.mark("cut_short", self.recorder.epoch)
@@ -98,6 +103,8 @@ class WatchedIterator:
         if self._run is not None and self._run.open:
             self._run.handed += 1
             self._recorder.consumed(asked, got, nbytes=nbytes(batch), key=key, samples=samples)
+            if self._run.copies is not None:
+                self._run.copies.handed(batch)
         return batch
 
     def __len__(self) -> int:
@@ -205,10 +212,11 @@ class WatchedDataLoader(DataLoader[Any]):
         return recording if recording is not None else super()._index_sampler
 
     def _get_iterator(self) -> Any:
-        if self.num_workers == 0 or self.persistent_workers:
-            return super()._get_iterator()
+        recorder = self._queuetune_recorder
+        if self.num_workers == 0:
+            return SingleProcessIterator(self, recorder)
         self.check_worker_number_rationality()
-        return _ReadAtShutdown(self, self._queuetune_recorder)
+        return PinTimed(self, recorder) if self.persistent_workers else _ReadAtShutdown(self, recorder)
 
     def __iter__(self) -> Any:
         recorder = self._queuetune_recorder
@@ -240,7 +248,7 @@ class WatchedDataLoader(DataLoader[Any]):
         return WatchedIterator(inner, recorder, run, taken, self._queuetune_keyer)
 
 
-class _ReadAtShutdown(_MultiProcessingDataLoaderIter):
+class _ReadAtShutdown(PinTimed):
     """torch's iterator over worker processes that are not persistent, which has
     the process tree read once more as its workers are told to end (at the end
     of the epoch, or where it is closed or dropped): their last reading, at
@@ -248,7 +256,7 @@ class _ReadAtShutdown(_MultiProcessingDataLoaderIter):
 
     def __init__(self, loader: DataLoader[Any], recorder: Recorder) -> None:
         self._queuetune_recorder: Recorder | None = recorder
-        super().__init__(loader)
+        super().__init__(loader, recorder)
 
     def _shutdown_workers(self) -> None:
         recorder = getattr(self, "_queuetune_recorder", None)
