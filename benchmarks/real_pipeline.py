@@ -1,14 +1,22 @@
 """A real input pipeline over several epochs, a new iterator each: JPEGs decoded
-and augmented in worker processes, a ResNet-18 trained on them; torch's
+and augmented in worker processes, a ResNet trained on them; torch's
 DataLoader (with and without persistent workers) and torchdata.nodes against
-queuetune.Prefetcher, in throughput and in the real memory of the process tree.
+queuetune.Prefetcher (with and without its device stage), in throughput, in
+the step and its hand-over, and in the real memory of the process tree.
 
 Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders NAME,...]
-         [--epoch-batches 20] [--epochs 3] [--batch 16] [--workers 2] [--size 500x375]
+         [--setting starved|model-bound] [--model resnet18|resnet50|resnet101]
+         [--epoch-batches 20] [--epochs 3] [--batch 16] [--workers 2] [--size WxH]
          [--rounds 2] [--warmup-steps 3] [--json] [--out DIR]
 
+- The setting (``--setting``): ``starved`` (the default), ResNet-18 on JPEGs of
+  500x375, where on a GPU the decoding is the bottleneck; ``model-bound``,
+  ResNet-50 on JPEGs of 160x120, where the GPU is (a note says so where a
+  reference's input wait passes 10 %). ``--model`` and ``--size`` override it;
+  the table's first line names it, and its results carry ``.model-bound``.
+
 - The data: ``--epoch-batches * --batch`` JPEGs (320 at the defaults) of
-  ``--size`` (500x375, ImageNet's typical size; quality 90), made on the spot
+  ``--size`` (the setting's; 500x375 is ImageNet's typical size; quality 90), made on the spot
   with Pillow from seeded noise and shapes (``examples/images.py``'s
   ``make_images``), in a temporary folder. The dataset is exactly that many
   batches, so every loader's epoch is ``--epoch-batches`` batches with no
@@ -21,18 +29,18 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   3/4-4/3, bilinear), a horizontal flip with p=0.5, ``ToTensor`` (uint8 HWC to
   float CHW in [0, 1]), ``Normalize`` with ImageNet's mean and std: 588 KiB of
   float32 and an int label. Samples are collated into batches in the workers.
-- The model: ResNet-18 (torchvision's layout: 7x7 stem, four stages of two
-  basic blocks, 64-512 channels, 10 classes here), SGD with momentum,
+- The model: ResNet-18, -50 or -101 (torchvision's layouts, 10 classes here,
+  ``harness.resnets``), SGD with momentum,
   cross-entropy, one step per batch, built anew (seed 0) for each run. On
   CUDA: the model and each input in channels_last, inputs moved with
-  ``non_blocking=True``, bf16 autocast, ``cudnn.benchmark`` on and
+  ``non_blocking=True`` (but ``prefetcher-device``'s, already there), bf16 autocast, ``cudnn.benchmark`` on and
   ``torch.cuda.synchronize()`` after each step; on the CPU float32. Before
   each run's loader is built, ``--warmup-steps`` steps on a random batch of the
   same shape, so that the first steps' costs (cudnn's autotuning, the
   allocators' first blocks) fall outside every loader's timing.
 - The consumer: ``for epoch in range(epochs): for x, y in loader: step``, a new
   iterator each epoch, as training does.
-- The loaders (``--loaders``; by default the first four), each with
+- The loaders (``--loaders``; by default all but the unsampled and fixed), each with
   ``--workers`` worker processes started by fork, each built anew for each run
   and closed after it, exactly as short_epochs.py builds them
   (``harness.loaders.epoch_loader``): ``torch``: ``DataLoader(dataset, batch_size,
@@ -55,8 +63,16 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   the same with ``sample_memory=False`` (what sampling the workers' memory
   costs), and with ``adaptive=False, depth=24, sample_memory=False``, a
   reference for the data path at a fixed depth; the two apart tell the
-  depth's share of a gap to the fixed depth from the sampler's. Only the two
-  torch loaders pin memory (on CUDA).
+  depth's share of a gap to the fixed depth from the sampler's;
+  ``prefetcher-device``: the defaults with ``device=--device`` (the device
+  stage: pinned staging, copies ahead on a side stream, ``device_depth`` 2),
+  skipped with a note on the CPU, which the stage does not copy to. Only the
+  two torch loaders pin memory (on CUDA) otherwise.
+- The hand-over per batch: taking a batch already built (a Prefetcher's own
+  split, ``Report.handover``'s median; for the others, marked ``~``, the
+  median time in ``next()`` after each epoch's first batch, which holds any
+  wait for a build too) plus the step's copy to the device (the host's time in
+  ``to()``; none for ``prefetcher-device``), and its share of the median step.
 - Throughput: images per second over the whole run, epoch starts included:
   ``epochs * epoch-batches * batch`` over the time from just before the first
   epoch's ``iter()`` (the ``for`` loop's start) to the end of the last step
@@ -103,7 +119,9 @@ Run: .venv/bin/python benchmarks/real_pipeline.py [--device cpu|cuda] [--loaders
   it waits up to 10 s for the loader's children to end, records how many did
   not, and ends those itself.
 - Targets (issue 39): the Prefetcher's defaults at >= 1.0 x the best of the
-  references' images/s, and its PSS peak <= the DataLoader's (``torch``).
+  references' images/s, and its PSS peak <= the DataLoader's (``torch``);
+  (issue 62) ``prefetcher-device``'s median step <= the pinned DataLoader's,
+  its hand-over <= 1 % of its step, its images/s >= 1.0 x the best reference.
 """
 
 from __future__ import annotations
@@ -121,14 +139,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from images import ImageFolder, make_images, train_transform
 
+from harness.device_targets import add_handover, issue62_targets
 from harness.epochs import first_batches_text, issue39_targets, memory_text, run_rounds
-from harness.loaders import FIXED_DEPTH, chosen_loaders, depths_text
-from harness.memory import (
-    SAMPLE_EVERY_TRAINING,
-    children_left_line,
-    growth_line,
-)
-from harness.results import machine, mib, package_versions, preamble, publish, target_lines
+from harness.loaders import FIXED_DEPTH, REFERENCES, chosen_loaders, depths_text
+from harness.memory import SAMPLE_EVERY_TRAINING
+from harness.pipeline_table import render
+from harness.resnets import MODELS
+from harness.results import machine, package_versions, publish
 from harness.training import prepare, run, summarize
 
 LOADERS = (
@@ -139,62 +156,28 @@ LOADERS = (
     "prefetcher-forkserver",
     "prefetcher-unsampled",
     "prefetcher-fixed",
+    "prefetcher-device",
 )
 DEFAULT_LOADERS = ("torch", "torch-persistent", "torchdata.nodes", "prefetcher", "prefetcher-forkserver")
+DEFAULT_LOADERS += ("prefetcher-device",)
 QUALITY = 90  # make_images' JPEG quality
+#: Each setting's model and JPEG size, where --model and --size do not say.
+SETTINGS = {"starved": ("resnet18", "500x375"), "model-bound": ("resnet50", "160x120")}
+#: In the model-bound setting, the most input wait a reference may show for the model to be the bottleneck.
+MODEL_BOUND_WAIT = 0.10
 
 
 def run_apart(name: str, folder: str, size: str, args: argparse.Namespace) -> dict[str, Any]:
     """:func:`run` in a new process of this script: what one run leaves in its
     process (allocators, threads, helper processes) is none of the next one's."""
-    command = [sys.executable, __file__, "--one", name, "--folder", folder, "--size", size, "--device", args.device]
-    for option in ("epoch_batches", "epochs", "batch", "workers", "warmup_steps"):
+    command = [sys.executable, __file__, "--one", name, "--loaders", name, "--folder", folder, "--size", size]
+    command += ["--device", args.device]
+    for option in ("setting", "model", "epoch_batches", "epochs", "batch", "workers", "warmup_steps"):
         command += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{name}: its run ended with exit code {done.returncode}")
     return json.loads(done.stdout.splitlines()[-1])
-
-
-def render(result: dict[str, Any]) -> str:
-    s = result["settings"]
-    width = max(len("loader"), *map(len, result["loaders"]))
-    lines = [
-        *preamble(
-            f"Real pipeline: {s['epochs']} epochs of {s['epoch_batches']} batches, a new iterator each; JPEG "
-            f"{s['size'][0]}x{s['size'][1]} (quality {s['quality']}) -> RandomResizedCrop(224), flip, ToTensor, "
-            f"Normalize, batches of {s['batch']} ({mib(result['sample_bytes'] * s['batch'])}) -> ResNet-18 training "
-            f"on {result['device']}; {s['workers']} worker processes (fork); {s['rounds']} interleaved rounds, "
-            f"{s['warmup_steps']} model warm-up steps before each run",
-            result,
-        ),
-        "images/s: whole run, epoch starts included; x best ref: to the best median of torch, torch-persistent, "
-        "torchdata.nodes; input wait: the run's time outside the steps; step: median step; first batch: median "
-        "wait from iter() to an epoch's first batch; PSS: the process tree's PSS + its unmapped /dev/shm files, "
-        f"sampled every {s['sample_every_s']} s (peak: highest over rounds; median: of the rounds' medians); "
-        "started: most samples started and not yet released (batches)",
-        "",
-        f"{'loader':<{width}} {'images/s per round':<20} {'median':>7} {'x best ref':>11} {'input wait':>11} "
-        f"{'step':>8} {'first batch':>12} {'PSS peak':>12} {'PSS median':>12} {'started':>8}",
-    ]
-    for name, r in result["loaders"].items():
-        ratio = "n/a" if r["x_best_reference"] is None else f"{r['x_best_reference']:.3f}"
-        lines.append(
-            f"{name:<{width}} {', '.join(f'{x:.1f}' for x in r['rounds']):<20} {r['images_per_s']:>7.1f} {ratio:>11} "
-            f"{r['input_wait_fraction']:>11.1%} {r['step_median_s'] * 1e3:>5.0f} ms "
-            f"{r['first_batch_wait_median'] * 1e3:>9.0f} ms {mib(r['pss_peak']):>12} {mib(r['pss_median']):>12} "
-            f"{r['peak_started_batches']:>8.2f}"
-        )
-    before = [r["pss_before"] for rows in result["runs"].values() for r in rows]
-    lines.append(
-        f"PSS of this process alone before each run (model built, no loader): {mib(min(before))} to {mib(max(before))}"
-    )
-    lines.append(growth_line(result["loaders"], result["runs"]))
-    lines.append(children_left_line(result["loaders"]))
-    for note in result["notes"]:
-        lines.append(f"note: {note}")
-    lines += ["", *target_lines(result["targets"])]
-    return "\n".join(lines)
 
 
 def said(row: dict[str, Any]) -> str:
@@ -209,6 +192,8 @@ def said(row: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--setting", default="starved", choices=tuple(SETTINGS), help="the model and JPEG size")
+    parser.add_argument("--model", choices=MODELS, help="the model trained (default: the setting's)")
     parser.add_argument(
         "--loaders", default=",".join(DEFAULT_LOADERS), help="comma-separated, of: " + ", ".join(LOADERS)
     )
@@ -216,15 +201,17 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--size", default="500x375", help="the JPEGs' WIDTHxHEIGHT")
+    parser.add_argument("--size", help="the JPEGs' WIDTHxHEIGHT (default: the setting's)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup-steps", type=int, default=3, help="model steps on a random batch before each run")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", type=Path, help="write real_pipeline[_cuda].json and .txt into this folder")
+    parser.add_argument("--out", type=Path, help="write real_pipeline[_cuda][.model-bound].json and .txt here")
     # How each run is made: this script again, in a new process, for one loader over the JPEGs in a folder.
     parser.add_argument("--one", choices=LOADERS, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    model, size = SETTINGS[args.setting]
+    args.model, args.size = args.model or model, args.size or size
     size = args.size
     names = chosen_loaders(parser, args.loaders, LOADERS)
     try:
@@ -259,6 +246,11 @@ def main() -> int:
         sample_bytes = int(data[0][0].nbytes) + 8  # and its label, collated as int64
         runs = run_rounds(ordered, args.rounds, lambda name: run_apart(name, folder, size, args), said)
     summary = summarize(runs, args.batch, sample_bytes)
+    add_handover(summary, runs)
+    waits = {name: summary[name]["input_wait_fraction"] for name in REFERENCES if name in summary}
+    if args.setting == "model-bound" and any(wait > MODEL_BOUND_WAIT for wait in waits.values()):
+        shown = ", ".join(f"{name} {wait:.1%}" for name, wait in waits.items())
+        notes.append(f"not model-bound here: input wait {shown} (a larger --model, or a smaller --size)")
     result: dict[str, Any] = {
         "benchmark": "real_pipeline",
         "machine": machine(),
@@ -266,6 +258,8 @@ def main() -> int:
         "versions": package_versions("torch", "torchdata", "pillow", "numpy", "queuetune"),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "settings": {
+            "setting": args.setting,
+            "model": args.model,
             "loaders": ordered,
             "epoch_batches": args.epoch_batches,
             "epochs": args.epochs,
@@ -284,9 +278,10 @@ def main() -> int:
         "loaders": summary,
         "runs": runs,
         "notes": notes,
-        "targets": issue39_targets(summary, "images/s"),
+        "targets": issue39_targets(summary, "images/s") + issue62_targets(summary),
     }
     stem = "real_pipeline" if args.device == "cpu" else f"real_pipeline_{args.device}"
+    stem += "" if args.setting == "starved" else f".{args.setting}"
     publish(result, render(result), stem, args.json, args.out)
     return 0
 

@@ -21,7 +21,12 @@ PREFETCHERS: dict[str, dict[str, Any]] = {
     "prefetcher-fixed": {"adaptive": False, "depth": FIXED_DEPTH, "sample_memory": False},
     # Workers forked from a server process of their own, not from the training process (see real_pipeline.py).
     "prefetcher-forkserver": {"multiprocessing_context": "forkserver"},
+    # The device stage: batches copied ahead to the run's device (device=, by :func:`epoch_loader`).
+    "prefetcher-device": {},
 }
+
+#: The rows whose batches arrive on the device already: their step copies nothing.
+ON_DEVICE = ("prefetcher-device",)
 
 
 def chosen_loaders(parser: Any, text: str, known: tuple[str, ...]) -> list[str]:
@@ -78,7 +83,7 @@ class Collated:
 
 
 def epoch_loader(
-    name: str, data: Any, batch: int, workers: int, pin_memory: bool = False
+    name: str, data: Any, batch: int, workers: int, pin_memory: bool = False, device: str | None = None
 ) -> tuple[Iterable[Any], Callable[[], None]]:
     """short_epochs.py's and real_pipeline.py's loader ``name`` over the
     map-style ``data``, built anew for a run, each with ``workers`` worker
@@ -93,7 +98,9 @@ def epoch_loader(
     - ``prefetcher``, ``prefetcher-unsampled``, ``prefetcher-fixed``, ``prefetcher-forkserver``:
       ``queuetune.Prefetcher(data, batch_size=batch, shuffle=True,
       mode="process", workers=workers, max_bytes="4GiB", multiprocessing_context="fork")``
-      with what :data:`PREFETCHERS` sets; closed by the stop.
+      with what :data:`PREFETCHERS` sets; closed by the stop;
+    - ``prefetcher-device``: the same with ``device=device`` (the device stage,
+      ``device_depth`` and the stage's other settings at their defaults).
     """
     if name in ("torch", "torch-persistent"):
         from torch.utils.data import DataLoader
@@ -118,6 +125,9 @@ def epoch_loader(
     if name in PREFETCHERS:
         import queuetune
 
+        if name in ON_DEVICE and device is None:
+            raise ValueError(f"{name} needs a device")
+        staged = {"device": device} if name in ON_DEVICE else {}
         prefetcher = queuetune.Prefetcher(
             data,
             batch_size=batch,
@@ -125,7 +135,7 @@ def epoch_loader(
             mode="process",
             workers=workers,
             max_bytes="4GiB",
-            **{"multiprocessing_context": "fork", **PREFETCHERS[name]},
+            **{"multiprocessing_context": "fork", **PREFETCHERS[name], **staged},
         )
         return prefetcher, prefetcher.close
     if name != "torchdata.nodes":

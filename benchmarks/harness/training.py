@@ -1,6 +1,6 @@
-"""real_pipeline.py's run: a ResNet-18 trained on decoded JPEGs for some epochs over a
-loader built for the run, each sample's load counted, the process tree's memory sampled;
-and the rounds summed up per loader."""
+"""real_pipeline.py's run: a ResNet trained on decoded JPEGs for some epochs over a
+loader built for the run, each sample's load counted, each batch's take and copy to the
+device timed, the process tree's memory sampled; and the rounds summed up per loader."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import sys
 import time
 from typing import Any
 
-from images import ImageFolder, resnet18
+from images import ImageFolder
 
 from harness.epochs import summarize_epochs
-from harness.loaders import depth_changes, epoch_loader
+from harness.loaders import ON_DEVICE, depth_changes, epoch_loader
 from harness.memory import (
     SAMPLE_EVERY_TRAINING,
     Counted,
@@ -23,6 +23,7 @@ from harness.memory import (
     reap,
     tree_memory,
 )
+from harness.resnets import model_named
 
 
 class CountedImages:
@@ -41,27 +42,40 @@ class CountedImages:
 
 
 class Trainer:
-    """A ResNet-18 trained one step per batch on ``device``, built anew (seed 0)."""
+    """The model ``model`` trained one step per batch on ``device``, built anew (seed 0).
+    With ``on_device``, each batch arrives on the device already (the Prefetcher's
+    device stage) and the step copies nothing; otherwise the step copies it there
+    and ``copies`` holds each copy's seconds (the host's: the calls to ``to()``)."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, model: str = "resnet18", on_device: bool = False) -> None:
         import torch
         from torch import nn
 
         torch.manual_seed(0)
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
-        model = resnet18().to(self.device)
-        self.model = (model.to(memory_format=torch.channels_last) if self.cuda else model).train()
+        self.on_device = on_device
+        built = model_named(model).to(self.device)
+        self.model = (built.to(memory_format=torch.channels_last) if self.cuda else built).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         self.loss_fn = nn.CrossEntropyLoss()
+        self.copies: list[float] = []
 
-    def step(self, x: Any, y: Any) -> None:
+    def step(self, x: Any, y: Any, timed: bool = True) -> None:
         import torch
 
-        x = torch.as_tensor(x).to(self.device, non_blocking=True)
+        if self.on_device and timed:
+            if any(not isinstance(t, torch.Tensor) or t.device.type != self.device.type for t in (x, y)):
+                raise RuntimeError(f"the device stage handed over a batch that is not on {self.device}")
+            self.copies.append(0.0)
+        else:
+            copying = time.perf_counter()
+            x = torch.as_tensor(x).to(self.device, non_blocking=True)
+            y = torch.as_tensor(y).to(self.device, non_blocking=True)
+            if timed:
+                self.copies.append(time.perf_counter() - copying)
         if self.cuda:
             x = x.contiguous(memory_format=torch.channels_last)
-        y = torch.as_tensor(y).to(self.device, non_blocking=True)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
             loss = self.loss_fn(self.model(x), y)
         self.optimizer.zero_grad(set_to_none=True)
@@ -76,7 +90,7 @@ class Trainer:
 
         x, y = torch.randn(batch, *shape), torch.randint(0, 10, (batch,))
         for _ in range(steps):
-            self.step(x, y)
+            self.step(x, y, timed=False)
 
 
 def host_cache_emptier() -> Any:
@@ -104,14 +118,15 @@ def empty_caches(device: str) -> None:
 def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Namespace) -> dict[str, Any]:
     """One run of ``args.epochs`` epochs of a loader built for it; its row."""
     check_no_children(name)
-    trainer = Trainer(args.device)
+    trainer = Trainer(args.device, args.model, on_device=name in ON_DEVICE)
     trainer.warm_up(args.warmup_steps, args.batch, shape)
     alone = tree_memory()["total"]  # this process alone: the model built and warmed up, no loader yet
     counted = Counted("forkserver" if name == "prefetcher-forkserver" else "fork")
+    cuda = args.device == "cuda"
     loader, close = epoch_loader(
-        name, CountedImages(data, counted), args.batch, args.workers, pin_memory=args.device == "cuda"
+        name, CountedImages(data, counted), args.batch, args.workers, pin_memory=cuda, device=args.device
     )
-    firsts, counts, steps = [], [], []
+    firsts, counts, steps, takes = [], [], [], []
     waited = 0.0
     try:
         with Sampler(SAMPLE_EVERY_TRAINING) as sampler:
@@ -124,6 +139,8 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
                     got = time.perf_counter()
                     if count == 0:
                         firsts.append(got - began)
+                    else:
+                        takes.append(got - done)  # the time in next(): the loop does nothing else here
                     waited += got - done
                     trainer.step(x, y)
                     del x, y
@@ -134,6 +151,8 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
                 counts.append(count)
             ended = time.perf_counter()
         depths = depth_changes(loader)
+        handover = loader.report().handover if hasattr(loader, "report") else None
+        copies = trainer.copies
     finally:
         close()
         del loader, trainer
@@ -151,6 +170,10 @@ def run(name: str, data: ImageFolder, shape: tuple[int, ...], args: argparse.Nam
         "step_median_s": statistics.median(steps),
         "step_seconds": sum(steps),  # the span is this and the input wait
         "steps": steps,
+        "takes": takes,
+        "copies": copies,
+        # A Prefetcher's own hand-over per batch: the waits of batches built before they were asked for.
+        "handover_median_s": None if handover is None else handover.median,
         "first_batch_waits": firsts,
         "pss_before": alone,
         **sampler.figures(),
@@ -187,6 +210,10 @@ def prepare(parser: argparse.ArgumentParser, names: list[str], device: str) -> l
             parser.error("--device cuda: torch sees no CUDA device")
         torch.backends.cudnn.benchmark = True
     notes = []
+    for name in [name for name in names if name in ON_DEVICE and device != "cuda"]:
+        names.remove(name)
+        notes.append(f"{name} skipped: the Prefetcher's device stage copies to CUDA devices, not to --device {device}")
+        print(f"note: {notes[-1]}", file=sys.stderr, flush=True)
     if device == "cuda" and host_cache_emptier() is None:
         notes.append("this torch has no call to empty its pinned host memory cache: kept between runs")
     try:
