@@ -380,3 +380,74 @@ def test_the_stage_off_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None
         assert len(list(p)) == 5
     assert len(made) == 1  # where the stage is on, the same count sees it
     assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_a_copy_started_on_the_stage_thread_runs_on_the_side_stream_and_is_waited_for_on_the_consumers() -> None:
+    """CudaTransfer with torch's CUDA calls stood in for, each thread with a current
+    stream of its own (as torch's is): the copies started on the stage thread run
+    on the side stream, named explicitly, not on that thread's current stream; the
+    consumer's current stream, on its own thread, waits on their event and is
+    recorded on each tensor."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from queuetune.prefetch.device.cuda import CudaTransfer
+
+    calls: list[tuple[str, str]] = []
+    local = threading.local()
+
+    class FakeStream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_event(self, event: object) -> None:
+            calls.append(("waits on the event", self.name))
+
+    def current(device: object = None) -> FakeStream:
+        stack = getattr(local, "stack", None)
+        return stack[-1] if stack else FakeStream(f"default of {threading.current_thread().name}")
+
+    @contextlib.contextmanager
+    def on(stream: FakeStream) -> Any:
+        local.stack = [*getattr(local, "stack", []), stream]
+        try:
+            yield
+        finally:
+            local.stack.pop()
+
+    class Event:
+        def record(self, stream: FakeStream) -> None:
+            calls.append(("event recorded", stream.name))
+
+        def synchronize(self) -> None:
+            calls.append(("event synchronised", threading.current_thread().name))
+
+    class Tensor:
+        def to(self, device: str, non_blocking: bool = False) -> Tensor:
+            assert non_blocking
+            calls.append(("copied", current().name))
+            return Tensor()
+
+        def record_stream(self, stream: FakeStream) -> None:
+            calls.append(("recorded", stream.name))
+
+    transfer = CudaTransfer.__new__(CudaTransfer)
+    cuda = SimpleNamespace(stream=on, Event=Event, current_stream=current)
+    transfer.torch, transfer.device, transfer.lends = SimpleNamespace(cuda=cuda), "cuda", False
+    transfer.stream = FakeStream("side")
+    started: list[Any] = []
+    stage = threading.Thread(target=lambda: started.append(transfer.start([Tensor(), Tensor()])), name=STAGE_THREAD)
+    stage.start()
+    stage.join(30)
+    leaves = started[0].ready()
+    assert len(leaves) == 2
+    consumer = f"default of {threading.current_thread().name}"
+    assert calls == [
+        ("copied", "side"),
+        ("copied", "side"),
+        ("event recorded", "side"),
+        ("waits on the event", consumer),
+        ("recorded", consumer),
+        ("recorded", consumer),
+    ]
