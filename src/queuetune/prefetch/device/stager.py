@@ -59,6 +59,7 @@ class Stager:
         self.changed = threading.Condition()
         self.queued: deque[Entry] = deque()
         self.current: Entry | None = None  # being staged
+        self.orphan: Entry | None = None  # being staged as a close() on this thread came: given back here
         self.stopped = False
         self.failed = False  # a staging failed: those after it are never handed over, nor staged
         self.thread: threading.Thread | None = None
@@ -91,15 +92,16 @@ class Stager:
 
     def close(self) -> Entry | None:
         """Stop, and wait for the thread to end (after the staging under way, if
-        any: its buffers go back to the pool from the thread). Called from the
-        thread itself (a finalizer run there), the entry it is still staging,
-        which the caller must not give back."""
+        any). Called from the thread itself (a finalizer run there), the entry it
+        is still staging, which the caller must not give back: the thread gives
+        its buffers back once it is done with them."""
         self.stop()
         thread = self.thread
         if thread is None:
             return None
         if thread is threading.current_thread():
-            with self.changed:
+            with self.changed:  # reentrant: the thread may hold it as the finalizer runs
+                self.orphan = self.current
                 return self.current
         thread.join()
         return None
@@ -114,18 +116,17 @@ class Stager:
                 entry = self.current = self.queued.popleft()
             self._stage(entry)
             with self.changed:
-                self.current, entry.staged = None, True
+                entry.staged = True
                 if entry.error is not None:
                     self.failed = True
                     self.queued.clear()
-                late = self.stopped  # the flight let go of: its buffers are no one's but this thread's
-                buffers: list[Buffer] = entry.buffers if late else []
-                copy = entry.copy if late else None
-                if late:
-                    entry.buffers = []
+                self.current = None  # from here, a close() on this thread leaves the entry to its caller
+                orphaned, self.orphan = self.orphan is entry, None
                 self.changed.notify_all()
-            self.pool.give(buffers, copy)
-            del entry, buffers, copy
+            if orphaned:
+                buffers, entry.buffers = entry.buffers, []
+                self.pool.give(buffers, entry.copy)
+            del entry
 
     def _stage(self, entry: Entry) -> None:
         leaves, entry.leaves = entry.leaves, []
