@@ -28,7 +28,8 @@ def size_class(nbytes: int) -> int:
 
 @dataclass
 class Buffer:
-    """A staging buffer of ``size`` bytes; ``copy``: the last copy that reads it (None: none)."""
+    """A staging buffer of ``size`` bytes; ``copy``: the last copy that reads it (None: none),
+    to be waited for (``copy.finished()``) before the buffer is written again."""
 
     size: int
     memory: Any
@@ -111,10 +112,7 @@ class PinnedPool:
         buffer = shelf.pop()
         if not shelf:
             del self.spare[size]
-        if buffer.copy is not None:
-            buffer.copy.finished()
-            buffer.copy = None
-        return buffer
+        return buffer  # its copy, if any, waited for by whoever writes it (see .stager)
 
     def _largest_spare(self) -> Buffer:
         buffer = self._spare(max(self.spare))

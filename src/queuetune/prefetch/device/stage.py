@@ -1,7 +1,8 @@
 """One epoch's batches on their way to the device (:class:`Flight`): taken from
-the epoch's iterator of host batches, staged into pinned buffers, their copies
-started up to ``depth`` batches ahead of the consumer within ``device_bytes``,
-handed over in order; :class:`Stage`, the consumer's iterator over it."""
+the epoch's iterator of host batches on the consumer's thread, staged into
+pinned buffers and their copies started on the stage's own thread (:mod:`.stager`),
+up to ``depth`` batches ahead of the consumer within ``device_bytes``, handed
+over in order; :class:`Stage`, the consumer's iterator over it."""
 
 from __future__ import annotations
 
@@ -10,17 +11,20 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .. import faults
 from ..errors import BudgetExceeded, DeviceCopyError
 from .leaves import fill, split
-from .pinned import Buffer, PinnedPool
+from .pinned import PinnedPool
 from .settings import DeviceOptions
-from .transfer import Copy, Transfer
+from .stager import Entry, Stager
+from .transfer import Transfer
 
 _NOTHING = object()
+# Seconds between looks, while the consumer waits for a staging, at whether its epoch was stopped.
+_POLL = 0.05
 
 
 def _nothing(*_: Any) -> None:
@@ -38,22 +42,6 @@ class Hooks:
     ended: Callable[[], None] = _nothing
     copied: Callable[[int, float], None] = _nothing
     levels: Callable[[int, int], None] = _nothing
-
-
-@dataclass
-class _Entry:
-    """A batch ahead of the consumer: its ``number`` in the epoch, its ``shape``
-    (:func:`.leaves.split`), its ``copy`` and ``buffers``, the ``nbytes`` it takes
-    on the device; or the ``error`` it met (``named``: raised as the copy's error)."""
-
-    number: int
-    shape: Any = None
-    copy: Copy | None = None
-    buffers: list[Buffer] = field(default_factory=list)
-    nbytes: int = 0
-    error: BaseException | None = None
-    named: bool = False
-    begun: float = 0.0
 
 
 class Flight:
@@ -77,12 +65,16 @@ class Flight:
         options: DeviceOptions,
         hooks: Hooks = Hooks(),
         ready: Callable[[], bool] = lambda: True,
+        halted: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.host, self.transfer, self.pool, self.options, self.hooks = host, transfer, pool, options, hooks
         # Whether the host hands its next batch without waiting for its build: a batch
         # ahead is taken only then, so the consumer never waits for a later batch than its own.
         self.ready = ready
-        self.entries: deque[_Entry] = deque()
+        # Why the epoch was stopped (from another thread: a close() that wakes the consumer), if it was.
+        self.halted = halted
+        self.entries: deque[Entry] = deque()
+        self.stager = Stager(transfer, pool)
         self.waiting: Any = _NOTHING  # taken from the host, not started: no room yet
         self.exhausted = False
         self.taken = 0  # batches taken from the host
@@ -108,7 +100,7 @@ class Flight:
                 raise faults.closed(self.stopped, self.handed)
             if not self.entries:
                 raise StopIteration
-            return self._hand(self.entries.popleft())
+            return self._hand()
         except BaseException:
             self.ended = True
             raise
@@ -126,7 +118,9 @@ class Flight:
             if self.stopped is None and not self.ended:
                 self.stopped = reason
             busy = self.busy
-        if not busy:  # else the consumer cleans up as it leaves next()
+        if busy:  # the consumer, woken if it waits for a staging, cleans up as it leaves next()
+            self.stager.stop()
+        else:
             self._clean()
 
     def _fill(self) -> None:
@@ -143,7 +137,7 @@ class Flight:
                     self.exhausted = True
                     return
                 except Exception as error:  # the host's own (a worker's fault): after the batches before it
-                    self.entries.append(_Entry(self.taken, error=error))
+                    self.entries.append(Entry(self.taken, error=error))
                     self.exhausted = True
                     return
             if not self._start(self.waiting):
@@ -163,7 +157,7 @@ class Flight:
 
         leaves, shape = split(batch, moves)
         total, budget = sum(sizes), self.options.device_bytes
-        entry = _Entry(self.taken, shape, nbytes=total)
+        entry = Entry(self.taken, shape, nbytes=total)
         if budget is not None and self.bytes + total > budget:
             if self.entries:
                 return False
@@ -178,24 +172,29 @@ class Flight:
                 f"batch {entry.number} of the epoch needs {total} bytes of pinned staging buffers, "
                 f"more than pinned_bytes={self.pool.limit} holds"
             )
-        if buffers is not None:
-            entry.buffers, entry.begun = buffers, time.perf_counter()
-            try:
-                entry.copy = self.transfer.start([self.transfer.stage(x, b.memory) for x, b in zip(leaves, buffers)])
-            except Exception as error:
-                entry.error, entry.named = error, True
         if entry.error is not None:
-            self.pool.give(entry.buffers)
-            entry.buffers, entry.nbytes = [], 0
+            entry.nbytes = 0
         self.bytes += entry.nbytes
         self.entries.append(entry)
+        if buffers is not None:
+            entry.leaves, entry.buffers = leaves, buffers
+            self.stager.submit(entry)  # staged and its copy started on the stage's thread
         self.hooks.levels(self.pool.held, self.bytes)
         return True
 
-    def _hand(self, entry: _Entry) -> Any:
-        """``entry``'s batch, ready on the consumer's stream; its error, named."""
+    def _hand(self) -> Any:
+        """The first entry's batch, its staging waited for, ready on the consumer's stream; its error, named."""
+        entry = self.entries[0]
+        while not self.stager.wait(entry, _POLL):  # stopped: the entry stays, for _clean
+            why = self.stopped or ("the stage was stopped" if self.stager.stopped else None)
+            if why is None and not self.exhausted:  # the epoch's end stops it too: not a stop from outside
+                why = self.halted()
+            if why is not None:
+                raise faults.closed(why, self.handed)
+        self.entries.popleft()
         self.bytes -= entry.nbytes
         if entry.error is not None:
+            self.pool.give(entry.buffers)
             raise self._named(entry, entry.error) if entry.named else entry.error
         assert entry.copy is not None
         try:
@@ -213,7 +212,7 @@ class Flight:
         self.hooks.handed()
         return fill(entry.shape, leaves)
 
-    def _named(self, entry: _Entry, error: BaseException) -> DeviceCopyError:
+    def _named(self, entry: Entry, error: BaseException) -> DeviceCopyError:
         where = self.options.device or "pinned memory"
         named = DeviceCopyError(
             f"batch {entry.number} of the epoch could not be copied to {where}: {type(error).__name__}: {error}"
@@ -227,8 +226,10 @@ class Flight:
             if self.cleaned:
                 return
             self.cleaned = True
+        staging = self.stager.close()  # the staging under way is done (or given back by its thread)
         for entry in self.entries:
-            self.pool.give(entry.buffers, entry.copy)
+            if entry is not staging:
+                self.pool.give(entry.buffers, entry.copy)
         self.entries.clear()
         self.waiting, self.bytes = _NOTHING, 0
         self.hooks.levels(self.pool.held, 0)

@@ -67,7 +67,10 @@ class Staging:
 
             hooks = replace(hooks, handed=lambda: progress.handed(positions.popleft()), ended=ended)
         schedule = epoch.schedule
-        flight = Flight(epoch.run(owner), transfer, self.pool, self.options, hooks, lambda: answered_now(schedule))
+        flight = Flight(
+            epoch.run(owner), transfer, self.pool, self.options, hooks, lambda: answered_now(schedule),
+            lambda: (epoch.reason or "the epoch was stopped") if schedule.stopped else None,
+        )  # fmt: skip
         self._flight = weakref.ref(flight)
         return Stage(flight)
 
