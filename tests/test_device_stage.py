@@ -678,11 +678,21 @@ def test_the_consumers_stream_waits_on_the_batchs_event_alone() -> None:
             calls.append((f"{self.name} waits on", event))
 
     class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.timing = enable_timing
+
         def record(self, stream: Stream) -> None:
             calls.append(("event recorded on", stream.name))
 
         def synchronize(self) -> None:
             calls.append(("event synchronised", self))
+
+        def query(self) -> bool:
+            return True
+
+        def elapsed_time(self, end: Event) -> float:
+            assert self.timing and end.timing
+            return 2.5  # milliseconds, as CUDA's events tell
 
     class Tensor:
         def __init__(self, where: str) -> None:
@@ -718,6 +728,7 @@ def test_the_consumers_stream_waits_on_the_batchs_event_alone() -> None:
     event = next(e for kind, e in calls if kind == "consumer waits on")
     assert isinstance(event, Event)
     assert calls == [
+        ("event recorded on", "side"),  # before the copies: their time begins
         ("copied on", "side"),
         ("copied on", "side"),
         ("event recorded on", "side"),
@@ -727,6 +738,8 @@ def test_the_consumers_stream_waits_on_the_batchs_event_alone() -> None:
     ]
     copy.finished()  # before its buffers are written again: that copy's event, not the device
     assert calls[-1] == ("event synchronised", event)
+    assert copy.timed and copy.elapsed(wait=False) == 0.0025
+    assert not any(kind == "device synchronised" for kind, _ in calls)
 
 
 @pytest.mark.timeout(60)
@@ -748,7 +761,12 @@ def test_a_loop_owns_the_prefetcher_it_alone_holds() -> None:
 
 # -- what the report shows of the stage -----------------------------------------------
 
-DEVICE_ROWS = ("pinned bytes (peak)", "device bytes ahead (peak)", "staged to handed over")
+DEVICE_ROWS = (
+    "pinned bytes (peak)",
+    "device bytes ahead (peak)",
+    "staged to handed over",
+    "staging into pinned buffers",
+)
 
 
 def shown_rows(report: Report, trace: Trace) -> dict[str, str]:

@@ -417,6 +417,9 @@ def test_a_copy_started_on_the_stage_thread_runs_on_the_side_stream_and_is_waite
             local.stack.pop()
 
     class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            pass
+
         def record(self, stream: FakeStream) -> None:
             calls.append(("event recorded", stream.name))
 
@@ -444,6 +447,7 @@ def test_a_copy_started_on_the_stage_thread_runs_on_the_side_stream_and_is_waite
     assert len(leaves) == 2
     consumer = f"default of {threading.current_thread().name}"
     assert calls == [
+        ("event recorded", "side"),
         ("copied", "side"),
         ("copied", "side"),
         ("event recorded", "side"),
@@ -451,3 +455,62 @@ def test_a_copy_started_on_the_stage_thread_runs_on_the_side_stream_and_is_waite
         ("recorded", consumer),
         ("recorded", consumer),
     ]
+
+
+class TimedCopies(FakeTransfer):
+    """A stand-in whose copies the device times: copy ``n`` took ``(n + 1)`` ms,
+    and the device tells it only after ``polls`` looks that did not wait."""
+
+    def __init__(self, polls: int) -> None:
+        super().__init__()
+        self.polls = polls
+
+    def start(self, staged: list[Any]) -> Any:
+        copy = super().start(staged)
+        copy.timed, copy.looks = True, 0
+
+        def elapsed(wait: bool) -> float | None:
+            copy.looks += 1
+            if not wait and copy.looks <= self.polls:
+                return None
+            return (copy.number + 1) / 1000
+
+        copy.elapsed = elapsed
+        return copy
+
+
+@pytest.mark.timeout(300)
+@SETTINGS
+@given(
+    count=st.integers(1, 8),
+    polls=st.integers(0, 4),
+    depth=st.integers(1, 3),
+    cut=st.one_of(st.none(), st.integers(0, 7)),
+    mode=st.sampled_from(["thread", "process"]),
+)
+def test_each_batch_handed_over_is_marked_once_in_order_with_the_time_its_device_gave(
+    count: int, polls: int, depth: int, cut: int | None, mode: str
+) -> None:
+    """A copy's time is marked once the device has it: at a later hand-over, or as
+    the epoch ends (read to its end, or broken off), waited for then."""
+    source = Batches(count, [64], "float32", "array")
+    with substituted(lambda: TimedCopies(polls)):
+        p = Prefetcher(source, max_bytes="4MiB", workers=2, mode=mode, device="cuda", device_depth=depth)
+    try:
+        handed = 0
+        for _ in p:
+            handed += 1
+            if cut is not None and handed > cut:
+                break
+        assert len(list(p)) == count  # a whole epoch after it
+        marks = [m.value for m in p.trace().marks if m.kind == "device_copy"]
+        assert [v["batch"] for v in marks] == [*range(handed), *range(count)]
+        # Copies are numbered as they start: the epoch broken off started some it never handed over.
+        assert all(v["copy"] is not None and v["copy"] > 0 for v in marks)
+        assert all(v["staging"] >= 0 for v in marks)
+        device = p.report().device
+        assert device is not None and device.copy_median_seconds is not None
+        assert device.copy_max_seconds == max(v["copy"] for v in marks)
+        assert device.staging_median_seconds is not None
+    finally:
+        assert_clean(p)

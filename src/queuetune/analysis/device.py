@@ -29,6 +29,12 @@ class DeviceUse:
     staged_max_seconds: float | None = None
     peak_pinned_bytes: int = 0
     peak_device_bytes: int = 0
+    #: The device stage's parts of a batch's way: the median seconds of its staging into
+    #: the pinned buffers (on the stage's thread), and of its copy to the device and the
+    #: largest, as the device timed it (CUDA's events; None where nothing timed it).
+    staging_median_seconds: float | None = None
+    copy_median_seconds: float | None = None
+    copy_max_seconds: float | None = None
     #: A watched loader's pinning: the batches it pinned, the median seconds of one.
     pins: int = 0
     pin_median_seconds: float | None = None
@@ -58,11 +64,13 @@ def device_of(trace: Trace) -> Device:
 
     >>> from queuetune.record.trace import Mark
     >>> marks = [Mark(0.0, "pinned_bytes", 4096), Mark(0.0, "device_bytes", 2048),
-    ...          Mark(0.1, "device_copy", {"batch": 0, "seconds": 0.25}),
-    ...          Mark(0.2, "device_copy", {"batch": 1, "seconds": 0.75})]
+    ...          Mark(0.1, "device_copy", {"batch": 0, "seconds": 0.25, "staging": 0.5, "copy": 0.125}),
+    ...          Mark(0.2, "device_copy", {"batch": 1, "seconds": 0.75})]  # as saved before its parts were
     >>> use = device_of(Trace(marks=marks)).device
     >>> use.copies, use.staged_median_seconds, use.staged_max_seconds, use.peak_pinned_bytes, use.peak_device_bytes
     (2, 0.5, 0.75, 4096, 2048)
+    >>> use.staging_median_seconds, use.copy_median_seconds, use.copy_max_seconds
+    (0.5, 0.125, 0.125)
     >>> from queuetune.record.trace import Consumed
     >>> steps = [Consumed(0.0, 0.0), Consumed(1.0, 1.0), Consumed(2.0, 2.0)]  # two steps of a second
     >>> copied = [Mark(0.5, "step_copy", {"batch": 0, "seconds": 0.5, "bytes": 8, "pageable": 8})]
@@ -76,7 +84,9 @@ def device_of(trace: Trace) -> Device:
     marks = [m for m in trace.marks if m.kind in kinds]
     if not marks:
         return Device(None)
-    seconds = [float(m.value["seconds"]) for m in marks if m.kind == "device_copy"]
+    copies = [m.value for m in marks if m.kind == "device_copy"]
+    seconds = [float(v["seconds"]) for v in copies]
+    timed = [float(v["copy"]) for v in copies if v.get("copy") is not None]
     pins = [float(m.value["seconds"]) for m in marks if m.kind == "pin_copy"]
     return Device(
         DeviceUse(
@@ -85,6 +95,9 @@ def device_of(trace: Trace) -> Device:
             staged_max_seconds=max(seconds, default=None),
             peak_pinned_bytes=max((int(m.value) for m in marks if m.kind == "pinned_bytes"), default=0),
             peak_device_bytes=max((int(m.value) for m in marks if m.kind == "device_bytes"), default=0),
+            staging_median_seconds=_median([float(v["staging"]) for v in copies if "staging" in v]),
+            copy_median_seconds=_median(timed),
+            copy_max_seconds=max(timed, default=None),
             pins=len(pins),
             pin_median_seconds=_median(pins),
             **_step_copies([m.value for m in marks if m.kind == "step_copy"], trace),

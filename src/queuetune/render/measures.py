@@ -121,6 +121,11 @@ def device_rows(device: Device) -> Rows:
     >>> device_rows(Device(DeviceUse(4, 0.002, 0.005, 8192, 4096)))  # doctest: +NORMALIZE_WHITESPACE
     [('pinned bytes (peak)', '8.0 KiB'), ('device bytes ahead (peak)', '4.0 KiB'),
      ('staged to handed over', 'median 2.00 ms, largest 5.00 ms (n=4)')]
+    >>> staged = DeviceUse(2, 0.004, 0.005, 8192, 4096, staging_median_seconds=0.001, copy_median_seconds=0.0005,
+    ...                    copy_max_seconds=0.0006)
+    >>> device_rows(Device(staged))[3:]  # doctest: +NORMALIZE_WHITESPACE
+    [('staging into pinned buffers', 'median 1.00 ms'),
+     ('copy to the device (device-timed)', 'median 500 µs, largest 600 µs')]
     >>> use = DeviceUse(pins=9, pin_median_seconds=0.003, step_copies=8, step_copy_median_seconds=0.012,
     ...                 step_copy_share=0.4, pageable_share=1.0)
     >>> device_rows(Device(use))  # doctest: +NORMALIZE_WHITESPACE
@@ -140,6 +145,11 @@ def device_rows(device: Device) -> Rows:
             ("device bytes ahead (peak)", format_bytes(use.peak_device_bytes)),
             ("staged to handed over", f"{copy} (n={use.copies})" if use.copies else "-"),
         ]
+        if use.staging_median_seconds is not None:
+            rows.append(("staging into pinned buffers", f"median {shown_seconds(use.staging_median_seconds)}"))
+        if use.copy_median_seconds is not None:
+            timed = f"median {shown_seconds(use.copy_median_seconds)}, largest {shown_seconds(use.copy_max_seconds)}"
+            rows.append(("copy to the device (device-timed)", timed))
     if use.pins:
         rows.append(("pinned by the loader", f"median {shown_seconds(use.pin_median_seconds)} a batch (n={use.pins})"))
     if use.step_copies:

@@ -89,17 +89,22 @@ class CudaTransfer:
             return HostCopy(staged)  # pinned leaves handed over as they are
         torch = self.torch
         with torch.cuda.stream(self.stream):
+            begun = torch.cuda.Event(enable_timing=True)
+            begun.record(self.stream)
             leaves = [leaf.to(self.device, non_blocking=True) for leaf in staged]
-            event = torch.cuda.Event()
+            event = torch.cuda.Event(enable_timing=True)
             event.record(self.stream)
-        return _CudaCopy(torch, self.device, leaves, event)
+        return _CudaCopy(torch, self.device, leaves, event, begun)
 
 
 class _CudaCopy:
-    """One batch's copies on the side stream, and the event recorded after them."""
+    """One batch's copies on the side stream, between the events recorded
+    before them (``begun``) and after them (``event``), which time them."""
 
-    def __init__(self, torch: Any, device: Any, leaves: list[Any], event: Any) -> None:
-        self.torch, self.device, self.leaves, self.event = torch, device, leaves, event
+    timed = True
+
+    def __init__(self, torch: Any, device: Any, leaves: list[Any], event: Any, begun: Any) -> None:
+        self.torch, self.device, self.leaves, self.event, self.begun = torch, device, leaves, event, begun
 
     def ready(self) -> list[Any]:
         stream = self.torch.cuda.current_stream(self.device)
@@ -112,3 +117,9 @@ class _CudaCopy:
 
     def finished(self) -> None:
         self.event.synchronize()
+
+    def elapsed(self, wait: bool) -> float | None:
+        if not wait and not self.event.query():
+            return None
+        self.event.synchronize()
+        return float(self.begun.elapsed_time(self.event)) / 1000.0

@@ -20,7 +20,7 @@ from .leaves import fill, split
 from .pinned import PinnedPool
 from .settings import DeviceOptions
 from .stager import Entry, Stager
-from .transfer import Transfer
+from .transfer import Copy, Transfer
 
 _NOTHING = object()
 # Seconds between looks, while the consumer waits for a staging, at whether its epoch was stopped.
@@ -35,13 +35,16 @@ def _nothing(*_: Any) -> None:
 class Hooks:
     """What a hand-over tells the epoch's place (``handed``), and the stage's end
     (``ended``); what the trace is told: each batch's copy as it is handed over
-    (``copied``: its number, the seconds from its staging to its copy found ready),
-    and the pinned bytes held and the device's bytes ahead as they may change (``levels``)."""
+    (``copied``: its number, the seconds from its staging to its copy found ready,
+    the seconds of its staging, its copy), the pinned bytes held and the device's
+    bytes ahead as they may change (``levels``), and that no copy is ahead any more
+    (``settled``, before ``ended``)."""
 
     handed: Callable[[], None] = _nothing
     ended: Callable[[], None] = _nothing
-    copied: Callable[[int, float], None] = _nothing
+    copied: Callable[[int, float, float, Copy], None] = _nothing
     levels: Callable[[int, int], None] = _nothing
+    settled: Callable[[], None] = _nothing
 
 
 class Flight:
@@ -202,7 +205,7 @@ class Flight:
         except Exception as error:
             self.pool.give(entry.buffers, entry.copy)
             raise self._named(entry, error) from error
-        self.hooks.copied(entry.number, time.perf_counter() - entry.begun)
+        self.hooks.copied(entry.number, time.perf_counter() - entry.begun, entry.staging, entry.copy)
         if self.transfer.lends:
             self.pool.lend(entry.buffers)
         else:
@@ -236,6 +239,7 @@ class Flight:
         close = getattr(self.host, "close", None)
         if close is not None:
             close()
+        self.hooks.settled()
         self.hooks.ended()
 
 

@@ -32,6 +32,7 @@ class Entry:
     error: BaseException | None = None
     named: bool = False
     begun: float = 0.0
+    staging: float = 0.0  # seconds its leaves took to copy into the pinned buffers
     staged: bool = True
 
 
@@ -137,6 +138,7 @@ class Stager:
                     buffer.copy = None
             entry.begun = time.perf_counter()
             staged = [self.transfer.stage(leaf, b.memory) for leaf, b in zip(leaves, entry.buffers, strict=True)]
+            entry.staging = time.perf_counter() - entry.begun
             leaves.clear()  # the host's batch: its segments may go back now
             if not self.stopped:
                 entry.copy = self.transfer.start(staged)

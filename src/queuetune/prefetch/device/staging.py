@@ -55,7 +55,7 @@ class Staging:
         if self.pool is None:
             self.pool = PinnedPool(transfer.allocate, self.options.pinned_bytes)
         notes = Notes(epoch.recorder)
-        hooks = Hooks(copied=notes.copied, levels=notes.levels)
+        hooks = Hooks(copied=notes.copied, levels=notes.levels, settled=notes.settle)
         handed = epoch.handed
         if handed is not None:
             positions: deque[int] = deque()

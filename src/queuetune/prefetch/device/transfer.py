@@ -14,7 +14,10 @@ MOVABLE_DTYPES = frozenset(np.dtype(name) for name in _NAMES.split())
 
 
 class Copy(Protocol):
-    """One batch's copies to the device, started: its leaves on the device once waited for."""
+    """One batch's copies to the device, started: its leaves on the device once waited
+    for. ``timed``: the device times it (:meth:`elapsed` tells its time once done)."""
+
+    timed: bool
 
     def ready(self) -> list[Any]:
         """The device's leaves, safe to use and to free on the consumer's stream (which
@@ -22,6 +25,10 @@ class Copy(Protocol):
 
     def finished(self) -> None:
         """Return once the copy has read its staging buffers (they may then be written again)."""
+
+    def elapsed(self, wait: bool) -> float | None:
+        """The copy's own seconds on the device, as the device timed it; None where
+        it cannot tell (no device), or, unless ``wait``, where it is not done yet."""
 
 
 class Transfer(Protocol):
@@ -82,6 +89,8 @@ class HostCopy:
     """A copy done as it starts, its ``leaves`` ready as they are: a :class:`HostTransfer`'s, or
     pinned leaves lent with no device (``pin_memory=True`` alone)."""
 
+    timed = False
+
     def __init__(self, leaves: list[Any]) -> None:
         self.leaves = leaves
 
@@ -89,4 +98,7 @@ class HostCopy:
         return self.leaves
 
     def finished(self) -> None:
+        return None
+
+    def elapsed(self, wait: bool) -> float | None:
         return None
