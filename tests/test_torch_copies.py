@@ -11,6 +11,7 @@ that any machine has) that take ``COPY`` seconds where a test makes them slow.
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -60,7 +61,9 @@ def accelerator(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     monkeypatch.setattr(torch.accelerator, "set_device_index", lambda index: None)
     monkeypatch.setattr(torch_utils.pin_memory, "pin_memory", pin)
     yield began
-    assert not pinning._owners or all(not t.is_alive() for t, _ in pinning._owners.values())
+    gc.collect()  # a loader's iterator let go of: its pin-memory thread shut down
+    assert not pinning._owners, "a thread's pinning is still timed"
+    assert torch_utils.pin_memory.pin_memory is pin, "torch's pinning function was not given back"
 
 
 def slow_copies(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
@@ -301,3 +304,17 @@ def test_a_prefetchers_steps_copies_are_timed_and_its_headline_names_its_device_
     if headline.bottleneck != "loading":
         assert 'device="cuda"' in headline.next_step
     assert_nothing_left_running()
+
+
+@pytest.mark.timeout(60)
+def test_a_copy_traced_by_torch_compile_is_passed_through_untimed(accelerator):
+    loader = queuetune.watch(DataLoader(data(8), batch_size=4))
+    try:
+        for batch in loader:
+            with pytest.MonkeyPatch.context() as tracing:
+                tracing.setattr(torch.compiler, "is_compiling", lambda: True)
+                assert batch.to("meta").device.type == "meta"
+        trace = queuetune.probe_of(loader).trace()
+    finally:
+        queuetune.probe_of(loader).close()
+    assert [m for m in trace.marks if m.kind == "step_copy"] == []

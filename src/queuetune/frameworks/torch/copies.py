@@ -59,7 +59,7 @@ def _timed(name: str) -> Callable[..., Any]:
     def method(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         original = _originals.get(name) or getattr(torch._C.TensorBase, name)
         entry = _watched.get(id(self))
-        if entry is None or entry[0]() is not self:
+        if entry is None or entry[0]() is not self or torch.compiler.is_compiling():
             return original(self, *args, **kwargs)
         start = clock()
         moved = original(self, *args, **kwargs)

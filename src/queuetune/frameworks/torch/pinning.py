@@ -5,9 +5,9 @@ has workers and in the main process where it has none, recorded as a
 
 torch pins through one function, ``torch.utils.data._utils.pin_memory.pin_memory``,
 which calls itself for each part of a batch; its outermost call in a thread the
-loader owns is the batch's copy. The function is wrapped once and passes
-through in every other thread: another loader's pinning is neither timed nor
-slowed beyond a lookup. torch disables pinning where no accelerator is
+loader owns is the batch's copy. The function is wrapped while such a thread
+lives and passes through in every other thread: another loader's pinning is
+neither timed nor slowed beyond a lookup. torch disables pinning where no accelerator is
 available, so on a machine without one nothing is pinned and nothing timed.
 """
 
@@ -26,6 +26,7 @@ from ...record.recorder import Recorder, clock
 #: The threads whose pinning is timed, each with the recorder it reports to.
 _owners: dict[int, tuple[threading.Thread, Recorder]] = {}
 _inside = threading.local()
+_lock = threading.Lock()
 
 
 class _Wrapped:
@@ -57,6 +58,13 @@ def _installed() -> None:
         module.pin_memory = _Wrapped(module.pin_memory)
 
 
+def _given_back() -> None:
+    """Give torch its own pinning function back, where no thread is timed any more."""
+    module = torch_utils.pin_memory
+    if not _owners and isinstance(module.pin_memory, _Wrapped):
+        module.pin_memory = module.pin_memory.original
+
+
 def own(thread: threading.Thread, recorder: Recorder) -> None:
     """Time the pinning ``thread`` does, for ``recorder``.
 
@@ -67,19 +75,24 @@ def own(thread: threading.Thread, recorder: Recorder) -> None:
     >>> [m.kind for m in recorder.trace().marks]
     ['pin_copy']
     >>> disown(threading.current_thread()); recorder.close()
+    >>> isinstance(torch_utils.pin_memory.pin_memory, _Wrapped)  # given back with the last thread
+    False
     """
-    _installed()
-    for ident, (alive, _) in list(_owners.items()):
-        if not alive.is_alive():
-            _owners.pop(ident, None)
-    if thread.ident is not None:
-        _owners[thread.ident] = (thread, recorder)
+    with _lock:
+        _installed()
+        for ident, (alive, _) in list(_owners.items()):
+            if not alive.is_alive():
+                _owners.pop(ident, None)
+        if thread.ident is not None:
+            _owners[thread.ident] = (thread, recorder)
 
 
 def disown(thread: threading.Thread) -> None:
-    """Stop timing ``thread``'s pinning."""
-    if thread.ident is not None:
-        _owners.pop(thread.ident, None)
+    """Stop timing ``thread``'s pinning; torch's own function is given back with the last."""
+    with _lock:
+        if thread.ident is not None:
+            _owners.pop(thread.ident, None)
+        _given_back()
 
 
 @contextmanager
