@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -20,6 +19,7 @@ sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "examples")]
 from harness.device_targets import add_handover, issue62_targets  # noqa: E402
 from harness.resnets import model_named  # noqa: E402
 from harness.training import Trainer  # noqa: E402
+from helpers import assert_nothing_left_running  # noqa: E402
 
 
 @pytest.mark.parametrize(("name", "parameters"), [("resnet50", 23_528_522), ("resnet101", 42_520_650)])
@@ -100,4 +100,4 @@ def test_on_the_cpu_the_device_stages_row_is_skipped_with_its_reason():
     assert done.returncode == 2
     assert "prefetcher-device skipped: the Prefetcher's device stage copies to CUDA devices" in done.stderr
     assert "--loaders: none of them can run here" in done.stderr
-    assert psutil.Process().children(recursive=True) == []
+    assert_nothing_left_running()
