@@ -134,6 +134,23 @@ def substituted(factory: Any) -> Any:
     return seam.substituted(factory)
 
 
+def read_to_failure(p: Any, source: Any, fail: int, count: int) -> None:
+    """Read an epoch of ``p``, which fails at batch ``fail`` (none where
+    ``fail >= count``) with a named ``DeviceCopyError`` caused by ``CopyFailed``;
+    the batches before it checked against ``source``."""
+    got: list[Any] = []
+    if fail >= count:
+        got = list(p)
+    else:
+        with pytest.raises(DeviceCopyError, match=f"^batch {fail} of the epoch could not be copied to cuda") as info:
+            for batch in p:
+                got.append(batch)
+        assert isinstance(info.value.__cause__, CopyFailed)
+    assert len(got) == min(fail, count)
+    for i, batch in enumerate(got):
+        assert_same(batch, source[i])
+
+
 def shm_files() -> list[str]:
     if not files.available():
         return []
@@ -337,19 +354,7 @@ def test_a_copy_error_names_its_batch_after_the_batches_before_it(
     with substituted(lambda: FakeTransfer(fail=fail, where=where)):
         p = Prefetcher(source, max_bytes="8MiB", workers=2, mode=mode, device="cuda", device_depth=depth)
     try:
-        got = []
-        if fail >= count:
-            got = list(p)
-        else:
-            with pytest.raises(
-                DeviceCopyError, match=f"^batch {fail} of the epoch could not be copied to cuda"
-            ) as info:
-                for batch in p:
-                    got.append(batch)
-            assert isinstance(info.value.__cause__, CopyFailed)
-        assert len(got) == min(fail, count)
-        for i, batch in enumerate(got):
-            assert_same(batch, source[i])
+        read_to_failure(p, source, fail, count)
         assert FakeTransfer.made[0].in_flight == [] or where == "ready"
         # the next epoch, its copies made afresh, hands every batch over
         FakeTransfer.made[0].fail = None

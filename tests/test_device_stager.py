@@ -35,10 +35,11 @@ from tests.test_device_stage import (  # noqa: E402
     assert_clean,
     assert_same,
     largest,
+    read_to_failure,
     substituted,
 )
 
-from queuetune import DeviceCopyError, Prefetcher, PrefetcherClosed  # noqa: E402
+from queuetune import Prefetcher, PrefetcherClosed  # noqa: E402
 from queuetune.prefetch.device import stager as stager_module  # noqa: E402
 from queuetune.prefetch.device.pinned import PinnedPool  # noqa: E402
 from queuetune.prefetch.device.settings import DeviceOptions  # noqa: E402
@@ -197,19 +198,7 @@ def test_a_staging_error_names_its_batch_after_the_batches_before_it(
     with substituted(lambda: SlowStage(delays=(delay,), fail=fail)):
         p = Prefetcher(source, max_bytes="8MiB", workers=2, mode=mode, device="cuda", device_depth=depth)
     try:
-        got = []
-        if fail >= count:
-            got = list(p)
-        else:
-            with pytest.raises(
-                DeviceCopyError, match=f"^batch {fail} of the epoch could not be copied to cuda"
-            ) as info:
-                for batch in p:
-                    got.append(batch)
-            assert isinstance(info.value.__cause__, CopyFailed)
-        assert len(got) == min(fail, count)
-        for i, batch in enumerate(got):
-            assert_same(batch, source[i])
+        read_to_failure(p, source, fail, count)
         fake = FakeTransfer.made[0]
         assert isinstance(fake, SlowStage)
         fake.fail_at = None
